@@ -1,0 +1,21 @@
+# The README's two commands are `make demo` and `make test`.
+GO ?= go
+export PATH := /usr/local/go/bin:$(PATH)
+
+.PHONY: test vet bench demo build
+
+# test: vet, formatting, then every package with the race detector.
+test: vet
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) test -race -count=1 -timeout 9m ./...
+
+vet:
+	$(GO) vet ./...
+
+# bench: the benchmarks of every package (real Postgres and embedded NATS).
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./...
+
+build:
+	$(GO) build ./...

@@ -1,0 +1,248 @@
+// Package dbtest gives each test its own migrated PostgreSQL database on a real
+// server, so tests can run in parallel and never see each other's rows.
+//
+// The server is TEST_DATABASE_URL, by default the local PostgreSQL this
+// project's machines run (postgres://root@127.0.0.1:5432/test). The first
+// call in a process makes (once per migration set, shared by all test
+// processes) a template database that is already migrated; every test then
+// gets CREATE DATABASE ... TEMPLATE, which takes a few tens of milliseconds,
+// and the database is dropped when the test ends.
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowness/ledger/migrations"
+)
+
+// URLDefault is the server used when TEST_DATABASE_URL is not set.
+const URLDefault = "postgres://root@127.0.0.1:5432/test?sslmode=disable"
+
+// ServerURL is the admin connection string tests create databases through.
+func ServerURL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return URLDefault
+}
+
+var (
+	templateOnce sync.Once
+	templateName string
+	templateErr  error
+)
+
+// DB is one test's database.
+type DB struct {
+	// Name is the database name.
+	Name string
+	// URL connects to it.
+	URL string
+	// Pool is a pool on it, closed when the test ends.
+	Pool *pgxpool.Pool
+}
+
+// New creates a fresh, migrated database for t and drops it at cleanup.
+func New(t testing.TB) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx) })
+	if templateErr != nil {
+		t.Fatalf("dbtest: template database on %s: %v", redact(ServerURL()), templateErr)
+	}
+
+	admin, err := pgx.Connect(ctx, ServerURL())
+	if err != nil {
+		t.Fatalf("dbtest: connect to %s (set TEST_DATABASE_URL): %v", redact(ServerURL()), err)
+	}
+	defer admin.Close(ctx)
+
+	name := "ledger_test_" + randomSuffix()
+	if err := createFromTemplate(ctx, admin, name, templateName); err != nil {
+		t.Fatalf("dbtest: create database %s: %v", name, err)
+	}
+	t.Cleanup(func() { drop(name) })
+
+	url, err := withDatabase(ServerURL(), name)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatalf("dbtest: pool on %s: %v", name, err)
+	}
+	t.Cleanup(pool.Close)
+	return &DB{Name: name, URL: url, Pool: pool}
+}
+
+// NewEmpty creates a fresh database with no schema at all, for tests of
+// migration itself, and drops it at cleanup. It returns the connection URL.
+func NewEmpty(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, ServerURL())
+	if err != nil {
+		t.Fatalf("dbtest: connect to %s: %v", redact(ServerURL()), err)
+	}
+	defer admin.Close(ctx)
+	name := "ledger_test_" + randomSuffix()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("dbtest: create database %s: %v", name, err)
+	}
+	t.Cleanup(func() { drop(name) })
+	url, err := withDatabase(ServerURL(), name)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	return url
+}
+
+// ensureTemplate makes the migrated template database for the embedded
+// migrations, unless a complete one exists. The template's name carries a
+// hash of the migration files, so a changed migration gets a new template.
+func ensureTemplate(ctx context.Context) (string, error) {
+	sum, err := migrationsHash()
+	if err != nil {
+		return "", err
+	}
+	name := "ledger_tmpl_" + sum[:12]
+
+	admin, err := pgx.Connect(ctx, ServerURL())
+	if err != nil {
+		return "", fmt.Errorf("connect (set TEST_DATABASE_URL): %w", err)
+	}
+	defer admin.Close(ctx)
+
+	// Test binaries of several packages run at once: one makes the template.
+	const lockKey = 0x6c6564676572 // "ledger"
+	if _, err := admin.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey); err != nil {
+		return "", fmt.Errorf("advisory lock: %w", err)
+	}
+	defer admin.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", lockKey) //nolint:errcheck
+
+	var isTemplate bool
+	err = admin.QueryRow(ctx, "SELECT datistemplate FROM pg_database WHERE datname = $1", name).Scan(&isTemplate)
+	switch {
+	case err == nil && isTemplate:
+		return name, nil
+	case err == nil: // left half-made by a crashed run
+		if _, err := admin.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			return "", fmt.Errorf("drop incomplete template: %w", err)
+		}
+	case !errors.Is(err, pgx.ErrNoRows):
+		return "", fmt.Errorf("look up template: %w", err)
+	}
+
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create template: %w", err)
+	}
+	url, err := withDatabase(ServerURL(), name)
+	if err != nil {
+		return "", err
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return "", fmt.Errorf("pool on template: %w", err)
+	}
+	_, err = migrations.Up(ctx, pool, nil)
+	pool.Close()
+	if err != nil {
+		return "", fmt.Errorf("migrate template: %w", err)
+	}
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH IS_TEMPLATE true"); err != nil {
+		return "", fmt.Errorf("mark template: %w", err)
+	}
+	return name, nil
+}
+
+func createFromTemplate(ctx context.Context, admin *pgx.Conn, name, tmpl string) error {
+	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize() + " TEMPLATE " + pgx.Identifier{tmpl}.Sanitize()
+	for attempt := 0; ; attempt++ {
+		_, err := admin.Exec(ctx, sql)
+		var pgErr *pgconn.PgError
+		// 55006: the template is briefly in use by another CREATE DATABASE.
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || attempt > 50 {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func drop(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, ServerURL())
+	if err != nil {
+		return
+	}
+	defer admin.Close(ctx)
+	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+}
+
+func migrationsHash() (string, error) {
+	fsys := migrations.FS()
+	names, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		b, err := fs.ReadFile(fsys, n)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", n, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// withDatabase returns connString pointing at database name, keeping every
+// other setting (host, socket, TLS, password).
+func withDatabase(connString, name string) (string, error) {
+	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
+		u, err := url.Parse(connString)
+		if err != nil {
+			return "", fmt.Errorf("parse TEST_DATABASE_URL: %w", err)
+		}
+		u.Path = "/" + name
+		return u.String(), nil
+	}
+	// keyword=value form: a later dbname wins.
+	return connString + " dbname=" + name, nil
+}
+
+func randomSuffix() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func redact(url string) string {
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return fmt.Sprintf("postgres://%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+}

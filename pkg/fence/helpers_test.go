@@ -1,0 +1,59 @@
+package fence_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/pkg/fence"
+)
+
+// newStore gives the test its own migrated database and a Store on it.
+func newStore(t testing.TB, cfg fence.Config) (*fence.Store, *dbtest.DB) {
+	t.Helper()
+	db := dbtest.New(t)
+	s, err := fence.New(db.Pool, cfg)
+	require.NoError(t, err)
+	return s, db
+}
+
+// expire makes partition's lease expire now, as if its TTL had run out,
+// without waiting for the clock.
+func expire(t testing.TB, db *dbtest.DB, partition int) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(),
+		`UPDATE ledger.leases SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE partition = $1`, partition)
+	require.NoError(t, err)
+}
+
+func newID() string { return ulid.MustNew(ulid.Timestamp(time.Now()), rand.Reader).String() }
+
+// ev builds an event of lease l for task at version with a small payload.
+func ev(l fence.Lease, task string, version int64, typ string) fence.Event {
+	return fence.Event{
+		ID: newID(), Partition: l.Partition, Task: task, Version: version, Type: typ,
+		Payload: []byte(fmt.Sprintf(`{"v":%d,"by":%q}`, version, l.Holder)),
+		Holder:  l.Holder, Generation: l.Generation,
+	}
+}
+
+func appendOne(t testing.TB, s *fence.Store, e fence.Event) fence.Result {
+	t.Helper()
+	res, err := s.Append(context.Background(), []fence.Event{e})
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	return res[0]
+}
+
+func countRows(t testing.TB, db *dbtest.DB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}

@@ -1,0 +1,256 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// Store is the ledger's storage on PostgreSQL. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	// unfenced switches the fence off; set only by the package's tests.
+	unfenced bool
+}
+
+// New returns a Store on pool. The schema must be migrated (package migrations).
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Store{pool: pool, cfg: cfg}, nil
+}
+
+// Config returns the store's configuration, defaults applied.
+func (s *Store) Config() Config { return s.cfg }
+
+// Pool returns the pool the store uses.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Lease is a partition's lease as the database showed it.
+type Lease struct {
+	Partition  int
+	Holder     string
+	Generation int64
+	// ExpiresAt is decided by the database clock.
+	ExpiresAt time.Time
+	// TTL is the TTL of the last grant or renewal.
+	TTL time.Duration
+	// Valid reports whether the lease had not expired when it was read.
+	Valid bool
+}
+
+func (s *Store) checkLeaseArgs(partition int, holder string, needHolder bool, ttl time.Duration) error {
+	if partition < 0 || partition >= s.cfg.Partitions {
+		return leaseErr(ErrInvalid, nil, "partition %d is outside [0, %d)", partition, s.cfg.Partitions)
+	}
+	if needHolder && !wire.ValidID(holder) {
+		return leaseErr(ErrInvalid, nil, "holder %q is not 1..128 of [A-Za-z0-9_-]", holder)
+	}
+	if ttl != 0 && (ttl < TTLMin || ttl > TTLMax) {
+		return leaseErr(ErrInvalid, nil, "ttl %v is outside [%v, %v]", ttl, TTLMin, TTLMax)
+	}
+	return nil
+}
+
+func scanLease(row pgx.Row, partition int) (Lease, error) {
+	l := Lease{Partition: partition}
+	var ttlMS int64
+	err := row.Scan(&l.Holder, &l.Generation, &l.ExpiresAt, &ttlMS, &l.Valid)
+	l.TTL = time.Duration(ttlMS) * time.Millisecond
+	return l, err
+}
+
+// Acquire takes partition's lease for holder for ttl (0: the configured TTL).
+// A never-leased partition gets generation 1; an expired lease is taken over
+// with generation + 1; the holder's own valid lease is re-granted with
+// generation + 1 at once. A valid lease of another holder fails with ErrHeld.
+func (s *Store) Acquire(ctx context.Context, partition int, holder string, ttl time.Duration) (Lease, error) {
+	return s.acquire(ctx, partition, holder, ttl, nil)
+}
+
+// TakeOver is Acquire as a compare-and-swap on the generation the caller
+// observed: it succeeds only if the lease still shows generation observed
+// (0: never leased) and is expired or the caller's own. Of many callers that
+// observed the same generation, one wins; the others get ErrHeld (the winner
+// holds it) or ErrObservationStale.
+func (s *Store) TakeOver(ctx context.Context, partition int, holder string, observed int64, ttl time.Duration) (Lease, error) {
+	return s.acquire(ctx, partition, holder, ttl, &observed)
+}
+
+func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl time.Duration, observed *int64) (Lease, error) {
+	if err := s.checkLeaseArgs(partition, holder, true, ttl); err != nil {
+		return Lease{}, err
+	}
+	if ttl == 0 {
+		ttl = s.cfg.TTL
+	}
+	ttlMS := ttl.Milliseconds()
+	var out Lease
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if observed == nil || *observed == 0 {
+			l, err := scanLease(tx.QueryRow(ctx, sqlLeaseInsertFirst, partition, holder, ttlMS), partition)
+			if err == nil {
+				out = l
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("fence: acquire partition %d: %w", partition, err)
+			}
+		}
+		cur, err := scanLease(tx.QueryRow(ctx, sqlLeaseLock, partition), partition)
+		if err != nil {
+			if errors.Is(err, pgx.ErrNoRows) && observed != nil {
+				return leaseErr(ErrObservationStale, nil, "partition %d: observed generation %d but it was never leased", partition, *observed)
+			}
+			return fmt.Errorf("fence: lock lease of partition %d: %w", partition, err)
+		}
+		if cur.Valid && cur.Holder != holder {
+			return leaseErr(ErrHeld, &cur, "partition %d is held by %s at generation %d until %s",
+				partition, cur.Holder, cur.Generation, wire.FormatTime(cur.ExpiresAt))
+		}
+		want := cur.Generation
+		if observed != nil {
+			want = *observed
+		}
+		if want != cur.Generation {
+			return leaseErr(ErrObservationStale, &cur, "partition %d: observed generation %d, current is %d",
+				partition, want, cur.Generation)
+		}
+		l, err := scanLease(tx.QueryRow(ctx, sqlLeaseCAS, partition, holder, ttlMS, want), partition)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Unreachable while the row lock is held; kept as a guard.
+			return leaseErr(ErrObservationStale, &cur, "partition %d: compare-and-swap on generation %d failed", partition, want)
+		}
+		if err != nil {
+			return fmt.Errorf("fence: take over partition %d: %w", partition, err)
+		}
+		out = l
+		return nil
+	})
+	return out, err
+}
+
+// Renew extends the lease by ttl (0: the lease's own TTL) from now by the
+// database clock. It fails with ErrLost unless holder and generation are the
+// current ones and the lease has not expired.
+func (s *Store) Renew(ctx context.Context, partition int, holder string, generation int64, ttl time.Duration) (Lease, error) {
+	if err := s.checkLeaseArgs(partition, holder, true, ttl); err != nil {
+		return Lease{}, err
+	}
+	var ttlArg *int64
+	if ttl != 0 {
+		ms := ttl.Milliseconds()
+		ttlArg = &ms
+	}
+	l, err := scanLease(s.pool.QueryRow(ctx, sqlLeaseRenew, partition, holder, generation, ttlArg), partition)
+	if err == nil {
+		return l, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, fmt.Errorf("fence: renew partition %d: %w", partition, err)
+	}
+	return Lease{}, s.lostError(ctx, partition, holder, generation, "renew")
+}
+
+// Release ends the lease now. The generation is kept, so the next Acquire
+// bumps it. It fails with ErrLost unless holder and generation are the
+// current ones and the lease has not expired.
+func (s *Store) Release(ctx context.Context, partition int, holder string, generation int64) error {
+	if err := s.checkLeaseArgs(partition, holder, true, 0); err != nil {
+		return err
+	}
+	var p int
+	err := s.pool.QueryRow(ctx, sqlLeaseRelease, partition, holder, generation).Scan(&p)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("fence: release partition %d: %w", partition, err)
+	}
+	return s.lostError(ctx, partition, holder, generation, "release")
+}
+
+func (s *Store) lostError(ctx context.Context, partition int, holder string, generation int64, op string) error {
+	cur, err := s.Get(ctx, partition)
+	if errors.Is(err, ErrNoLease) {
+		return leaseErr(ErrLost, nil, "%s: partition %d was never leased", op, partition)
+	}
+	if err != nil {
+		return err
+	}
+	why := "it expired"
+	switch {
+	case cur.Generation != generation:
+		why = fmt.Sprintf("generation is now %d", cur.Generation)
+	case cur.Holder != holder:
+		why = fmt.Sprintf("holder is %s", cur.Holder)
+	}
+	return leaseErr(ErrLost, &cur, "%s: %s no longer holds partition %d at generation %d: %s",
+		op, holder, partition, generation, why)
+}
+
+// Get returns partition's lease, or ErrNoLease if it was never leased.
+func (s *Store) Get(ctx context.Context, partition int) (Lease, error) {
+	if err := s.checkLeaseArgs(partition, "", false, 0); err != nil {
+		return Lease{}, err
+	}
+	l, err := scanLease(s.pool.QueryRow(ctx, sqlLeaseGet, partition), partition)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, leaseErr(ErrNoLease, nil, "partition %d was never leased", partition)
+	}
+	if err != nil {
+		return Lease{}, fmt.Errorf("fence: get lease of partition %d: %w", partition, err)
+	}
+	return l, nil
+}
+
+// Leases returns every lease, by partition.
+func (s *Store) Leases(ctx context.Context) ([]Lease, error) {
+	rows, err := s.pool.Query(ctx, sqlLeaseList)
+	if err != nil {
+		return nil, fmt.Errorf("fence: list leases: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Lease, error) {
+		var l Lease
+		var ttlMS int64
+		err := r.Scan(&l.Partition, &l.Holder, &l.Generation, &l.ExpiresAt, &ttlMS, &l.Valid)
+		l.TTL = time.Duration(ttlMS) * time.Millisecond
+		return l, err
+	})
+}
+
+// Head is a task's last committed version.
+type Head struct {
+	Task string
+	// Known is false for a task with no committed event (Version 0).
+	Known     bool
+	Partition int
+	Version   int64
+	Seq       int64
+}
+
+// TaskHead returns task's head.
+func (s *Store) TaskHead(ctx context.Context, task string) (Head, error) {
+	h := Head{Task: task}
+	if !wire.ValidID(task) {
+		return h, leaseErr(ErrInvalid, nil, "task id %q is not 1..128 of [A-Za-z0-9_-]", task)
+	}
+	err := s.pool.QueryRow(ctx, sqlTaskHead, task).Scan(&h.Partition, &h.Version, &h.Seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return h, nil
+	}
+	if err != nil {
+		return h, fmt.Errorf("fence: head of task %s: %w", task, err)
+	}
+	h.Known = true
+	return h, nil
+}

@@ -1,0 +1,146 @@
+package fence
+
+// Every statement of the package, in one place. Values are always
+// parameters; batches travel as arrays and are expanded with unnest.
+
+const (
+	// sqlLeaseInsertFirst grants generation 1 on a partition never leased.
+	sqlLeaseInsertFirst = `
+WITH ins AS (
+    INSERT INTO ledger.leases (partition, holder, generation, expires_at, ttl_ms)
+    VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * interval '1 millisecond', $3)
+    ON CONFLICT (partition) DO NOTHING
+    RETURNING partition, holder, generation, expires_at, ttl_ms
+), grant_row AS (
+    INSERT INTO ledger.lease_grants (partition, generation, holder, granted_at)
+    SELECT partition, generation, holder, clock_timestamp() FROM ins
+)
+SELECT holder, generation, expires_at, ttl_ms, true FROM ins`
+
+	// sqlLeaseLock reads a lease under the row lock a takeover needs. It waits
+	// for every append that holds the row FOR SHARE, and expiry is judged by
+	// the clock after the lock is granted.
+	sqlLeaseLock = `
+SELECT holder, generation, expires_at, ttl_ms, expires_at > clock_timestamp()
+FROM ledger.leases WHERE partition = $1 FOR UPDATE`
+
+	// sqlLeaseCAS is the compare-and-swap of a takeover: it replaces the lease
+	// only if the generation is still the observed one and the lease has
+	// expired (or is the caller's own), and records the grant.
+	sqlLeaseCAS = `
+WITH up AS (
+    UPDATE ledger.leases
+    SET holder = $2, generation = generation + 1,
+        expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', ttl_ms = $3
+    WHERE partition = $1 AND generation = $4
+      AND (expires_at <= clock_timestamp() OR holder = $2)
+    RETURNING partition, holder, generation, expires_at, ttl_ms
+), grant_row AS (
+    INSERT INTO ledger.lease_grants (partition, generation, holder, granted_at)
+    SELECT partition, generation, holder, clock_timestamp() FROM up
+)
+SELECT holder, generation, expires_at, ttl_ms, true FROM up`
+
+	sqlLeaseRenew = `
+UPDATE ledger.leases
+SET expires_at = clock_timestamp() + coalesce($4::bigint, ttl_ms) * interval '1 millisecond',
+    ttl_ms = coalesce($4::bigint, ttl_ms)
+WHERE partition = $1 AND holder = $2 AND generation = $3 AND expires_at > clock_timestamp()
+RETURNING holder, generation, expires_at, ttl_ms, true`
+
+	// sqlLeaseRelease expires the lease now and keeps its generation.
+	sqlLeaseRelease = `
+UPDATE ledger.leases SET expires_at = clock_timestamp()
+WHERE partition = $1 AND holder = $2 AND generation = $3 AND expires_at > clock_timestamp()
+RETURNING partition`
+
+	sqlLeaseGet = `
+SELECT holder, generation, expires_at, ttl_ms, expires_at > clock_timestamp()
+FROM ledger.leases WHERE partition = $1`
+
+	sqlLeaseList = `
+SELECT partition, holder, generation, expires_at, ttl_ms, expires_at > clock_timestamp()
+FROM ledger.leases ORDER BY partition`
+
+	sqlTaskHead = `
+SELECT partition, version, seq FROM ledger.events
+WHERE task_id = $1 ORDER BY version DESC LIMIT 1`
+
+	// sqlAppendLockLeases is the first statement of an append: it locks the
+	// batch's lease rows FOR SHARE until commit, so a takeover waits for the
+	// batch, and reads them for classification.
+	sqlAppendLockLeases = `
+SELECT partition, holder, generation, expires_at > clock_timestamp()
+FROM ledger.leases WHERE partition = ANY($1::int[])
+ORDER BY partition FOR SHARE`
+
+	// sqlAppendHeads reads each task's last committed version, one backward
+	// index probe per task.
+	sqlAppendHeads = `
+SELECT t.task_id, h.partition, h.version
+FROM unnest($1::text[]) AS t(task_id)
+CROSS JOIN LATERAL (
+    SELECT e.partition, e.version FROM ledger.events e
+    WHERE e.task_id = t.task_id ORDER BY e.version DESC LIMIT 1
+) h`
+
+	// sqlAppendExisting finds committed rows that share an event id or a
+	// (task, version) with the given events. Payloads are compared as jsonb,
+	// and only for rows that matched. It runs only for the events that can
+	// match: those at or below their task's head, or all of them when an
+	// optimistic insert found an unexpected key.
+	sqlAppendExisting = `
+SELECT i.ord, true, e.seq, e.event_id, e.partition, e.task_id, e.version, e.type,
+       e.payload::text, e.holder, e.generation, e.committed_at, e.payload = i.payload::jsonb
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) WITH ORDINALITY AS i(event_id, task_id, version, payload, ord)
+JOIN ledger.events e ON e.event_id = i.event_id
+UNION ALL
+SELECT i.ord, false, e.seq, e.event_id, e.partition, e.task_id, e.version, e.type,
+       e.payload::text, e.holder, e.generation, e.committed_at, e.payload = i.payload::jsonb
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) WITH ORDINALITY AS i(event_id, task_id, version, payload, ord)
+JOIN ledger.events e ON e.task_id = i.task_id AND e.version = i.version`
+
+	// sqlAppendInsert is the fenced conditional insert. The fence predicate
+	// is part of this statement: a row is inserted only where the lease row
+	// of its partition shows its holder and generation and has not expired by
+	// this statement's clock. The transaction already holds those lease rows
+	// FOR SHARE (sqlAppendLockLeases, its first statement) until commit;
+	// locking them again per inserted row would cost a tenth of the insert.
+	// A row whose event id or (task, version) turns out to exist (an id
+	// reused under another task, or a concurrent writer) fails the statement
+	// with unique_violation; Append then re-runs the batch with full lookups.
+	sqlAppendInsert = `
+WITH now AS (SELECT clock_timestamp() AS t)
+INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
+SELECT i.event_id, i.partition, i.task_id, i.version, i.type, i.payload::jsonb, i.holder, i.generation, now.t
+FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[])
+     WITH ORDINALITY AS i(event_id, partition, task_id, version, type, payload, holder, generation, ord)
+CROSS JOIN now
+JOIN ledger.leases l ON l.partition = i.partition
+WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > now.t
+ORDER BY i.ord
+RETURNING event_id, seq, committed_at, payload::text`
+
+	// sqlAppendInsertUnfenced is sqlAppendInsert without the fence predicate.
+	// It exists only for the test that proves the race checker can fail; no
+	// exported API reaches it.
+	sqlAppendInsertUnfenced = `
+WITH now AS (SELECT clock_timestamp() AS t)
+INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
+SELECT i.event_id, i.partition, i.task_id, i.version, i.type, i.payload::jsonb, i.holder, i.generation, now.t
+FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[])
+     WITH ORDINALITY AS i(event_id, partition, task_id, version, type, payload, holder, generation, ord)
+CROSS JOIN now
+ORDER BY i.ord
+RETURNING event_id, seq, committed_at, payload::text`
+
+	sqlAppendRejections = `
+INSERT INTO ledger.rejections
+    (event_id, partition, task_id, version, holder, generation, verdict, reason, current_generation)
+SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::bigint[],
+                     $7::text[], $8::text[], $9::bigint[])`
+
+	// sqlCheckPayload is used only after a batch failed on a payload the Go
+	// checks let through, to find which one.
+	sqlCheckPayload = `SELECT $1::text::jsonb IS NOT NULL`
+)

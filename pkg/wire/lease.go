@@ -1,0 +1,82 @@
+package wire
+
+// Lease TTL bounds (CONTRACT §1).
+const (
+	// TTLDefaultMillis is the default lease TTL: 3000 ms.
+	TTLDefaultMillis = 3000
+	// TTLMinMillis is the shortest TTL a request may ask for.
+	TTLMinMillis = 100
+	// TTLMaxMillis is the longest TTL a request may ask for.
+	TTLMaxMillis = 300000
+)
+
+// Error codes of the lease service.
+const (
+	ErrCodeHeld    = "held"
+	ErrCodeLost    = "lost"
+	ErrCodeNoLease = "no_lease"
+	ErrCodeInvalid = "invalid"
+)
+
+// LeaseRequest is the body of acquire, renew, release and get. Fields a
+// call does not use are ignored. Pointers tell "absent" from zero.
+type LeaseRequest struct {
+	Partition  *int   `json:"partition"`
+	Holder     string `json:"holder,omitempty"`
+	Generation *int64 `json:"generation,omitempty"`
+	TTLMillis  *int64 `json:"ttl_ms,omitempty"`
+}
+
+// LeaseReply is the success reply of acquire, renew and get.
+type LeaseReply struct {
+	Partition  int    `json:"partition"`
+	Holder     string `json:"holder"`
+	Generation int64  `json:"generation"`
+	ExpiresAt  string `json:"expires_at"`
+	TTLMillis  int64  `json:"ttl_ms"`
+	// Valid is set by get only.
+	Valid *bool `json:"valid,omitempty"`
+}
+
+// ReleaseReply is the success reply of release.
+type ReleaseReply struct {
+	Partition int  `json:"partition"`
+	Released  bool `json:"released"`
+}
+
+// ErrorReply is the body of every error reply of the service. Holder,
+// Generation and ExpiresAt describe the current lease where it is known.
+type ErrorReply struct {
+	Error      string `json:"error"`
+	Message    string `json:"message"`
+	Holder     string `json:"holder,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
+	ExpiresAt  string `json:"expires_at,omitempty"`
+}
+
+// TaskHeadRequest is the body of ledger.task.head.
+type TaskHeadRequest struct {
+	Task string `json:"task"`
+}
+
+// TaskHeadReply is the reply of ledger.task.head. Partition is null and
+// Version 0 for a task that has no committed event.
+type TaskHeadReply struct {
+	Task      string `json:"task"`
+	Partition *int   `json:"partition"`
+	Version   int64  `json:"version"`
+	Seq       int64  `json:"seq"`
+}
+
+// Receipt is the verdict of one event, sent to <prefix>.receipt.<holder>.
+type Receipt struct {
+	EventID           string  `json:"event_id"`
+	Task              string  `json:"task"`
+	Partition         int     `json:"partition"`
+	Version           int64   `json:"version"`
+	Verdict           Verdict `json:"verdict"`
+	Reason            string  `json:"reason"`
+	Seq               int64   `json:"seq"`
+	Generation        int64   `json:"generation"`
+	CurrentGeneration int64   `json:"current_generation"`
+}

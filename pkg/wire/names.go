@@ -1,0 +1,154 @@
+package wire
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// PrefixDefault is the default subject prefix ("ledger").
+const PrefixDefault = "ledger"
+
+// Stream, consumer and bucket names are fixed by the contract, whatever the
+// subject prefix.
+const (
+	StreamIn  = "LEDGER_IN"
+	StreamLog = "LEDGER_LOG"
+	StreamDLQ = "LEDGER_DLQ"
+	// BucketTasks is the KV bucket holding one projection per task.
+	BucketTasks = "ledger_tasks"
+	// ServiceName is the name of the lease micro service.
+	ServiceName = "ledger"
+)
+
+// Headers of inbound events (CONTRACT §2).
+const (
+	HeaderMsgID      = "Nats-Msg-Id"
+	HeaderHolder     = "Ledger-Holder"
+	HeaderGeneration = "Ledger-Generation"
+	HeaderVersion    = "Ledger-Version"
+	HeaderType       = "Ledger-Type"
+)
+
+// Extra headers of committed-log copies (CONTRACT §4).
+const (
+	HeaderSeq         = "Ledger-Seq"
+	HeaderTask        = "Ledger-Task"
+	HeaderPartition   = "Ledger-Partition"
+	HeaderCommittedAt = "Ledger-Committed-At"
+)
+
+// Extra headers of dead letters (CONTRACT §5).
+const (
+	HeaderVerdict           = "Ledger-Verdict"
+	HeaderReason            = "Ledger-Reason"
+	HeaderCurrentGeneration = "Ledger-Current-Generation"
+	HeaderCurrentHolder     = "Ledger-Current-Holder"
+	HeaderRejectedAt        = "Ledger-Rejected-At"
+	HeaderSourceSeq         = "Ledger-Source-Seq"
+)
+
+// Subjects builds and parses the contract's subjects under one prefix.
+// The zero value uses PrefixDefault.
+type Subjects struct {
+	// Prefix is the first subject token, "ledger" by default.
+	Prefix string
+}
+
+func (s Subjects) p() string {
+	if s.Prefix == "" {
+		return PrefixDefault
+	}
+	return s.Prefix
+}
+
+// In is the subject a worker publishes an event to: <prefix>.in.<partition>.<task>.
+func (s Subjects) In(partition int, task string) string {
+	return s.p() + ".in." + strconv.Itoa(partition) + "." + task
+}
+
+// InAll is the filter of every inbound subject.
+func (s Subjects) InAll() string { return s.p() + ".in.>" }
+
+// Log is the committed-log subject of a task: <prefix>.log.<partition>.<task>.
+func (s Subjects) Log(partition int, task string) string {
+	return s.p() + ".log." + strconv.Itoa(partition) + "." + task
+}
+
+// LogAll is the filter of the whole committed log.
+func (s Subjects) LogAll() string { return s.p() + ".log.>" }
+
+// LogPartition is the filter of one partition's committed log.
+func (s Subjects) LogPartition(partition int) string {
+	return s.p() + ".log." + strconv.Itoa(partition) + ".*"
+}
+
+// DLQ is the dead-letter subject of a task: <prefix>.dlq.<partition>.<task>.
+func (s Subjects) DLQ(partition int, task string) string {
+	return s.p() + ".dlq." + strconv.Itoa(partition) + "." + task
+}
+
+// DLQInvalid is the dead-letter subject for messages whose subject is unusable.
+func (s Subjects) DLQInvalid() string { return s.p() + ".dlq.invalid" }
+
+// DLQAll is the filter of every dead letter.
+func (s Subjects) DLQAll() string { return s.p() + ".dlq.>" }
+
+// Receipt is the core-NATS subject a holder's verdicts are sent to.
+func (s Subjects) Receipt(holder string) string { return s.p() + ".receipt." + holder }
+
+// Lease service endpoints.
+func (s Subjects) LeaseAcquire() string { return s.p() + ".lease.acquire" }
+func (s Subjects) LeaseRenew() string   { return s.p() + ".lease.renew" }
+func (s Subjects) LeaseRelease() string { return s.p() + ".lease.release" }
+func (s Subjects) LeaseGet() string     { return s.p() + ".lease.get" }
+func (s Subjects) TaskHead() string     { return s.p() + ".task.head" }
+
+// ParseIn splits an inbound subject into partition and task. It checks the
+// shape and the task id; whether the partition is below the configured count
+// is the caller's check.
+func (s Subjects) ParseIn(subject string) (partition int, task string, err error) {
+	return s.parse(subject, "in")
+}
+
+// ParseLog splits a committed-log subject into partition and task.
+func (s Subjects) ParseLog(subject string) (partition int, task string, err error) {
+	return s.parse(subject, "log")
+}
+
+func (s Subjects) parse(subject, kind string) (int, string, error) {
+	rest, ok := strings.CutPrefix(subject, s.p()+"."+kind+".")
+	if !ok {
+		return 0, "", fmt.Errorf("subject %q is not under %s.%s.", subject, s.p(), kind)
+	}
+	ps, task, ok := strings.Cut(rest, ".")
+	if !ok || strings.Contains(task, ".") {
+		return 0, "", fmt.Errorf("subject %q is not %s.%s.<partition>.<task>", subject, s.p(), kind)
+	}
+	p, err := ParseInt(ps)
+	if err != nil || p > 1<<30 {
+		return 0, "", fmt.Errorf("subject %q: partition %q is not a non-negative integer", subject, ps)
+	}
+	if !ValidID(task) {
+		return 0, "", fmt.Errorf("subject %q: task id %q is not 1..128 of [A-Za-z0-9_-]", subject, task)
+	}
+	return int(p), task, nil
+}
+
+// ParseInt parses a plain non-negative decimal integer (no sign, no spaces,
+// no leading "+"), as used in headers.
+func ParseInt(s string) (int64, error) {
+	if s == "" || len(s) > 18 {
+		return 0, fmt.Errorf("%q is not a decimal integer", s)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, fmt.Errorf("%q is not a decimal integer", s)
+		}
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// FormatTime renders a time the way every contract field does (RFC3339Nano, UTC).
+func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -1,0 +1,64 @@
+package wire
+
+// Verdict is the final outcome of one inbound message (CONTRACT §3).
+type Verdict string
+
+// The verdicts, in the order in which they are checked.
+const (
+	VerdictInvalid   Verdict = "invalid"
+	VerdictDuplicate Verdict = "duplicate"
+	VerdictStale     Verdict = "stale"
+	VerdictConflict  Verdict = "conflict"
+	VerdictGap       Verdict = "gap"
+	VerdictCommitted Verdict = "committed"
+)
+
+// Final reports whether v is one of the contract's verdicts.
+func (v Verdict) Final() bool {
+	switch v {
+	case VerdictInvalid, VerdictDuplicate, VerdictStale, VerdictConflict, VerdictGap, VerdictCommitted:
+		return true
+	}
+	return false
+}
+
+// Reasons that accompany a verdict. Stale reasons and wrong_partition are
+// named by the contract; the rest are this implementation's, documented in
+// docs/contract.md.
+const (
+	// Stale: the fence failed.
+	ReasonSuperseded   = "superseded"    // generation < current
+	ReasonNotHolder    = "not_holder"    // holder (or a generation from the future) does not match
+	ReasonLeaseExpired = "lease_expired" // holder and generation match but the lease expired
+	ReasonNoLease      = "no_lease"      // the partition was never leased
+
+	// Conflict.
+	ReasonVersionTaken  = "version_taken"   // (task, version) is committed with other content
+	ReasonEventIDReused = "event_id_reused" // the event id is committed with other content
+
+	// Duplicate.
+	ReasonSameEventID = "same_event_id" // the event id is already committed
+	ReasonSameContent = "same_content"  // (task, version) is committed with identical content
+
+	// Gap.
+	ReasonGapTimeout = "gap_timeout" // the missing versions did not arrive within the window
+
+	// Invalid.
+	ReasonWrongPartition   = "wrong_partition"
+	ReasonBadSubject       = "bad_subject"
+	ReasonBadPartition     = "bad_partition"
+	ReasonBadTask          = "bad_task_id"
+	ReasonMissingEventID   = "missing_event_id"
+	ReasonBadEventID       = "bad_event_id"
+	ReasonMissingHolder    = "missing_holder"
+	ReasonBadHolder        = "bad_holder"
+	ReasonMissingGen       = "missing_generation"
+	ReasonBadGeneration    = "bad_generation"
+	ReasonMissingVersion   = "missing_version"
+	ReasonBadVersion       = "bad_version"
+	ReasonMissingType      = "missing_type"
+	ReasonBadType          = "bad_type"
+	ReasonBadPayload       = "bad_payload"
+	ReasonPayloadTooLarge  = "payload_too_large"
+	ReasonDuplicateHeaders = "repeated_header"
+)
