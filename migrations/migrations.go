@@ -30,7 +30,9 @@ var files embed.FS
 const VersionTable = "ledger_schema_version"
 
 func provider(db *sql.DB, logger *slog.Logger) (*goose.Provider, error) {
-	locker, err := lock.NewPostgresSessionLocker()
+	// Poll every second (goose polls every 5 s by default) for up to 5 minutes:
+	// services starting together should not idle for seconds behind one migrator.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
 	if err != nil {
 		return nil, fmt.Errorf("migrations: session locker: %w", err)
 	}
@@ -93,3 +95,9 @@ func Check(ctx context.Context, pool *pgxpool.Pool) error {
 
 // FS returns the embedded migration files.
 func FS() fs.FS { return files }
+
+// Count returns how many migration files are embedded.
+func Count() (int, error) {
+	names, err := fs.Glob(files, "*.sql")
+	return len(names), err
+}
