@@ -1,0 +1,123 @@
+package ingest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// Defaults of Config.
+const (
+	// BatchSizeDefault is the most events one fenced append takes: 500.
+	BatchSizeDefault = 500
+	// BatchWaitDefault is how long a batch waits for more events after its
+	// first one: 1 ms. Under load batches fill while the previous one
+	// commits, so this only bounds the delay of a lone event.
+	BatchWaitDefault = time.Millisecond
+	// GapWindowDefault is how long an event whose version is ahead of its
+	// task's head waits for the missing versions before its gap verdict: 30 s.
+	GapWindowDefault = 30 * time.Second
+	// LanesDefault is how many batches are processed at once: 4. Events are
+	// routed to lanes by partition, so one partition's events stay in order.
+	LanesDefault = 4
+	// RetryMinDefault and RetryMaxDefault bound the backoff of transient
+	// failures (database or NATS unavailable): 100 ms doubling to 5 s.
+	RetryMinDefault = 100 * time.Millisecond
+	RetryMaxDefault = 5 * time.Second
+	// NotYetDelayMinDefault is the first redelivery delay of a "not yet"
+	// event: 25 ms, doubling to NotYetDelayMaxDefault, 1 s.
+	NotYetDelayMinDefault = 25 * time.Millisecond
+	NotYetDelayMaxDefault = time.Second
+	// StopTimeoutDefault bounds how long Stop waits for batches in hand: 10 s.
+	StopTimeoutDefault = 10 * time.Second
+)
+
+// Config configures the ingest service. Partition count, lease TTL and
+// payload limit are the fence.Store's.
+type Config struct {
+	// Prefix is the subject prefix; default "ledger".
+	Prefix string
+	// Replicas is the replica count of the streams; default 1.
+	Replicas int
+	// BatchSize is the most events per fenced append; default 500.
+	BatchSize int
+	// BatchWait bounds how long a batch waits to fill; default 1 ms.
+	BatchWait time.Duration
+	// GapWindow is the gap retry window; default 30 s.
+	GapWindow time.Duration
+	// Lanes is the number of batches processed concurrently; default 4.
+	Lanes int
+	// RetryMin and RetryMax bound the transient-failure backoff.
+	RetryMin, RetryMax time.Duration
+	// NotYetDelayMin and NotYetDelayMax bound the redelivery delay of
+	// events that wait for an earlier version.
+	NotYetDelayMin, NotYetDelayMax time.Duration
+	// StopTimeout bounds Stop's wait for the batches in hand; default 10 s.
+	StopTimeout time.Duration
+	// Version is reported by the lease micro service; default "1.0.0".
+	Version string
+	// AckWait is the ingest consumer's ack wait; default 30 s.
+	AckWait time.Duration
+
+	// hooks are test seams; nil in production.
+	hooks *hooks
+}
+
+// hooks lets tests stop the pipeline at the point they want to crash it.
+type hooks struct {
+	// afterPublish runs after a batch's LEDGER_LOG/LEDGER_DLQ copies are
+	// stored and before any inbound message is acked. Returning false
+	// abandons the batch there, as a crash would.
+	afterPublish func() bool
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Prefix == "" {
+		c.Prefix = wire.PrefixDefault
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = BatchSizeDefault
+	}
+	if c.Lanes == 0 {
+		c.Lanes = LanesDefault
+	}
+	if c.Version == "" {
+		c.Version = "1.0.0"
+	}
+	def(&c.BatchWait, BatchWaitDefault)
+	def(&c.GapWindow, GapWindowDefault)
+	def(&c.RetryMin, RetryMinDefault)
+	def(&c.RetryMax, RetryMaxDefault)
+	def(&c.NotYetDelayMin, NotYetDelayMinDefault)
+	def(&c.NotYetDelayMax, NotYetDelayMaxDefault)
+	def(&c.StopTimeout, StopTimeoutDefault)
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case !wire.ValidID(c.Prefix):
+		return fmt.Errorf("ingest: prefix %q must be one subject token of [A-Za-z0-9_-]", c.Prefix)
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("ingest: replicas must be 1..5, got %d", c.Replicas)
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return fmt.Errorf("ingest: batch size must be 1..10000, got %d", c.BatchSize)
+	case c.Lanes < 1 || c.Lanes > 256:
+		return fmt.Errorf("ingest: lanes must be 1..256, got %d", c.Lanes)
+	case c.GapWindow < 0 || c.BatchWait < 0:
+		return fmt.Errorf("ingest: gap window and batch wait must not be negative")
+	case c.RetryMin > c.RetryMax || c.NotYetDelayMin > c.NotYetDelayMax:
+		return fmt.Errorf("ingest: a minimum delay is above its maximum")
+	}
+	return nil
+}

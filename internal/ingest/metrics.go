@@ -1,0 +1,70 @@
+package ingest
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// metrics are the ingest's Prometheus series. A nil *metrics records nothing.
+type metrics struct {
+	events    *prometheus.CounterVec
+	batchSize prometheus.Histogram
+	batchTime prometheus.Histogram
+	retries   *prometheus.CounterVec
+	leaseOps  *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	if reg == nil {
+		return nil
+	}
+	m := &metrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_ingest_events_total", Help: "Inbound events by final verdict and reason.",
+		}, []string{"verdict", "reason"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ledger_ingest_batch_size", Help: "Messages per processed batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
+		batchTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ledger_ingest_batch_seconds", Help: "Time from a batch's start to its acks: append, copies, receipts.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_ingest_retries_total", Help: "Transient failures retried, by operation (append, publish).",
+		}, []string{"op"}),
+		leaseOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_lease_requests_total", Help: "Lease service requests by endpoint and outcome (ok or error code); acquire outcomes include takeovers.",
+		}, []string{"endpoint", "outcome"}),
+	}
+	reg.MustRegister(m.events, m.batchSize, m.batchTime, m.retries, m.leaseOps)
+	return m
+}
+
+func (m *metrics) verdict(v wire.Verdict, reason string) {
+	if m != nil {
+		m.events.WithLabelValues(string(v), reason).Inc()
+	}
+}
+
+func (m *metrics) batch(n int, d time.Duration) {
+	if m != nil {
+		m.batchSize.Observe(float64(n))
+		m.batchTime.Observe(d.Seconds())
+	}
+}
+
+func (m *metrics) retry(op string) {
+	if m != nil {
+		m.retries.WithLabelValues(op).Inc()
+	}
+}
+
+func (m *metrics) lease(endpoint, outcome string) {
+	if m != nil {
+		m.leaseOps.WithLabelValues(endpoint, outcome).Inc()
+	}
+}

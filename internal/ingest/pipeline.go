@@ -1,0 +1,297 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowness/ledger/pkg/fence"
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+type jsMsg = jetstream.Msg
+
+// handle is the Consume callback: it routes a message to the lane of its
+// partition, so that one partition's events are appended in arrival order.
+func (s *Service) handle(m jetstream.Msg) {
+	in := &inbound{msg: m}
+	if meta, err := m.Metadata(); err == nil {
+		in.sourceSeq, in.delivered = meta.Sequence.Stream, meta.NumDelivered
+		in.event.Final = time.Since(meta.Timestamp) >= s.cfg.GapWindow
+	}
+	lane := 0
+	if p, _, err := s.subjects.ParseIn(m.Subject()); err == nil {
+		lane = p % len(s.lanes)
+	}
+	s.lanes[lane] <- in
+}
+
+// runLane takes batches off its channel until the channel is closed: the
+// first message, then whatever arrives within BatchWait, up to BatchSize.
+func (s *Service) runLane(ch <-chan *inbound) {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		first, ok := <-ch
+		if !ok {
+			return
+		}
+		batch := append(make([]*inbound, 0, s.cfg.BatchSize), first)
+		timer.Reset(s.cfg.BatchWait)
+	fill:
+		for len(batch) < s.cfg.BatchSize {
+			select {
+			case in, ok := <-ch:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, in)
+			case <-timer.C:
+				break fill
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		s.process(batch)
+	}
+}
+
+// process gives every message of the batch its outcome. The order is what
+// makes "nothing lost" hold: commit in Postgres, then store the LEDGER_LOG
+// and LEDGER_DLQ copies and wait for their acks, then send receipts, and only
+// then ack the inbound messages. A crash anywhere before the ack redelivers
+// the message, and every step is idempotent.
+func (s *Service) process(batch []*inbound) {
+	ctx := s.workCtx
+	started := time.Now()
+	events := make([]fence.Event, 0, len(batch))
+	pos := make([]int, 0, len(batch))
+	for i, in := range batch {
+		final := in.event.Final
+		if decode(in, s.subjects) {
+			in.event.Final = final
+			events = append(events, in.event)
+			pos = append(pos, i)
+		}
+	}
+	if len(events) > 0 {
+		results, ok := s.appendWithRetry(ctx, events, batch)
+		if !ok {
+			s.abandon(batch)
+			return
+		}
+		for k, i := range pos {
+			batch[i].result = results[k]
+		}
+	}
+
+	var out []*nats.Msg
+	for _, in := range batch {
+		switch in.result.Verdict {
+		case fence.NotYet:
+		case wire.VerdictCommitted, wire.VerdictDuplicate:
+			out = append(out, s.logCopy(in.result.Committed))
+		default:
+			out = append(out, s.deadLetter(in))
+		}
+	}
+	if !s.publishWithRetry(ctx, out, batch) {
+		s.abandon(batch)
+		return
+	}
+	if h := s.cfg.hooks; h != nil && h.afterPublish != nil && !h.afterPublish() {
+		return // a simulated crash: nothing acked
+	}
+	for _, in := range batch {
+		if in.result.Verdict == fence.NotYet {
+			_ = in.msg.NakWithDelay(s.notYetDelay(in))
+			continue
+		}
+		s.sendReceipt(in)
+		if err := in.msg.Ack(); err != nil {
+			s.log.Warn("ack failed; the message will be redelivered and get a duplicate verdict",
+				slog.Uint64("source_seq", in.sourceSeq), slog.String("error", err.Error()))
+		}
+		s.metrics.verdict(in.result.Verdict, in.result.Reason)
+	}
+	s.metrics.batch(len(batch), time.Since(started))
+}
+
+// appendWithRetry calls fence.Append until it succeeds or the service stops.
+// A failure is never a verdict: the batch stays in hand, its messages kept
+// from redelivery by progress acks, while the database is away.
+func (s *Service) appendWithRetry(ctx context.Context, events []fence.Event, batch []*inbound) ([]fence.Result, bool) {
+	delay := s.cfg.RetryMin
+	lastProgress := time.Now()
+	for attempt := 1; ; attempt++ {
+		res, err := s.store.Append(ctx, events)
+		if err == nil {
+			return res, true
+		}
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		s.metrics.retry("append")
+		s.log.Warn("fenced append failed; retrying", slog.Int("events", len(events)), slog.Int("attempt", attempt),
+			slog.Bool("transient", fence.IsTransient(err)), slog.Duration("backoff", delay), slog.String("error", err.Error()))
+		if !s.wait(ctx, delay, batch, &lastProgress) {
+			return nil, false
+		}
+		delay = min(delay*2, s.cfg.RetryMax)
+	}
+}
+
+// publishWithRetry stores msgs in their streams and waits for every publish
+// ack, retrying the failed ones until all are stored or the service stops.
+func (s *Service) publishWithRetry(ctx context.Context, msgs []*nats.Msg, batch []*inbound) bool {
+	delay := s.cfg.RetryMin
+	lastProgress := time.Now()
+	for attempt := 1; len(msgs) > 0; attempt++ {
+		futures := make([]jetstream.PubAckFuture, len(msgs))
+		var failed []*nats.Msg
+		var lastErr error
+		for i, m := range msgs {
+			f, err := s.js.PublishMsgAsync(m)
+			if err != nil {
+				failed, lastErr = append(failed, m), err
+				continue
+			}
+			futures[i] = f
+		}
+		for i, f := range futures {
+			if f == nil {
+				continue
+			}
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				failed, lastErr = append(failed, msgs[i]), err
+			case <-ctx.Done():
+				return false
+			}
+		}
+		if len(failed) == 0 {
+			return true
+		}
+		s.metrics.retry("publish")
+		s.log.Warn("storing log/dead-letter copies failed; retrying", slog.Int("failed", len(failed)),
+			slog.Int("attempt", attempt), slog.String("error", lastErr.Error()))
+		if !s.wait(ctx, delay, batch, &lastProgress) {
+			return false
+		}
+		msgs, delay = failed, min(delay*2, s.cfg.RetryMax)
+	}
+	return true
+}
+
+// wait sleeps for d, sending progress acks for the batch so that JetStream
+// does not redeliver it elsewhere while it is in hand.
+func (s *Service) wait(ctx context.Context, d time.Duration, batch []*inbound, last *time.Time) bool {
+	if time.Since(*last) > s.cfg.AckWait/3 {
+		for _, in := range batch {
+			_ = in.msg.InProgress()
+		}
+		*last = time.Now()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// abandon hands the batch back to JetStream for redelivery, at once.
+func (s *Service) abandon(batch []*inbound) {
+	for _, in := range batch {
+		_ = in.msg.Nak()
+	}
+}
+
+// notYetDelay is the redelivery delay of an event ahead of its head: it
+// doubles with each delivery and never passes the end of the gap window by
+// much, so the event is back for its gap verdict on time.
+func (s *Service) notYetDelay(in *inbound) time.Duration {
+	d := s.cfg.NotYetDelayMin
+	for n := uint64(1); n < in.delivered && d < s.cfg.NotYetDelayMax; n++ {
+		d *= 2
+	}
+	d = min(d, s.cfg.NotYetDelayMax)
+	if meta, err := in.msg.Metadata(); err == nil {
+		if left := s.cfg.GapWindow - time.Since(meta.Timestamp); left+time.Millisecond < d {
+			d = max(left+time.Millisecond, time.Millisecond)
+		}
+	}
+	return d
+}
+
+// logCopy is the LEDGER_LOG message of a committed event (CONTRACT §4).
+func (s *Service) logCopy(c *fence.Committed) *nats.Msg {
+	m := nats.NewMsg(s.subjects.Log(c.Partition, c.Task))
+	m.Header.Set(wire.HeaderMsgID, c.EventID)
+	m.Header.Set(wire.HeaderSeq, strconv.FormatInt(c.Seq, 10))
+	m.Header.Set(wire.HeaderTask, c.Task)
+	m.Header.Set(wire.HeaderPartition, strconv.Itoa(c.Partition))
+	m.Header.Set(wire.HeaderVersion, strconv.FormatInt(c.Version, 10))
+	m.Header.Set(wire.HeaderType, c.Type)
+	m.Header.Set(wire.HeaderHolder, c.Holder)
+	m.Header.Set(wire.HeaderGeneration, strconv.FormatInt(c.Generation, 10))
+	m.Header.Set(wire.HeaderCommittedAt, wire.FormatTime(c.CommittedAt))
+	m.Data = c.Payload
+	return m
+}
+
+// deadLetter is the LEDGER_DLQ copy of a rejected message (CONTRACT §5):
+// the original body and headers plus the verdict.
+func (s *Service) deadLetter(in *inbound) *nats.Msg {
+	subject := s.subjects.DLQInvalid()
+	if in.subjectOK {
+		subject = s.subjects.DLQ(in.event.Partition, in.event.Task)
+	}
+	m := nats.NewMsg(subject)
+	for k, vs := range in.msg.Headers() {
+		for _, v := range vs {
+			m.Header.Add(k, v)
+		}
+	}
+	r := in.result
+	m.Header.Set(wire.HeaderVerdict, string(r.Verdict))
+	m.Header.Set(wire.HeaderReason, r.Reason)
+	if r.CurrentGeneration > 0 {
+		m.Header.Set(wire.HeaderCurrentGeneration, strconv.FormatInt(r.CurrentGeneration, 10))
+		m.Header.Set(wire.HeaderCurrentHolder, r.CurrentHolder)
+	}
+	m.Header.Set(wire.HeaderRejectedAt, wire.FormatTime(time.Now()))
+	m.Header.Set(wire.HeaderSourceSeq, strconv.FormatUint(in.sourceSeq, 10))
+	m.Data = in.msg.Data()
+	return m
+}
+
+// sendReceipt tells the holder its event's verdict on core NATS. Receipts
+// are at least once: a message redelivered after a crash gets a second
+// (duplicate) receipt.
+func (s *Service) sendReceipt(in *inbound) {
+	if !wire.ValidID(in.event.Holder) {
+		return
+	}
+	r := in.result
+	rc := wire.Receipt{EventID: in.event.ID, Task: in.event.Task, Partition: in.event.Partition,
+		Version: in.event.Version, Verdict: r.Verdict, Reason: r.Reason, Seq: r.Seq,
+		Generation: in.event.Generation, CurrentGeneration: r.CurrentGeneration}
+	b, _ := json.Marshal(rc)
+	if err := s.nc.Publish(s.subjects.Receipt(in.event.Holder), b); err != nil {
+		s.log.Warn("receipt not sent", slog.String("holder", in.event.Holder), slog.String("error", err.Error()))
+	}
+}

@@ -1,0 +1,101 @@
+// Package streams holds the ledger's JetStream streams and consumers as JSON
+// (see README.md in this folder for why each setting is what it is) and
+// applies them idempotently.
+package streams
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+//go:embed *.json
+var files embed.FS
+
+// Options adjust the embedded definitions to a deployment.
+type Options struct {
+	// Prefix is the subject prefix; default "ledger".
+	Prefix string
+	// Replicas is the replica count of every stream; default 1 (3 in a cluster).
+	Replicas int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Prefix == "" {
+		o.Prefix = wire.PrefixDefault
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	return o
+}
+
+func load(name string, o Options, into any) error {
+	b, err := files.ReadFile(name)
+	if err != nil {
+		return fmt.Errorf("streams: read %s: %w", name, err)
+	}
+	b = []byte(strings.ReplaceAll(string(b), "{prefix}", o.Prefix))
+	if err := json.Unmarshal(b, into); err != nil {
+		return fmt.Errorf("streams: parse %s: %w", name, err)
+	}
+	return nil
+}
+
+// Stream returns the definition of one of the ledger's streams
+// (wire.StreamIn, wire.StreamLog or wire.StreamDLQ).
+func Stream(name string, o Options) (jetstream.StreamConfig, error) {
+	o = o.withDefaults()
+	var cfg jetstream.StreamConfig
+	file := map[string]string{wire.StreamIn: "ledger_in.json", wire.StreamLog: "ledger_log.json", wire.StreamDLQ: "ledger_dlq.json"}[name]
+	if file == "" {
+		return cfg, fmt.Errorf("streams: no stream named %q", name)
+	}
+	if err := load(file, o, &cfg); err != nil {
+		return cfg, err
+	}
+	cfg.Replicas = o.Replicas
+	return cfg, nil
+}
+
+// Consumer returns the definition of a durable consumer by file stem, for
+// example "ingest" (consumer_ingest.json).
+func Consumer(stem string, o Options) (jetstream.ConsumerConfig, error) {
+	var cfg jetstream.ConsumerConfig
+	err := load("consumer_"+stem+".json", o.withDefaults(), &cfg)
+	return cfg, err
+}
+
+// Apply creates or updates the three streams. It is idempotent, so every
+// process may call it at start.
+func Apply(ctx context.Context, js jetstream.JetStream, o Options) error {
+	for _, name := range []string{wire.StreamIn, wire.StreamLog, wire.StreamDLQ} {
+		cfg, err := Stream(name, o)
+		if err != nil {
+			return err
+		}
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("streams: apply %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// ApplyConsumer creates or updates the durable consumer stem on stream.
+func ApplyConsumer(ctx context.Context, js jetstream.JetStream, stream, stem string, o Options) (jetstream.Consumer, error) {
+	cfg, err := Consumer(stem, o)
+	if err != nil {
+		return nil, err
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("streams: apply consumer %s on %s: %w", stem, stream, err)
+	}
+	return c, nil
+}
