@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
+	"maps"
+	"math/big"
 	"slices"
 	"strings"
 	"time"
@@ -216,13 +217,19 @@ type stored struct {
 }
 
 // existing holds, per position in batch.order, the rows found by event id
-// and by (task, version).
-type existing struct{ byID, byTV *stored }
+// and by (task, version), and whether the event was looked up at all.
+type existing struct {
+	byID, byTV *stored
+	looked     bool
+}
 
 type plan struct {
 	commits []int       // events to insert, in order
 	follows map[int]int // event → the planned commit it duplicates
 	rejects []int       // events with a rejections row
+	// unchecked is set when an event that does not commit was decided
+	// without a lookup of its id.
+	unchecked bool
 }
 
 func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
@@ -239,6 +246,18 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 	p, err := s.classify(b, leases, heads, ex, res)
 	if err != nil {
 		return err
+	}
+	if p.unchecked && !b.fullLookup {
+		// An event that will not commit was decided without looking up its
+		// id (its version was above the head): a committed id reused under
+		// it would be missed. Look every event up and decide again.
+		b.fullLookup = true
+		if ex, err = s.readExisting(ctx, tx, b, heads); err != nil {
+			return err
+		}
+		if p, err = s.classify(b, leases, heads, ex, res); err != nil {
+			return err
+		}
 	}
 	inserted, err := s.insertCommits(ctx, tx, b, p.commits)
 	if err != nil {
@@ -329,6 +348,7 @@ func (s *Store) readExisting(ctx context.Context, tx pgx.Tx, b *batch, heads map
 	for k, i := range b.order {
 		if b.fullLookup || b.events[i].Version <= heads[b.events[i].Task].version {
 			pos = append(pos, k)
+			ex[k].looked = true
 		}
 	}
 	if len(pos) == 0 {
@@ -366,8 +386,9 @@ func (s *Store) readExisting(ctx context.Context, tx pgx.Tx, b *batch, heads map
 }
 
 // classify decides every valid event in the contract's order of checks. It
-// does no I/O; heads is updated with the batch's planned commits.
-func (s *Store) classify(b *batch, leases map[int]leaseState, heads map[string]taskHead, ex []existing, res []Result) (plan, error) {
+// does no I/O; later events see the batch's earlier planned commits.
+func (s *Store) classify(b *batch, leases map[int]leaseState, stored map[string]taskHead, ex []existing, res []Result) (plan, error) {
+	heads := maps.Clone(stored)
 	type key struct {
 		task    string
 		version int64
@@ -421,6 +442,10 @@ func (s *Store) classify(b *batch, leases map[int]leaseState, heads map[string]t
 			heads[e.Task] = taskHead{partition: e.Partition, version: e.Version}
 			plannedID[e.ID] = i
 			plannedTV[key{e.Task, e.Version}] = i
+			continue
+		}
+		if !x.looked {
+			p.unchecked = true
 		}
 	}
 	return p, nil
@@ -456,7 +481,9 @@ func sameContent(b *batch, j, i int) bool {
 	return b.events[j].Type == b.events[i].Type && jsonEqual(b.payloads[j], b.payloads[i])
 }
 
-// jsonEqual compares two valid JSON documents by value.
+// jsonEqual compares two valid JSON documents by value, as jsonb equality
+// does: object key order and spacing do not matter, string escapes are
+// decoded, and numbers compare by exact value (1, 1.0, 1e0 are equal).
 func jsonEqual(a, b string) bool {
 	if a == b {
 		return true
@@ -468,7 +495,45 @@ func jsonEqual(a, b string) bool {
 	if da.Decode(&va) != nil || db.Decode(&vb) != nil {
 		return false
 	}
-	return reflect.DeepEqual(va, vb)
+	return valueEqual(va, vb)
+}
+
+func valueEqual(a, b any) bool {
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, v := range x {
+			w, ok := y[k]
+			if !ok || !valueEqual(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !valueEqual(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case json.Number:
+		y, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		rx, okx := new(big.Rat).SetString(string(x))
+		ry, oky := new(big.Rat).SetString(string(y))
+		return okx && oky && rx.Cmp(ry) == 0
+	default: // string, bool, nil
+		return a == b
+	}
 }
 
 func (s *Store) insertCommits(ctx context.Context, tx pgx.Tx, b *batch, commits []int) (map[string]*Committed, error) {
