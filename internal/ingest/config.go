@@ -26,9 +26,12 @@ const (
 	RetryMinDefault = 100 * time.Millisecond
 	RetryMaxDefault = 5 * time.Second
 	// NotYetDelayMinDefault is the first redelivery delay of a "not yet"
-	// event: 25 ms, doubling to NotYetDelayMaxDefault, 1 s.
-	NotYetDelayMinDefault = 25 * time.Millisecond
-	NotYetDelayMaxDefault = time.Second
+	// event: 10 ms, doubling to NotYetDelayMaxDefault, 250 ms. The missing
+	// version is usually in flight in another batch or process, so the
+	// first retries come quickly; a real gap costs about four redeliveries a
+	// second per waiting event until its window closes.
+	NotYetDelayMinDefault = 10 * time.Millisecond
+	NotYetDelayMaxDefault = 250 * time.Millisecond
 	// StopTimeoutDefault bounds how long Stop waits for batches in hand: 10 s.
 	StopTimeoutDefault = 10 * time.Second
 )

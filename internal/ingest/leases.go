@@ -26,11 +26,6 @@ const (
 	codeUnavailable = "503"
 )
 
-// errCodeUnavailable is the body's error code when the database cannot be
-// reached; the request may be retried. It is not one of the contract's lease
-// outcomes, because it says nothing about the lease.
-const errCodeUnavailable = "unavailable"
-
 // leaseRequestTimeout bounds one request's database work.
 const leaseRequestTimeout = 5 * time.Second
 
@@ -39,14 +34,13 @@ type leaseService struct {
 	store    *fence.Store
 	subjects wire.Subjects
 	log      *slog.Logger
-	sem      chan struct{} // bounds concurrent requests
 	ctx      context.Context
 	metrics  *metrics
 }
 
 func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, cfg Config, log *slog.Logger, m *metrics) (micro.Service, error) {
 	ls := &leaseService{store: store, subjects: wire.Subjects{Prefix: cfg.Prefix}, log: log,
-		sem: make(chan struct{}, 64), ctx: ctx, metrics: m}
+		ctx: ctx, metrics: m}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        wire.ServiceName,
 		Version:     cfg.Version,
@@ -73,26 +67,24 @@ func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, c
 	return svc, nil
 }
 
-// handler runs each request on its own goroutine (bounded), so a slow
-// database call does not hold up the endpoint's other callers.
+// handler answers a request inside micro's callback. Micro records the
+// reply's error for its stats after the callback returns, so replying from
+// another goroutine would race with it; each endpoint is served in order,
+// and several ingest processes share the load through the queue group.
 func (ls *leaseService) handler(name string, h func(context.Context, []byte) (any, error)) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
-		ls.sem <- struct{}{}
-		go func() {
-			defer func() { <-ls.sem }()
-			ctx, cancel := context.WithTimeout(ls.ctx, leaseRequestTimeout)
-			defer cancel()
-			reply, err := h(ctx, req.Data())
-			if err != nil {
-				ls.replyError(name, req, err)
-				return
-			}
-			ls.metrics.lease(name, "ok")
-			b, _ := json.Marshal(reply)
-			if err := req.Respond(b); err != nil {
-				ls.log.Warn("lease reply failed", slog.String("endpoint", name), slog.String("error", err.Error()))
-			}
-		}()
+		ctx, cancel := context.WithTimeout(ls.ctx, leaseRequestTimeout)
+		defer cancel()
+		reply, err := h(ctx, req.Data())
+		if err != nil {
+			ls.replyError(name, req, err)
+			return
+		}
+		ls.metrics.lease(name, "ok")
+		b, _ := json.Marshal(reply)
+		if err := req.Respond(b); err != nil {
+			ls.log.Warn("lease reply failed", slog.String("endpoint", name), slog.String("error", err.Error()))
+		}
 	})
 }
 
@@ -110,7 +102,7 @@ func (ls *leaseService) replyError(name string, req micro.Request, err error) {
 		}
 	case errors.Is(err, errBadRequest):
 	default:
-		body.Error, code = errCodeUnavailable, codeUnavailable
+		body.Error, code = wire.ErrCodeUnavailable, codeUnavailable
 		body.Message = "the ledger's database is unavailable, retry: " + err.Error()
 		ls.log.Warn("lease request failed", slog.String("endpoint", name), slog.String("error", err.Error()))
 	}

@@ -103,6 +103,11 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	s.svc = svc
+	// The endpoints are usable once the server has their subscriptions.
+	if err := s.nc.FlushTimeout(10 * time.Second); err != nil {
+		s.Stop()
+		return fmt.Errorf("ingest: flush: %w", err)
+	}
 
 	s.lanes = make([]chan *inbound, s.cfg.Lanes)
 	for i := range s.lanes {
@@ -171,4 +176,16 @@ func (s *Service) Stop() {
 		s.cancelWork()
 	}
 	s.log.Info("ingest stopped")
+}
+
+// CheckConsumer reports whether the ingest consumer exists and this process
+// is consuming from it; it is a readiness check.
+func (s *Service) CheckConsumer(ctx context.Context) error {
+	if s.consume == nil {
+		return errors.New("not consuming")
+	}
+	if _, err := s.js.Consumer(ctx, wire.StreamIn, "ingest"); err != nil {
+		return fmt.Errorf("ingest consumer: %w", err)
+	}
+	return nil
 }

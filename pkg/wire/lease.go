@@ -16,6 +16,10 @@ const (
 	ErrCodeLost    = "lost"
 	ErrCodeNoLease = "no_lease"
 	ErrCodeInvalid = "invalid"
+	// ErrCodeUnavailable is this implementation's code for "the ledger's
+	// database could not be reached": nothing changed, retry. It says
+	// nothing about the lease, so it is not one of the contract's outcomes.
+	ErrCodeUnavailable = "unavailable"
 )
 
 // LeaseRequest is the body of acquire, renew, release and get. Fields a

@@ -1,0 +1,119 @@
+// Command ingest runs the ledger's ingest service: LEDGER_IN → fenced append
+// in PostgreSQL → LEDGER_LOG / LEDGER_DLQ / receipts → ack, and the lease
+// micro service. Configuration comes from flags, or the environment
+// variables named in -help.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flowness/ledger/internal/admin"
+	"github.com/flowness/ledger/internal/connect"
+	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/migrations"
+	"github.com/flowness/ledger/pkg/fence"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "ingest:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
+	var conn connect.Options
+	conn.Register(fs)
+	var cfg ingest.Config
+	var fcfg fence.Config
+	fs.StringVar(&cfg.Prefix, "prefix", connect.Env("LEDGER_PREFIX", "ledger"), "subject prefix (env LEDGER_PREFIX)")
+	fs.IntVar(&fcfg.Partitions, "partitions", connect.EnvInt("LEDGER_PARTITIONS", fence.PartitionsDefault), "partition count N (env LEDGER_PARTITIONS)")
+	fs.DurationVar(&fcfg.TTL, "lease-ttl", connect.EnvDuration("LEDGER_LEASE_TTL", fence.TTLDefault), "default lease TTL (env LEDGER_LEASE_TTL)")
+	fs.IntVar(&fcfg.MaxPayload, "max-payload", connect.EnvInt("LEDGER_MAX_PAYLOAD", fence.MaxPayloadDefault), "largest event payload in bytes (env LEDGER_MAX_PAYLOAD)")
+	fs.IntVar(&cfg.BatchSize, "batch-size", connect.EnvInt("LEDGER_BATCH_SIZE", ingest.BatchSizeDefault), "most events per fenced append (env LEDGER_BATCH_SIZE)")
+	fs.DurationVar(&cfg.BatchWait, "batch-wait", connect.EnvDuration("LEDGER_BATCH_WAIT", ingest.BatchWaitDefault), "how long a batch waits to fill (env LEDGER_BATCH_WAIT)")
+	fs.DurationVar(&cfg.GapWindow, "gap-window", connect.EnvDuration("LEDGER_GAP_WINDOW", ingest.GapWindowDefault), "how long an early version waits for the missing ones (env LEDGER_GAP_WINDOW)")
+	fs.IntVar(&cfg.Lanes, "lanes", connect.EnvInt("LEDGER_LANES", ingest.LanesDefault), "batches processed at once (env LEDGER_LANES)")
+	fs.IntVar(&cfg.Replicas, "replicas", connect.EnvInt("LEDGER_REPLICAS", 1), "stream replicas: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
+	adminAddr := fs.String("admin-addr", connect.Env("LEDGER_ADMIN_ADDR", ":9090"), "address of /metrics, /healthz and /readyz (env LEDGER_ADMIN_ADDR); empty disables")
+	migrate := fs.Bool("migrate", true, "apply database migrations at start")
+	logLevel := fs.String("log-level", connect.Env("LEDGER_LOG_LEVEL", "info"), "debug, info, warn or error (env LEDGER_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	log, err := connect.Logger(*logLevel)
+	if err != nil {
+		return err
+	}
+	conn.Name = "ledger-ingest"
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	pool, err := conn.Postgres(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if *migrate {
+		applied, err := migrations.Up(ctx, pool, log)
+		if err != nil {
+			return err
+		}
+		log.Info("schema current", slog.Any("applied", applied))
+	}
+	store, err := fence.New(pool, fcfg)
+	if err != nil {
+		return err
+	}
+	nc, err := conn.NATS(log)
+	if err != nil {
+		return err
+	}
+	defer nc.Drain() //nolint:errcheck
+
+	reg := admin.NewRegistry()
+	svc, err := ingest.New(cfg, ingest.Deps{NC: nc, Store: store, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	if err := svc.Start(ctx); err != nil {
+		return err
+	}
+	if *adminAddr != "" {
+		srv, err := admin.Start(*adminAddr, reg, []admin.Check{
+			{Name: "postgres", Func: func(ctx context.Context) error { return pool.Ping(ctx) }},
+			{Name: "nats", Func: func(context.Context) error {
+				if s := nc.Status(); s != nats.CONNECTED {
+					return fmt.Errorf("connection is %s", s)
+				}
+				return nil
+			}},
+			{Name: "consumer", Func: svc.CheckConsumer},
+			{Name: "migrations", Func: func(ctx context.Context) error { return migrations.Check(ctx, pool) }},
+		}, log)
+		if err != nil {
+			svc.Stop()
+			return fmt.Errorf("admin server: %w", err)
+		}
+		defer srv.Stop()
+		log.Info("admin endpoints", slog.String("addr", srv.Addr()))
+	}
+	<-ctx.Done()
+	log.Info("shutting down: stop fetching, finish the batches in hand")
+	svc.Stop()
+	return nil
+}

@@ -1,0 +1,189 @@
+// Package connect turns flags and environment variables into connections to
+// PostgreSQL and NATS, the same way for every binary of the ledger.
+package connect
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+)
+
+// Defaults of the connection settings.
+const (
+	// NATSURLDefault is the NATS server used when NATS_URL is not set.
+	NATSURLDefault = "nats://127.0.0.1:4222"
+)
+
+// Options are the connection settings shared by every binary.
+type Options struct {
+	DatabaseURL string
+	NATSURL     string
+	// NATS authentication: at most one of user/password, token, creds, nkey.
+	NATSUser, NATSPassword string
+	NATSCreds              string // credentials file (JWT + seed)
+	NATSNKey               string // nkey seed file
+	// TLS: a CA to trust, and a client certificate and key for mutual TLS.
+	NATSCA, NATSCert, NATSKey string
+	// Name is the client name shown by the NATS server.
+	Name string
+}
+
+// Register adds the connection flags to fs, with environment variables as
+// their defaults.
+func (o *Options) Register(fs *flag.FlagSet) {
+	fs.StringVar(&o.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL connection string (env DATABASE_URL)")
+	fs.StringVar(&o.NATSURL, "nats-url", Env("NATS_URL", NATSURLDefault), "NATS server URLs, comma separated (env NATS_URL)")
+	fs.StringVar(&o.NATSUser, "nats-user", os.Getenv("NATS_USER"), "NATS user (env NATS_USER)")
+	fs.StringVar(&o.NATSPassword, "nats-password", os.Getenv("NATS_PASSWORD"), "NATS password (env NATS_PASSWORD)")
+	fs.StringVar(&o.NATSCreds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&o.NATSNKey, "nats-nkey", os.Getenv("NATS_NKEY"), "NATS nkey seed file (env NATS_NKEY)")
+	fs.StringVar(&o.NATSCA, "nats-ca", os.Getenv("NATS_CA"), "CA certificate file to verify the NATS server (env NATS_CA)")
+	fs.StringVar(&o.NATSCert, "nats-cert", os.Getenv("NATS_CERT"), "client certificate file for NATS mutual TLS (env NATS_CERT)")
+	fs.StringVar(&o.NATSKey, "nats-key", os.Getenv("NATS_KEY"), "client key file for NATS mutual TLS (env NATS_KEY)")
+}
+
+// Env returns the environment variable name, or def when it is unset.
+func Env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// EnvInt is Env for integers; a malformed value is reported, not ignored.
+func EnvInt(name string, def int) int {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s=%q is not an integer\n", name, v)
+		os.Exit(2)
+	}
+	return n
+}
+
+// EnvDuration is Env for durations ("3s", "250ms").
+func EnvDuration(name string, def time.Duration) time.Duration {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s=%q is not a duration (like 3s or 250ms)\n", name, v)
+		os.Exit(2)
+	}
+	return d
+}
+
+// ErrNoDatabase is returned when no database URL was given.
+var ErrNoDatabase = errors.New("no database: set DATABASE_URL or -database-url")
+
+// Postgres opens a pool and checks that the server answers.
+func (o *Options) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
+	if o.DatabaseURL == "" {
+		return nil, ErrNoDatabase
+	}
+	cfg, err := pgxpool.ParseConfig(o.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	if o.Name != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = o.Name
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database %s@%s:%d/%s is not reachable: %w",
+			cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+	}
+	return pool, nil
+}
+
+// NATSOptions returns the nats.Connect options for o: authentication, TLS,
+// and reconnecting for ever (a service outlives a NATS restart).
+func (o *Options) NATSOptions(log *slog.Logger) ([]nats.Option, error) {
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil && log != nil {
+				log.Warn("nats disconnected", slog.String("error", err.Error()))
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			if log != nil {
+				log.Info("nats reconnected", slog.String("url", nc.ConnectedUrlRedacted()))
+			}
+		}),
+	}
+	auth := 0
+	if o.NATSUser != "" {
+		opts, auth = append(opts, nats.UserInfo(o.NATSUser, o.NATSPassword)), auth+1
+	}
+	if o.NATSCreds != "" {
+		opts, auth = append(opts, nats.UserCredentials(o.NATSCreds)), auth+1
+	}
+	if o.NATSNKey != "" {
+		opt, err := nats.NkeyOptionFromSeed(o.NATSNKey)
+		if err != nil {
+			return nil, fmt.Errorf("nats nkey %s: %w", o.NATSNKey, err)
+		}
+		opts, auth = append(opts, opt), auth+1
+	}
+	if auth > 1 {
+		return nil, errors.New("nats: give only one of -nats-user, -nats-creds, -nats-nkey")
+	}
+	if o.NATSCA != "" {
+		opts = append(opts, nats.RootCAs(o.NATSCA))
+	}
+	if (o.NATSCert == "") != (o.NATSKey == "") {
+		return nil, errors.New("nats: -nats-cert and -nats-key go together")
+	}
+	if o.NATSCert != "" {
+		opts = append(opts, nats.ClientCert(o.NATSCert, o.NATSKey))
+	}
+	if o.NATSCA != "" || o.NATSCert != "" {
+		opts = append(opts, nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12}))
+	}
+	return opts, nil
+}
+
+// NATS connects to the NATS servers.
+func (o *Options) NATS(log *slog.Logger) (*nats.Conn, error) {
+	opts, err := o.NATSOptions(log)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(o.NATSURL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nats %s is not reachable: %w", o.NATSURL, err)
+	}
+	return nc, nil
+}
+
+// Logger is the JSON logger of the services, at level (debug, info, warn, error).
+func Logger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,264 @@
+package ingest_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/natstest"
+	"github.com/flowness/ledger/pkg/fence"
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// env is one test's ledger: its own database, an embedded NATS server and
+// an ingest service on them.
+type env struct {
+	t     testing.TB
+	db    *dbtest.DB
+	store *fence.Store
+	ns    *natstest.Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	svc   *ingest.Service
+	cfg   ingest.Config
+	subj  wire.Subjects
+}
+
+func newEnv(t *testing.T, cfg ingest.Config) *env { return newBenchEnv(t, cfg) }
+
+// newBenchEnv is newEnv for tests and benchmarks alike.
+func newBenchEnv(t testing.TB, cfg ingest.Config) *env {
+	t.Helper()
+	e := &env{t: t, db: dbtest.New(t), ns: natstest.Start(t), cfg: cfg}
+	var err error
+	e.store, err = fence.New(e.db.Pool, fence.Config{})
+	require.NoError(t, err)
+	e.nc = e.ns.Conn(t)
+	e.js = e.ns.JetStream(t)
+	e.svc = e.startIngest(cfg)
+	return e
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("LEDGER_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(nopWriter{}, nil))
+}
+
+type nopWriter struct{}
+
+func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// startIngest starts one more ingest process on the test's NATS and database.
+func (e *env) startIngest(cfg ingest.Config) *ingest.Service {
+	e.t.Helper()
+	svc, err := ingest.New(cfg, ingest.Deps{NC: e.ns.Conn(e.t), Store: e.store, Logger: testLogger(e.t)})
+	require.NoError(e.t, err)
+	require.NoError(e.t, svc.Start(context.Background()))
+	e.t.Cleanup(svc.Stop)
+	return svc
+}
+
+func newID() string { return ulid.MustNew(ulid.Timestamp(time.Now()), rand.Reader).String() }
+
+// event is what a test publishes to LEDGER_IN.
+type event struct {
+	id         string
+	partition  int
+	task       string
+	holder     string
+	generation int64
+	version    int64
+	typ        string
+	payload    string
+}
+
+func (e *env) msg(ev event) *nats.Msg {
+	m := nats.NewMsg(e.subj.In(ev.partition, ev.task))
+	m.Header.Set(wire.HeaderMsgID, ev.id)
+	m.Header.Set(wire.HeaderHolder, ev.holder)
+	m.Header.Set(wire.HeaderGeneration, strconv.FormatInt(ev.generation, 10))
+	m.Header.Set(wire.HeaderVersion, strconv.FormatInt(ev.version, 10))
+	m.Header.Set(wire.HeaderType, ev.typ)
+	m.Data = []byte(ev.payload)
+	return m
+}
+
+func (e *env) publish(ev event) {
+	e.t.Helper()
+	_, err := e.js.PublishMsg(context.Background(), e.msg(ev))
+	require.NoError(e.t, err)
+}
+
+func (e *env) publishMsg(m *nats.Msg) {
+	e.t.Helper()
+	_, err := e.js.PublishMsg(context.Background(), m)
+	require.NoError(e.t, err)
+}
+
+// lease calls the lease service over NATS and decodes a success reply.
+func (e *env) lease(op string, req any) (wire.LeaseReply, *wire.ErrorReply, nats.Header) {
+	e.t.Helper()
+	b, _ := json.Marshal(req)
+	subject := map[string]string{"acquire": e.subj.LeaseAcquire(), "renew": e.subj.LeaseRenew(),
+		"release": e.subj.LeaseRelease(), "get": e.subj.LeaseGet()}[op]
+	resp, err := e.nc.Request(subject, b, 5*time.Second)
+	require.NoError(e.t, err)
+	if resp.Header.Get("Nats-Service-Error-Code") != "" {
+		var er wire.ErrorReply
+		require.NoError(e.t, json.Unmarshal(resp.Data, &er), string(resp.Data))
+		return wire.LeaseReply{}, &er, resp.Header
+	}
+	var r wire.LeaseReply
+	require.NoError(e.t, json.Unmarshal(resp.Data, &r), string(resp.Data))
+	return r, nil, resp.Header
+}
+
+func (e *env) acquire(partition int, holder string, ttlMS int64) wire.LeaseReply {
+	e.t.Helper()
+	r, er, _ := e.lease("acquire", map[string]any{"partition": partition, "holder": holder, "ttl_ms": ttlMS})
+	require.Nil(e.t, er, "acquire: %+v", er)
+	return r
+}
+
+// receiptBook keeps every receipt a holder got, by event id.
+type receiptBook struct {
+	mu   sync.Mutex
+	byID map[string][]wire.Receipt
+	all  []wire.Receipt
+}
+
+// receipts subscribes to a holder's receipts before anything is published.
+func (e *env) receipts(holder string) *receiptBook {
+	e.t.Helper()
+	b := &receiptBook{byID: map[string][]wire.Receipt{}}
+	sub, err := e.nc.Subscribe(e.subj.Receipt(holder), func(m *nats.Msg) {
+		var r wire.Receipt
+		if json.Unmarshal(m.Data, &r) == nil {
+			b.mu.Lock()
+			b.byID[r.EventID] = append(b.byID[r.EventID], r)
+			b.all = append(b.all, r)
+			b.mu.Unlock()
+		}
+	})
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(e.t, e.nc.Flush())
+	return b
+}
+
+// count is how many receipts arrived so far.
+func (b *receiptBook) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.all)
+}
+
+// receiptFor waits for the first receipt of event id.
+func receiptFor(t *testing.T, b *receiptBook, id string) wire.Receipt {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		b.mu.Lock()
+		rs := b.byID[id]
+		b.mu.Unlock()
+		if len(rs) > 0 {
+			return rs[0]
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no receipt for event %s", id)
+	return wire.Receipt{}
+}
+
+// streamMsgs reads every message of a stream (or of one subject filter).
+func (e *env) streamMsgs(stream, filter string) []jetstream.Msg {
+	e.t.Helper()
+	ctx := context.Background()
+	s, err := e.js.Stream(ctx, stream)
+	require.NoError(e.t, err)
+	info, err := s.Info(ctx)
+	require.NoError(e.t, err)
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{}
+	if filter != "" {
+		cfg.FilterSubjects = []string{filter}
+	}
+	c, err := s.OrderedConsumer(ctx, cfg)
+	require.NoError(e.t, err)
+	var out []jetstream.Msg
+	for {
+		batch, err := c.FetchNoWait(1000)
+		require.NoError(e.t, err)
+		n := 0
+		for m := range batch.Messages() {
+			out = append(out, m)
+			n++
+		}
+		if n == 0 {
+			return out
+		}
+	}
+}
+
+func (e *env) count(sql string, args ...any) int {
+	e.t.Helper()
+	var n int
+	require.NoError(e.t, e.db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+func (e *env) expire(partition int) {
+	e.t.Helper()
+	_, err := e.db.Pool.Exec(context.Background(),
+		`UPDATE ledger.leases SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE partition = $1`, partition)
+	require.NoError(e.t, err)
+}
+
+func payload(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// newEnvWith is newEnv with a config that holds test hooks.
+func newEnvWith(t *testing.T, cfg ingest.Config) *env { return newEnv(t, cfg) }
+
+// streamPending is the number of messages still in a stream (for the
+// work-queue LEDGER_IN: not yet acked).
+func (e *env) streamPending(stream string) uint64 {
+	e.t.Helper()
+	s, err := e.js.Stream(context.Background(), stream)
+	require.NoError(e.t, err)
+	info, err := s.Info(context.Background())
+	require.NoError(e.t, err)
+	return info.State.Msgs
+}
+
+// msgAsync publishes without waiting for the ack; waitAsync waits for all.
+func (e *env) msgAsync(ev event) {
+	e.t.Helper()
+	_, err := e.js.PublishMsgAsync(e.msg(ev))
+	require.NoError(e.t, err)
+}
+
+func (e *env) waitAsync() {
+	e.t.Helper()
+	select {
+	case <-e.js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		e.t.Fatal("async publishes were not acknowledged")
+	}
+}

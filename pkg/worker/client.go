@@ -1,0 +1,201 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// Client is one worker's connection to the ledger: it acquires leases as
+// Config.Holder and receives that holder's receipts. It is safe for
+// concurrent use. The NATS connection stays the caller's: Close does not
+// close it.
+type Client struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cfg  Config
+	subj wire.Subjects
+	log  *slog.Logger
+	sub  *nats.Subscription
+
+	// closedCh is closed by Close; waits on receipts and acks end there.
+	closedCh chan struct{}
+	// wg counts keep-alive and ack-watching goroutines.
+	wg sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	// leases are the active leases by partition; a nil entry reserves a
+	// partition while its acquire is in flight.
+	leases map[int]*Lease
+	// pending are published events without a receipt, by event id.
+	pending map[string]*Pending
+}
+
+// New checks cfg and returns a client on nc. It subscribes (core NATS) to
+// the holder's receipt subject, <prefix>.receipt.<holder>, at once: the
+// subscription reaches the server before any acquire this client sends,
+// so no receipt of its events can be missed.
+func New(nc *nats.Conn, cfg Config) (*Client, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if nc == nil {
+		return nil, errors.New("worker: a NATS connection is required")
+	}
+	// Client bounds its events per lease itself (MaxInFlight), so
+	// JetStream's own bound is only a backstop and must never stall first.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(math.MaxInt32),
+		jetstream.WithPublishAsyncTimeout(cfg.PublishAckTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("worker: jetstream: %w", err)
+	}
+	c := &Client{nc: nc, js: js, cfg: cfg, subj: wire.Subjects{Prefix: cfg.Prefix}, log: cfg.Logger,
+		closedCh: make(chan struct{}), leases: map[int]*Lease{}, pending: map[string]*Pending{}}
+	c.sub, err = nc.Subscribe(c.subj.Receipt(cfg.Holder), c.onReceipt)
+	if err != nil {
+		return nil, fmt.Errorf("worker: subscribe to receipts: %w", err)
+	}
+	return c, nil
+}
+
+// Holder returns the client's holder id.
+func (c *Client) Holder() string { return c.cfg.Holder }
+
+// PartitionOf is the SDK's default partition of a task:
+// fnv1a32(task) mod Config.Partitions (CONTRACT, Identifiers).
+func (c *Client) PartitionOf(task string) int { return wire.PartitionOf(task, c.cfg.Partitions) }
+
+// Close ends every lease of the client without releasing it (each expires
+// by its TTL; their contexts are cancelled with cause ErrClosed), stops
+// receiving receipts, and waits for the client's goroutines. Waits on
+// receipts and publish acks return ErrClosed. It does not close the NATS
+// connection. Calling it again does nothing.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.closedCh)
+	var leases []*Lease
+	for _, l := range c.leases {
+		if l != nil {
+			leases = append(leases, l)
+		}
+	}
+	c.mu.Unlock()
+
+	for _, l := range leases {
+		l.end(ErrClosed, false)
+	}
+	err := c.sub.Unsubscribe()
+	c.wg.Wait()
+	c.js.CleanupPublisher()
+	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("worker: unsubscribe from receipts: %w", err)
+	}
+	return nil
+}
+
+// TaskHead asks the ledger for task's head: its last committed version
+// and the partition it is pinned to (nil and 0 for a task never committed).
+func (c *Client) TaskHead(ctx context.Context, task string) (wire.TaskHeadReply, error) {
+	var r wire.TaskHeadReply
+	if !wire.ValidID(task) {
+		return r, fmt.Errorf("worker: task id %q is not 1..128 of [A-Za-z0-9_-]: %w", task, ErrInvalid)
+	}
+	if err := c.request(ctx, c.subj.TaskHead(), wire.TaskHeadRequest{Task: task}, &r); err != nil {
+		return r, fmt.Errorf("worker: head of task %s: %w", task, err)
+	}
+	return r, nil
+}
+
+// request sends one request to the lease service and decodes the success
+// reply into out. Error replies become *ServiceError; a service that cannot
+// be reached is ErrUnavailable.
+func (c *Client) request(ctx context.Context, subject string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("encode request: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := c.nc.RequestWithContext(ctx, subject, b)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
+			errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return err
+	}
+	if code := resp.Header.Get(micro.ErrorCodeHeader); code != "" {
+		var er wire.ErrorReply
+		if json.Unmarshal(resp.Data, &er) != nil || er.Error == "" {
+			er = wire.ErrorReply{Error: wire.ErrCodeInvalid,
+				Message: fmt.Sprintf("error %s: %s", code, resp.Header.Get(micro.ErrorHeader))}
+		}
+		return newServiceError(er)
+	}
+	if err := json.Unmarshal(resp.Data, out); err != nil {
+		return fmt.Errorf("decode reply %q: %w", resp.Data, err)
+	}
+	return nil
+}
+
+// onReceipt routes a receipt to its pending event. Receipts are at least
+// once: a second receipt of an event (a redelivery after an ingest crash)
+// finds nothing pending and is dropped.
+func (c *Client) onReceipt(m *nats.Msg) {
+	var r wire.Receipt
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		c.log.Warn("undecodable receipt", slog.String("error", err.Error()))
+		return
+	}
+	c.mu.Lock()
+	p := c.pending[r.EventID]
+	delete(c.pending, r.EventID)
+	c.mu.Unlock()
+	if p == nil {
+		c.log.Debug("receipt of no pending event", slog.String("event_id", r.EventID),
+			slog.String("verdict", string(r.Verdict)))
+		return
+	}
+	p.resolve(r)
+	p.lease.onReceipt(p, r)
+}
+
+// register makes p receive its receipt and counts its ack watcher; it
+// returns false once the client is closed.
+func (c *Client) register(p *Pending) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.pending[p.id] = p
+	c.wg.Add(1)
+	return true
+}
+
+// unregister undoes register for an event that was not published.
+func (c *Client) unregister(p *Pending) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.pending[p.id]; ok {
+		delete(c.pending, p.id)
+		c.wg.Done()
+	}
+}

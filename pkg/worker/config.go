@@ -1,0 +1,125 @@
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// Defaults of Config.
+const (
+	// TTLDefault is the lease TTL the client asks for: 3 s, the contract's
+	// default.
+	TTLDefault = wire.TTLDefaultMillis * time.Millisecond
+	// RequestTimeoutDefault bounds one request to the lease service when the
+	// caller's context has no deadline: 2 s.
+	RequestTimeoutDefault = 2 * time.Second
+	// MaxInFlightDefault is how many events of one lease may be published
+	// and still wait for their receipt: 1024.
+	MaxInFlightDefault = 1024
+	// PublishAckTimeoutDefault is how long one publish attempt waits for
+	// JetStream's ack before it is sent again (same event id): 5 s.
+	PublishAckTimeoutDefault = 5 * time.Second
+)
+
+// Config configures a Client. Only Holder is required.
+type Config struct {
+	// Holder is the holder id the client acquires leases as, and the last
+	// token of its receipt subject: 1..128 of [A-Za-z0-9_-]. Required.
+	// Two processes with the same holder fence each other: a new Acquire
+	// by the same holder bumps the generation (CONTRACT §1).
+	Holder string
+	// Prefix is the subject prefix; default "ledger".
+	Prefix string
+	// Partitions is the deployment's partition count N, used by
+	// PartitionOf; default 16.
+	Partitions int
+	// TTL is the lease TTL sent as ttl_ms with every acquire and renewal:
+	// 100 ms..300 s, millisecond precision; default 3 s.
+	TTL time.Duration
+	// RenewEvery is the interval between renewals; default TTL/3. It must
+	// be at most TTL/2, so a failed renewal still has time for a retry.
+	RenewEvery time.Duration
+	// RequestTimeout bounds a request to the lease service when the
+	// caller's context has no earlier deadline; default 2 s.
+	RequestTimeout time.Duration
+	// MaxInFlight bounds the events of one lease that are published and
+	// have no receipt yet; Publish blocks while it is reached. Default 1024.
+	MaxInFlight int
+	// MaxPayload is the largest payload Publish accepts; default 256 KiB,
+	// the ledger's default limit.
+	MaxPayload int
+	// PublishAckTimeout is how long a publish attempt waits for JetStream's
+	// ack before the event is published again under the same id (JetStream
+	// and the ledger both deduplicate it); default 5 s.
+	PublishAckTimeout time.Duration
+	// Logger receives the client's warnings (failed renewals, lost
+	// leases); default slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = wire.PrefixDefault
+	}
+	if c.Partitions == 0 {
+		c.Partitions = wire.PartitionsDefault
+	}
+	if c.TTL == 0 {
+		c.TTL = TTLDefault
+	}
+	if c.RenewEvery == 0 {
+		c.RenewEvery = c.TTL / 3
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = RequestTimeoutDefault
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = MaxInFlightDefault
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = wire.MaxPayloadDefault
+	}
+	if c.PublishAckTimeout == 0 {
+		c.PublishAckTimeout = PublishAckTimeoutDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	minTTL := time.Duration(wire.TTLMinMillis) * time.Millisecond
+	maxTTL := time.Duration(wire.TTLMaxMillis) * time.Millisecond
+	switch {
+	case !wire.ValidID(c.Holder):
+		return fmt.Errorf("worker: holder %q must be 1..128 of [A-Za-z0-9_-]", c.Holder)
+	case !wire.ValidID(c.Prefix):
+		return fmt.Errorf("worker: prefix %q must be one subject token of [A-Za-z0-9_-]", c.Prefix)
+	case c.Partitions < 1:
+		return fmt.Errorf("worker: partitions must be at least 1, got %d", c.Partitions)
+	case c.TTL < minTTL || c.TTL > maxTTL || c.TTL%time.Millisecond != 0:
+		return fmt.Errorf("worker: ttl %v must be whole milliseconds in [%v, %v]", c.TTL, minTTL, maxTTL)
+	case c.RenewEvery <= 0 || c.RenewEvery > c.TTL/2:
+		return fmt.Errorf("worker: renew interval %v must be in (0, ttl/2 = %v]", c.RenewEvery, c.TTL/2)
+	case c.RequestTimeout <= 0 || c.PublishAckTimeout <= 0:
+		return fmt.Errorf("worker: request and publish ack timeouts must be positive")
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("worker: max in flight must be at least 1, got %d", c.MaxInFlight)
+	case c.MaxPayload < 1:
+		return fmt.Errorf("worker: max payload must be at least 1 byte, got %d", c.MaxPayload)
+	}
+	return nil
+}
+
+// safetyMargin is how much earlier than TTL after a request was sent the
+// client stops trusting the lease it confirmed: 2% of the TTL for clock-rate
+// drift between this host and the database, plus 25 ms for a timer that
+// fires late on a busy host.
+func safetyMargin(ttl time.Duration) time.Duration {
+	return ttl/50 + 25*time.Millisecond
+}

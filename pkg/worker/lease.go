@@ -1,0 +1,410 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+type leaseState int
+
+const (
+	stateActive    leaseState = iota
+	stateReleasing            // Release waits for receipts; Publish is refused
+	stateEnded                // lost, released or closed
+)
+
+// Lease is a partition's lease held by a Client: the right to publish
+// events on the partition under its generation. A keep-alive goroutine
+// renews it every Config.RenewEvery until Release, Client.Close or its
+// loss. It is safe for concurrent use.
+type Lease struct {
+	c          *Client
+	partition  int
+	generation int64
+	ttl        time.Duration
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   chan struct{}
+	// slots bounds the events without a receipt (Config.MaxInFlight).
+	slots chan struct{}
+	// kaCtx stops the keep-alive, including a renewal in flight.
+	kaCtx    context.Context
+	kaCancel context.CancelFunc
+	kaDone   chan struct{}
+
+	mu        sync.Mutex
+	state     leaseState
+	deadline  time.Time   // local: no renewal confirmed, no trust after it
+	timer     *time.Timer // fires at deadline
+	expiresAt time.Time   // as the database last reported it
+	tasks     map[string]*taskState
+	inflight  int
+	// changed is closed and replaced whenever an event gets its receipt.
+	changed chan struct{}
+}
+
+// Acquire takes partition's lease for the client's holder, asking for
+// Config.TTL, and starts keeping it alive. It fails with an error matching
+// ErrHeld (a *ServiceError naming the current holder) when another holder
+// has a valid lease, ErrLeaseActive when this client already holds the
+// partition, ErrInvalid for a partition the service does not have, and
+// ErrUnavailable when the service cannot be reached in time (the request
+// may still have been granted: that lease then simply expires).
+//
+// Acquire by a holder that already holds the partition in another process
+// (the same holder id restarted) succeeds with the next generation and
+// fences the earlier one.
+func (c *Client) Acquire(ctx context.Context, partition int) (*Lease, error) {
+	if partition < 0 {
+		return nil, fmt.Errorf("worker: acquire partition %d: negative partition: %w", partition, ErrInvalid)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if _, ok := c.leases[partition]; ok {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("worker: acquire partition %d: %w", partition, ErrLeaseActive)
+	}
+	c.leases[partition] = nil // reserved while the request is in flight
+	c.mu.Unlock()
+
+	l, err := c.acquire(ctx, partition)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil && c.closed {
+		l.timer.Stop()
+		l.cancel(ErrClosed)
+		l, err = nil, ErrClosed // the grant expires by its TTL
+	}
+	if err != nil {
+		delete(c.leases, partition)
+		return nil, err
+	}
+	c.leases[partition] = l
+	c.wg.Add(1)
+	go l.keepAlive()
+	return l, nil
+}
+
+func (c *Client) acquire(ctx context.Context, partition int) (*Lease, error) {
+	ttlMS := c.cfg.TTL.Milliseconds()
+	req := wire.LeaseRequest{Partition: &partition, Holder: c.cfg.Holder, TTLMillis: &ttlMS}
+	var reply wire.LeaseReply
+	// The local deadline counts from before the request is sent: the
+	// database's expiry counts from later, so ours cannot be the later one.
+	sent := time.Now()
+	if err := c.request(ctx, c.subj.LeaseAcquire(), req, &reply); err != nil {
+		return nil, fmt.Errorf("worker: acquire partition %d: %w", partition, err)
+	}
+	l := &Lease{c: c, partition: partition, generation: reply.Generation, ttl: c.cfg.TTL,
+		lost: make(chan struct{}), slots: make(chan struct{}, c.cfg.MaxInFlight),
+		kaDone: make(chan struct{}), tasks: map[string]*taskState{}, changed: make(chan struct{})}
+	l.deadline = sent.Add(l.grantedTTL(reply) - safetyMargin(l.grantedTTL(reply)))
+	l.expiresAt, _ = time.Parse(time.RFC3339Nano, reply.ExpiresAt)
+	if !time.Now().Before(l.deadline) {
+		return nil, fmt.Errorf("worker: acquire partition %d: generation %d was confirmed after its local deadline: %w",
+			partition, reply.Generation, ErrLeaseLost)
+	}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	l.kaCtx, l.kaCancel = context.WithCancel(l.ctx)
+	l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
+	c.log.Info("lease acquired", slog.Int("partition", partition), slog.Int64("generation", reply.Generation),
+		slog.String("holder", c.cfg.Holder), slog.String("expires_at", reply.ExpiresAt))
+	return l, nil
+}
+
+// grantedTTL is the TTL the service granted, or the one asked for if the
+// reply does not say.
+func (l *Lease) grantedTTL(r wire.LeaseReply) time.Duration {
+	if r.TTLMillis > 0 {
+		return time.Duration(r.TTLMillis) * time.Millisecond
+	}
+	return l.ttl
+}
+
+// Partition returns the leased partition.
+func (l *Lease) Partition() int { return l.partition }
+
+// Generation returns the lease's generation, its fencing token.
+func (l *Lease) Generation() int64 { return l.generation }
+
+// Context returns a context that is cancelled when the lease ends. Its
+// cause (context.Cause) matches ErrLeaseLost when the lease was lost,
+// ErrReleased after Release, or ErrClosed after Client.Close. Work done
+// under the lease should stop when it is done.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Lost returns a channel that is closed when the lease is lost (and only
+// then: not on Release or Close). The cause is context.Cause(l.Context()).
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Deadline returns the local deadline of the lease: the monotonic time
+// after which the client no longer trusts it unless a renewal is confirmed
+// before. It is never later than the database's expiry (see the package
+// documentation).
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// ExpiresAt returns the expiry the database reported with the last
+// confirmed acquire or renewal, by the database clock.
+func (l *Lease) ExpiresAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expiresAt
+}
+
+// keepAlive renews the lease every RenewEvery, and sooner after a failed
+// renewal, until the lease ends. It never decides expiry: onDeadline does,
+// on its own timer, so a renewal stuck in flight cannot delay the loss.
+func (l *Lease) keepAlive() {
+	defer l.c.wg.Done()
+	defer close(l.kaDone)
+	every := l.c.cfg.RenewEvery
+	retry := max(every/4, 10*time.Millisecond)
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.kaCtx.Done():
+			return
+		case <-t.C:
+		}
+		sent, err := l.renew()
+		switch {
+		case err == nil:
+			t.Reset(time.Until(sent.Add(every)))
+		case l.kaCtx.Err() != nil:
+			return
+		case errors.Is(err, ErrLost) || errors.Is(err, ErrNoLease):
+			l.end(fmt.Errorf("%w: partition %d generation %d: renewal refused: %w",
+				ErrLeaseLost, l.partition, l.generation, err), true)
+			return
+		default:
+			l.c.log.Warn("lease renewal failed; retrying until the local deadline",
+				slog.Int("partition", l.partition), slog.Int64("generation", l.generation),
+				slog.Duration("left", time.Until(l.Deadline())), slog.String("error", err.Error()))
+			t.Reset(retry)
+		}
+	}
+}
+
+// renew sends one renewal, bounded by the local deadline (a reply after it
+// could not save the lease anyway), and extends the deadline on success.
+func (l *Lease) renew() (time.Time, error) {
+	ctx, cancel := context.WithDeadline(l.kaCtx, l.Deadline())
+	defer cancel()
+	ttlMS := l.ttl.Milliseconds()
+	req := wire.LeaseRequest{Partition: &l.partition, Holder: l.c.cfg.Holder, Generation: &l.generation, TTLMillis: &ttlMS}
+	var reply wire.LeaseReply
+	sent := time.Now()
+	if err := l.c.request(ctx, l.c.subj.LeaseRenew(), req, &reply); err != nil {
+		return sent, err
+	}
+	ttl := l.grantedTTL(reply)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d := sent.Add(ttl - safetyMargin(ttl)); l.state != stateEnded && d.After(l.deadline) {
+		l.deadline = d
+		l.timer.Reset(time.Until(d))
+	}
+	if t, err := time.Parse(time.RFC3339Nano, reply.ExpiresAt); err == nil {
+		l.expiresAt = t
+	}
+	return sent, nil
+}
+
+// onDeadline runs when the local deadline passes without a confirmed
+// renewal. The lease may still be valid in the database for a moment, but
+// this client can no longer prove it, so it gives the lease up before a
+// takeover could be granted.
+func (l *Lease) onDeadline() {
+	l.mu.Lock()
+	if l.state == stateEnded {
+		l.mu.Unlock()
+		return
+	}
+	if left := time.Until(l.deadline); left > 0 && !l.pastDeadline() { // extended meanwhile
+		l.timer.Reset(left)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.end(l.deadlineError(), true)
+}
+
+// pastDeadline reports whether the local deadline has passed by the
+// monotonic clock or by the wall clock: after a host suspend only the wall
+// clock has moved on, and a wall clock stepped forward only ends the lease
+// early, which is safe. The caller holds l.mu.
+func (l *Lease) pastDeadline() bool {
+	now := time.Now()
+	return !now.Before(l.deadline) || !now.Round(0).Before(l.deadline.Round(0))
+}
+
+func (l *Lease) deadlineError() error {
+	return fmt.Errorf("%w: partition %d generation %d: no renewal confirmed before the local deadline "+
+		"(TTL %v after the last confirmed request was sent, less a safety margin)",
+		ErrLeaseLost, l.partition, l.generation, l.ttl)
+}
+
+// end ends the lease once, with cause: it stops the keep-alive and the
+// deadline timer and cancels the lease's context. Events already published
+// keep waiting for their receipts.
+func (l *Lease) end(cause error, lost bool) {
+	l.mu.Lock()
+	if l.state == stateEnded {
+		l.mu.Unlock()
+		return
+	}
+	l.state = stateEnded
+	l.timer.Stop()
+	l.mu.Unlock()
+
+	// The cause is set before Lost is closed, so a reader woken by Lost
+	// always finds it.
+	l.cancel(cause)
+	l.kaCancel()
+	if lost {
+		close(l.lost)
+		l.c.log.Warn("lease lost", slog.Int("partition", l.partition), slog.Int64("generation", l.generation),
+			slog.String("cause", cause.Error()))
+	}
+	l.c.mu.Lock()
+	if l.c.leases[l.partition] == l {
+		delete(l.c.leases, l.partition)
+	}
+	l.c.mu.Unlock()
+}
+
+// usable returns nil while events may be published: the lease is active
+// and its local deadline has not passed. A passed deadline ends the lease
+// here even if its timer has not run yet.
+func (l *Lease) usable() error {
+	l.mu.Lock()
+	st, expired := l.state, l.pastDeadline()
+	l.mu.Unlock()
+	switch {
+	case st == stateEnded:
+		return context.Cause(l.ctx)
+	case expired:
+		l.end(l.deadlineError(), true)
+		return context.Cause(l.ctx)
+	case st == stateReleasing:
+		return fmt.Errorf("worker: partition %d: %w", l.partition, ErrReleased)
+	}
+	return nil
+}
+
+// Release ends the lease cleanly: it refuses new events, waits until
+// every event published under the lease has its receipt, stops the
+// keep-alive and then releases the lease in the ledger (the generation is
+// kept; the next acquire bumps it). The lease's context is then cancelled
+// with cause ErrReleased.
+//
+// Release is final whatever it returns. If ctx ends before the receipts
+// arrived, the keep-alive stops but no release is sent, so events still in
+// flight may commit until the lease expires by its TTL; the error wraps
+// ctx's. If the lease is lost meanwhile, or the service refuses the release
+// (errors.Is(err, ErrLost)), the error matches ErrLeaseLost or ErrLost.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	switch l.state {
+	case stateReleasing:
+		l.mu.Unlock()
+		return fmt.Errorf("worker: release partition %d: already releasing: %w", l.partition, ErrReleased)
+	case stateEnded:
+		l.mu.Unlock()
+		return context.Cause(l.ctx)
+	}
+	l.state = stateReleasing
+	l.mu.Unlock()
+
+	if err := l.waitIdle(ctx, nil); err != nil {
+		if l.ctx.Err() == nil {
+			l.end(fmt.Errorf("%w: abandoned with events in flight; the lease expires by its TTL", ErrReleased), false)
+		}
+		return fmt.Errorf("worker: release partition %d: %w", l.partition, err)
+	}
+	// The keep-alive must be stopped first: a renewal arriving after the
+	// release would be refused and read as a loss.
+	l.kaCancel()
+	<-l.kaDone
+	if err := l.usable(); err != nil && !errors.Is(err, ErrReleased) {
+		return err
+	}
+	req := wire.LeaseRequest{Partition: &l.partition, Holder: l.c.cfg.Holder, Generation: &l.generation}
+	var reply wire.ReleaseReply
+	err := l.c.request(ctx, l.c.subj.LeaseRelease(), req, &reply)
+	switch {
+	case err == nil:
+		l.end(ErrReleased, false)
+		return nil
+	case errors.Is(err, ErrLost) || errors.Is(err, ErrNoLease):
+		err = fmt.Errorf("%w: partition %d generation %d: release refused: %w", ErrLeaseLost, l.partition, l.generation, err)
+		l.end(err, true)
+		return err
+	default:
+		l.end(fmt.Errorf("%w: release not confirmed (%v); the lease expires by its TTL", ErrReleased, err), false)
+		return fmt.Errorf("worker: release partition %d: %w", l.partition, err)
+	}
+}
+
+// waitIdle waits until no event of the lease (or of task ts, if given)
+// lacks its receipt. It fails when ctx ends or the lease ends.
+func (l *Lease) waitIdle(ctx context.Context, ts *taskState) error {
+	for {
+		l.mu.Lock()
+		n, ch := l.inflight, l.changed
+		if ts != nil {
+			n = ts.inflight
+		}
+		l.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%d events still without receipt: %w", n, ctx.Err())
+		case <-l.ctx.Done():
+			return context.Cause(l.ctx)
+		}
+	}
+}
+
+// onReceipt accounts for an event's receipt: it frees the event's slot, a
+// stale verdict ends the lease (the fence refused this generation, which
+// can never hold again), and a refusal marks the task for a resync.
+func (l *Lease) onReceipt(p *Pending, r wire.Receipt) {
+	l.mu.Lock()
+	l.inflight--
+	ts := l.tasks[p.task]
+	ts.inflight--
+	switch r.Verdict {
+	case wire.VerdictInvalid, wire.VerdictConflict, wire.VerdictGap:
+		if ts.refused == nil {
+			ts.refused = &r
+		}
+	}
+	close(l.changed)
+	l.changed = make(chan struct{})
+	l.mu.Unlock()
+	<-l.slots
+	if r.Verdict == wire.VerdictStale {
+		l.end(fmt.Errorf("%w: partition %d generation %d: event %s came back stale (%s, current generation %d)",
+			ErrLeaseLost, l.partition, l.generation, r.EventID, r.Reason, r.CurrentGeneration), true)
+	}
+}

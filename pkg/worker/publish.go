@@ -1,0 +1,387 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// taskState is what a lease knows of one task. mu serialises the task's
+// version assignment and publishing, so a task's events leave in version
+// order; the counters are guarded by the lease's mu.
+type taskState struct {
+	mu    sync.Mutex
+	known bool  // next was learned from the ledger
+	next  int64 // the version the next event gets
+
+	inflight int           // events without receipt (lease mu)
+	refused  *wire.Receipt // first refusal since the last resync (lease mu)
+}
+
+func (l *Lease) task(task string) *taskState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ts := l.tasks[task]
+	if ts == nil {
+		ts = &taskState{}
+		l.tasks[task] = ts
+	}
+	return ts
+}
+
+// Publish sends one event of task to the ledger under the lease and
+// returns at once with its Pending; the verdict comes later as its receipt.
+//
+// On the lease's first event of a task, Publish asks the ledger for the
+// task's head (one request) and fails with ErrWrongPartition, publishing
+// nothing, if the task is pinned to another partition. It then assigns
+// versions head+1, head+2, ... in call order. typ must be 1..64 of
+// [A-Za-z0-9_.:-]; payload a JSON value (empty means null) of at most
+// Config.MaxPayload bytes.
+//
+// Publish blocks while Config.MaxInFlight events of the lease wait for
+// their receipts, until a slot frees or ctx ends. It fails with an error
+// matching ErrLeaseLost once the lease is lost (checked against the local
+// deadline, not only the keep-alive), ErrReleased while it is released,
+// and ErrResyncNeeded after an earlier event of the task was refused.
+func (l *Lease) Publish(ctx context.Context, task, typ string, payload []byte) (*Pending, error) {
+	switch {
+	case !wire.ValidID(task):
+		return nil, fmt.Errorf("worker: publish: task id %q is not 1..128 of [A-Za-z0-9_-]: %w", task, ErrInvalid)
+	case !wire.ValidType(typ):
+		return nil, fmt.Errorf("worker: publish: event type %q is not 1..64 of [A-Za-z0-9_.:-]: %w", typ, ErrInvalid)
+	case len(payload) > l.c.cfg.MaxPayload:
+		return nil, fmt.Errorf("worker: publish: payload of %d bytes is above %d: %w", len(payload), l.c.cfg.MaxPayload, ErrInvalid)
+	case len(payload) > 0 && !json.Valid(payload):
+		return nil, fmt.Errorf("worker: publish: payload is not JSON: %w", ErrInvalid)
+	}
+	if err := l.usable(); err != nil {
+		return nil, err
+	}
+	select {
+	case l.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("worker: publish: waiting for an in-flight slot: %w", ctx.Err())
+	case <-l.ctx.Done():
+		return nil, context.Cause(l.ctx)
+	}
+	p, err := l.publish(ctx, task, typ, payload)
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return p, nil
+}
+
+func (l *Lease) publish(ctx context.Context, task, typ string, payload []byte) (*Pending, error) {
+	ts := l.task(task)
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if !ts.known {
+		if err := l.learnHead(ctx, task, ts); err != nil {
+			return nil, err
+		}
+	}
+	p := &Pending{lease: l, id: newEventID(), task: task,
+		done: make(chan struct{}), acked: make(chan struct{})}
+
+	// Checking the lease, assigning the version and counting the event in
+	// flight happen under one lock, so Release either refuses this event
+	// or waits for its receipt.
+	l.mu.Lock()
+	if err := l.usableLocked(); err != nil {
+		l.mu.Unlock()
+		return nil, err
+	}
+	if r := ts.refused; r != nil {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("worker: publish to task %s: event %s (version %d) was refused %s/%s: %w",
+			task, r.EventID, r.Version, r.Verdict, r.Reason, ErrResyncNeeded)
+	}
+	p.version = ts.next
+	ts.next++
+	ts.inflight++
+	l.inflight++
+	l.mu.Unlock()
+
+	p.msg = l.message(p, typ, payload)
+	var paf jetstream.PubAckFuture
+	err := ErrClosed
+	if l.c.register(p) {
+		paf, err = l.c.js.PublishMsgAsync(p.msg)
+	}
+	if err != nil {
+		l.c.unregister(p)
+		l.mu.Lock()
+		ts.next-- // nothing later was assigned: ts.mu is held
+		ts.inflight--
+		l.inflight--
+		close(l.changed)
+		l.changed = make(chan struct{})
+		l.mu.Unlock()
+		return nil, fmt.Errorf("worker: publish event of task %s: %w", task, err)
+	}
+	go l.c.watchAck(p, paf)
+	return p, nil
+}
+
+// newEventID returns a ULID with crypto/rand entropy: the id is the
+// ledger's idempotency key across every worker, so it must not depend on a
+// time-seeded generator that two processes could share.
+func newEventID() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
+
+// usableLocked is usable for a caller that holds l.mu; it never ends the
+// lease itself (that needs the lock), so a passed deadline is reported and
+// left to the timer.
+func (l *Lease) usableLocked() error {
+	switch {
+	case l.state == stateEnded:
+		return context.Cause(l.ctx)
+	case l.pastDeadline():
+		return l.deadlineError()
+	case l.state == stateReleasing:
+		return fmt.Errorf("worker: partition %d: %w", l.partition, ErrReleased)
+	}
+	return nil
+}
+
+func (l *Lease) learnHead(ctx context.Context, task string, ts *taskState) error {
+	h, err := l.c.TaskHead(ctx, task)
+	if err != nil {
+		return err
+	}
+	if h.Partition != nil && *h.Partition != l.partition {
+		return fmt.Errorf("worker: task %s is pinned to partition %d, the lease is on %d: %w",
+			task, *h.Partition, l.partition, ErrWrongPartition)
+	}
+	ts.known, ts.next = true, h.Version+1
+	return nil
+}
+
+// message is an event's LEDGER_IN message (CONTRACT §2).
+func (l *Lease) message(p *Pending, typ string, payload []byte) *nats.Msg {
+	m := nats.NewMsg(l.c.subj.In(l.partition, p.task))
+	m.Header.Set(wire.HeaderMsgID, p.id)
+	m.Header.Set(wire.HeaderHolder, l.c.cfg.Holder)
+	m.Header.Set(wire.HeaderGeneration, strconv.FormatInt(l.generation, 10))
+	m.Header.Set(wire.HeaderVersion, strconv.FormatInt(p.version, 10))
+	m.Header.Set(wire.HeaderType, typ)
+	m.Data = payload
+	return m
+}
+
+// ResyncTask learns task's head again, after an event of the task was
+// refused (ErrResyncNeeded) or when another writer may have moved it. It
+// first waits until every event of the task published under this lease has
+// its receipt (bounded by ctx), because those may still commit: events
+// waiting behind a refused version get their gap verdict only when the
+// ledger's gap window (30 s by default) closes. It returns the head version.
+func (l *Lease) ResyncTask(ctx context.Context, task string) (int64, error) {
+	if !wire.ValidID(task) {
+		return 0, fmt.Errorf("worker: resync: task id %q is not 1..128 of [A-Za-z0-9_-]: %w", task, ErrInvalid)
+	}
+	if err := l.usable(); err != nil {
+		return 0, err
+	}
+	ts := l.task(task)
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if err := l.waitIdle(ctx, ts); err != nil {
+		return 0, fmt.Errorf("worker: resync task %s: %w", task, err)
+	}
+	ts.known = false
+	if err := l.learnHead(ctx, task, ts); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	ts.refused = nil
+	l.mu.Unlock()
+	return ts.next - 1, nil
+}
+
+// Pending is one published event on its way to its verdict. It is safe for
+// concurrent use.
+type Pending struct {
+	lease   *Lease
+	id      string
+	task    string
+	version int64
+	msg     *nats.Msg
+
+	done  chan struct{} // closed with the receipt
+	acked chan struct{} // closed with the publish ack's outcome
+
+	mu      sync.Mutex
+	receipt wire.Receipt
+	ack     *jetstream.PubAck
+	ackErr  error
+}
+
+// ID returns the event id (a ULID), the key of its idempotency.
+func (p *Pending) ID() string { return p.id }
+
+// Task returns the event's task id.
+func (p *Pending) Task() string { return p.task }
+
+// Version returns the version the event was published with.
+func (p *Pending) Version() int64 { return p.version }
+
+// Done returns a channel that is closed when the event's receipt arrived.
+func (p *Pending) Done() <-chan struct{} { return p.done }
+
+// PubAck waits for JetStream's publish ack: LEDGER_IN has stored the
+// event (replicated as the stream is configured; on a single node file
+// store not necessarily synced to disk yet) and it awaits its verdict. The
+// ack is not the success signal; the receipt is.
+//
+// A failed attempt is published again with the same event id while the
+// lease lasts. PubAck returns an error once that stops (the lease ended or
+// the client closed) without an ack; the event may still have been stored,
+// so a receipt can follow. It returns a nil ack and nil error when the
+// receipt came and the ack was then lost: the receipt proves storage.
+func (p *Pending) PubAck(ctx context.Context) (*jetstream.PubAck, error) {
+	select {
+	case <-p.acked:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.ack, p.ackErr
+	case <-ctx.Done():
+		return nil, fmt.Errorf("worker: publish ack of event %s: %w", p.id, ctx.Err())
+	}
+}
+
+// Receipt waits for the event's verdict. Verdict committed is the success
+// signal: the event is a row of ledger.events, durable in Postgres, under
+// the lease's fence; duplicate means it (or identical content at its
+// version) was committed earlier. The package documentation lists what
+// every verdict promises.
+//
+// Receipts are sent on core NATS, at least once in the normal flow (an
+// ingest that crashed after committing sends a duplicate receipt when the
+// event is redelivered), but one can be lost, for example while this
+// client is disconnected; the wait is bounded by ctx only. ledger.events
+// (event_id) or Client.TaskHead then tell the outcome. It returns ErrClosed
+// after Client.Close.
+func (p *Pending) Receipt(ctx context.Context) (wire.Receipt, error) {
+	select {
+	case <-p.done:
+		return p.getReceipt(), nil
+	default:
+	}
+	select {
+	case <-p.done:
+		return p.getReceipt(), nil
+	case <-ctx.Done():
+		return wire.Receipt{}, fmt.Errorf("worker: receipt of event %s: %w", p.id, ctx.Err())
+	case <-p.lease.c.closedCh:
+		return wire.Receipt{}, ErrClosed
+	}
+}
+
+// Wait waits for the receipt like Receipt and returns nil if the event is
+// committed (verdict committed or duplicate), or a *RejectedError matching
+// ErrRejected with the receipt.
+func (p *Pending) Wait(ctx context.Context) error {
+	r, err := p.Receipt(ctx)
+	if err != nil {
+		return err
+	}
+	if r.Verdict == wire.VerdictCommitted || r.Verdict == wire.VerdictDuplicate {
+		return nil
+	}
+	return &RejectedError{Receipt: r}
+}
+
+func (p *Pending) getReceipt() wire.Receipt {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.receipt
+}
+
+func (p *Pending) resolve(r wire.Receipt) {
+	p.mu.Lock()
+	p.receipt = r
+	p.mu.Unlock()
+	close(p.done)
+}
+
+func (p *Pending) setAck(ack *jetstream.PubAck, err error) {
+	p.mu.Lock()
+	p.ack, p.ackErr = ack, err
+	p.mu.Unlock()
+	close(p.acked)
+}
+
+// watchAck waits for an event's publish ack and publishes it again (same
+// id, so JetStream and the ledger deduplicate it) after a failed attempt,
+// for as long as the lease lasts and no receipt has come. It never sends
+// after the lease ended: a lost lease publishes nothing more.
+func (c *Client) watchAck(p *Pending, paf jetstream.PubAckFuture) {
+	defer c.wg.Done()
+	backoff := 50 * time.Millisecond
+	for {
+		var err error
+		select {
+		case ack := <-paf.Ok():
+			p.setAck(ack, nil)
+			return
+		case err = <-paf.Err():
+		case <-c.closedCh:
+			p.setAck(nil, ErrClosed)
+			return
+		}
+		for {
+			select {
+			case <-p.done:
+				p.setAck(nil, nil)
+				return
+			default:
+			}
+			if p.lease.ctx.Err() != nil {
+				p.setAck(nil, fmt.Errorf("worker: event %s not acknowledged (%w), and not sent again after the lease ended: %w",
+					p.id, err, context.Cause(p.lease.ctx)))
+				return
+			}
+			c.log.Debug("publish not acknowledged; sending again", slog.String("event_id", p.id),
+				slog.String("error", err.Error()))
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-p.done:
+			case <-p.lease.ctx.Done():
+			case <-c.closedCh:
+				t.Stop()
+				p.setAck(nil, ErrClosed)
+				return
+			}
+			t.Stop()
+			backoff = min(2*backoff, time.Second)
+			if p.lease.ctx.Err() != nil || isClosed(p.done) {
+				continue // decided at the top of the loop
+			}
+			if paf, err = c.js.PublishMsgAsync(p.msg); err == nil {
+				break
+			}
+		}
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,423 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/natstest"
+	"github.com/flowness/ledger/pkg/wire"
+	"github.com/flowness/ledger/pkg/worker"
+	"github.com/flowness/ledger/streams"
+)
+
+func TestEventsCommitAndReleaseWaitsForTheirReceipts(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	ctx := testCtx(t, 20*time.Second)
+	c := l.client(nil, worker.Config{Holder: "worker-a"})
+
+	lease, err := c.Acquire(ctx, 3)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), lease.Generation())
+	require.Equal(t, 3, lease.Partition())
+
+	var pending []*worker.Pending
+	for _, task := range []struct {
+		id string
+		n  int
+	}{{"report-7", 3}, {"report-8", 2}} {
+		for i := 1; i <= task.n; i++ {
+			p, err := lease.Publish(ctx, task.id, "step", fmt.Appendf(nil, `{"i":%d}`, i))
+			require.NoError(t, err)
+			require.Equal(t, int64(i), p.Version())
+			require.True(t, wire.ValidEventID(p.ID()))
+			pending = append(pending, p)
+		}
+	}
+
+	require.NoError(t, lease.Release(ctx))
+	for _, p := range pending {
+		select {
+		case <-p.Done():
+		default:
+			t.Fatalf("Release returned before the receipt of event %s", p.ID())
+		}
+		r, err := p.Receipt(ctx)
+		require.NoError(t, err)
+		require.Equal(t, wire.VerdictCommitted, r.Verdict, "%+v", r)
+		require.Equal(t, p.Version(), r.Version)
+		require.Equal(t, lease.Generation(), r.Generation)
+		require.NoError(t, p.Wait(ctx))
+		ack, err := p.PubAck(ctx)
+		require.NoError(t, err)
+		if ack != nil { // nil only if the receipt overtook a lost ack
+			require.Equal(t, wire.StreamIn, ack.Stream)
+		}
+	}
+
+	rows := l.events("report-7")
+	require.Len(t, rows, 3)
+	for i, r := range rows {
+		require.Equal(t, row{Task: "report-7", Version: int64(i + 1), EventID: pending[i].ID(),
+			Holder: "worker-a", Generation: 1, Type: "step"}, r)
+	}
+	require.Len(t, l.events("report-8"), 2)
+
+	got := leaseGet(t, l.ns.Conn(t), 3)
+	require.False(t, *got.Valid, "released lease is still valid")
+	require.Equal(t, int64(1), got.Generation, "release changed the generation")
+
+	require.ErrorIs(t, context.Cause(lease.Context()), worker.ErrReleased)
+	select {
+	case <-lease.Lost():
+		t.Fatal("a released lease reports a loss")
+	default:
+	}
+	_, err = lease.Publish(ctx, "report-7", "late", nil)
+	require.ErrorIs(t, err, worker.ErrReleased)
+}
+
+func TestNextLeaseContinuesTaskFromItsHead(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	ctx := testCtx(t, 20*time.Second)
+
+	first := l.client(nil, worker.Config{Holder: "worker-a"})
+	lease, err := first.Acquire(ctx, 5)
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		_, err := lease.Publish(ctx, "report-9", "step", nil)
+		require.NoError(t, err)
+	}
+	require.NoError(t, lease.Release(ctx))
+
+	second := l.client(nil, worker.Config{Holder: "worker-b"})
+	next, err := second.Acquire(ctx, 5)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), next.Generation())
+	p, err := next.Publish(ctx, "report-9", "done", []byte(`{"ok":true}`))
+	require.NoError(t, err)
+	require.Equal(t, int64(4), p.Version())
+	require.NoError(t, p.Wait(ctx))
+
+	head, err := second.TaskHead(ctx, "report-9")
+	require.NoError(t, err)
+	require.Equal(t, int64(4), head.Version)
+	require.Equal(t, 5, *head.Partition)
+	rows := l.events("report-9")
+	require.Len(t, rows, 4)
+	require.Equal(t, "worker-b", rows[3].Holder)
+	require.Equal(t, int64(2), rows[3].Generation)
+}
+
+func TestAcquireOfAPartitionHeldByAnotherFailsWithErrHeld(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	ctx := testCtx(t, 20*time.Second)
+	a := l.client(nil, worker.Config{Holder: "worker-a"})
+	b := l.client(nil, worker.Config{Holder: "worker-b"})
+
+	held, err := a.Acquire(ctx, 4)
+	require.NoError(t, err)
+
+	_, err = b.Acquire(ctx, 4)
+	require.ErrorIs(t, err, worker.ErrHeld)
+	var se *worker.ServiceError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, "worker-a", se.Holder)
+	require.Equal(t, held.Generation(), se.Generation)
+	require.False(t, se.ExpiresAt.IsZero())
+
+	_, err = a.Acquire(ctx, 4)
+	require.ErrorIs(t, err, worker.ErrLeaseActive, "a second acquire would fence the client's own lease")
+
+	_, err = b.Acquire(ctx, 999)
+	require.ErrorIs(t, err, worker.ErrInvalid)
+}
+
+func TestNewRefusesInvalidConfig(t *testing.T) {
+	t.Parallel()
+	ns := natstest.Start(t)
+	nc := ns.Conn(t)
+	for _, tc := range []struct {
+		name string
+		cfg  worker.Config
+	}{
+		{"no holder", worker.Config{}},
+		{"holder with a dot", worker.Config{Holder: "worker.a"}},
+		{"holder too long", worker.Config{Holder: string(make([]byte, 129))}},
+		{"prefix with a dot", worker.Config{Holder: "w", Prefix: "a.b"}},
+		{"ttl below 100 ms", worker.Config{Holder: "w", TTL: 50 * time.Millisecond}},
+		{"ttl not whole ms", worker.Config{Holder: "w", TTL: time.Second + time.Microsecond}},
+		{"renewal after half the ttl", worker.Config{Holder: "w", TTL: time.Second, RenewEvery: 600 * time.Millisecond}},
+		{"negative in flight", worker.Config{Holder: "w", MaxInFlight: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := worker.New(nc, tc.cfg)
+			require.Error(t, err)
+		})
+	}
+	_, err := worker.New(nil, worker.Config{Holder: "w"})
+	require.Error(t, err)
+}
+
+func TestTaskPinnedToAnotherPartitionIsRefusedBeforePublishing(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	ctx := testCtx(t, 20*time.Second)
+	c := l.client(nil, worker.Config{Holder: "worker-a"})
+
+	on3, err := c.Acquire(ctx, 3)
+	require.NoError(t, err)
+	p, err := on3.Publish(ctx, "pinned", "start", nil)
+	require.NoError(t, err)
+	require.NoError(t, p.Wait(ctx))
+
+	on5, err := c.Acquire(ctx, 5)
+	require.NoError(t, err)
+	_, err = on5.Publish(ctx, "pinned", "step", nil)
+	require.ErrorIs(t, err, worker.ErrWrongPartition)
+
+	// Nothing was sent: no dead letter, no rejection, one committed row;
+	// and the lease goes on with other tasks.
+	p, err = on5.Publish(ctx, "other", "start", nil)
+	require.NoError(t, err)
+	require.NoError(t, p.Wait(ctx))
+	require.Equal(t, 1, l.count(`SELECT count(*) FROM ledger.events WHERE task_id = 'pinned'`))
+	require.Equal(t, 0, l.count(`SELECT count(*) FROM ledger.rejections`))
+	dlq, err := l.ns.JetStream(t).Stream(ctx, wire.StreamDLQ)
+	require.NoError(t, err)
+	info, err := dlq.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs)
+}
+
+func TestEventThatComesBackStaleEndsTheLease(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	ctx := testCtx(t, 20*time.Second)
+	// A long TTL: the next renewal is seconds away, so only the receipt can
+	// tell the old incarnation it was fenced.
+	old := l.client(nil, worker.Config{Holder: "worker-a", TTL: 30 * time.Second})
+	restarted := l.client(nil, worker.Config{Holder: "worker-a", TTL: 30 * time.Second})
+
+	stale, err := old.Acquire(ctx, 2)
+	require.NoError(t, err)
+	fresh, err := restarted.Acquire(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, stale.Generation()+1, fresh.Generation())
+
+	p, err := stale.Publish(ctx, "job", "step", nil)
+	require.NoError(t, err)
+	var rej *worker.RejectedError
+	require.ErrorAs(t, p.Wait(ctx), &rej)
+	require.Equal(t, wire.VerdictStale, rej.Receipt.Verdict)
+	require.Equal(t, wire.ReasonSuperseded, rej.Receipt.Reason)
+
+	select {
+	case <-stale.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stale receipt did not end the lease")
+	}
+	require.ErrorIs(t, context.Cause(stale.Context()), worker.ErrLeaseLost)
+	_, err = stale.Publish(ctx, "job", "step", nil)
+	require.ErrorIs(t, err, worker.ErrLeaseLost)
+	require.ErrorIs(t, stale.Release(ctx), worker.ErrLeaseLost)
+
+	require.NoError(t, fresh.Context().Err(), "the new incarnation must keep its lease")
+}
+
+func TestRenewalRefusedEndsTheLease(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	ctx := testCtx(t, 20*time.Second)
+	old := l.client(nil, worker.Config{Holder: "worker-a", TTL: 600 * time.Millisecond})
+	restarted := l.client(nil, worker.Config{Holder: "worker-a"})
+
+	stale, err := old.Acquire(ctx, 6)
+	require.NoError(t, err)
+	_, err = restarted.Acquire(ctx, 6)
+	require.NoError(t, err)
+	select {
+	case <-stale.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a refused renewal did not end the lease")
+	}
+	cause := context.Cause(stale.Context())
+	require.ErrorIs(t, cause, worker.ErrLeaseLost)
+	require.ErrorIs(t, cause, worker.ErrLost, "the loss should come from the refused renewal: %v", cause)
+}
+
+func TestRefusedEventStopsItsTaskUntilResync(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	ctx := testCtx(t, 20*time.Second)
+	c := l.client(nil, worker.Config{Holder: "worker-a"})
+	lease, err := c.Acquire(ctx, 1)
+	require.NoError(t, err)
+	p, err := lease.Publish(ctx, "job", "start", nil)
+	require.NoError(t, err)
+	require.NoError(t, p.Wait(ctx))
+
+	// Another writer under the same lease (outside this client) takes
+	// version 2 behind the client's back.
+	m := nats.NewMsg(wire.Subjects{}.In(1, "job"))
+	m.Header.Set(wire.HeaderMsgID, ulid.Make().String())
+	m.Header.Set(wire.HeaderHolder, "worker-a")
+	m.Header.Set(wire.HeaderGeneration, strconv.FormatInt(lease.Generation(), 10))
+	m.Header.Set(wire.HeaderVersion, "2")
+	m.Header.Set(wire.HeaderType, "elsewhere")
+	_, err = l.ns.JetStream(t).PublishMsg(ctx, m)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(l.events("job")) == 2 }, 10*time.Second, 10*time.Millisecond)
+
+	p, err = lease.Publish(ctx, "job", "step", []byte(`{"n":2}`))
+	require.NoError(t, err)
+	var rej *worker.RejectedError
+	require.ErrorAs(t, p.Wait(ctx), &rej)
+	require.Equal(t, wire.VerdictConflict, rej.Receipt.Verdict)
+
+	_, err = lease.Publish(ctx, "job", "step", []byte(`{"n":3}`))
+	require.ErrorIs(t, err, worker.ErrResyncNeeded)
+
+	head, err := lease.ResyncTask(ctx, "job")
+	require.NoError(t, err)
+	require.Equal(t, int64(2), head)
+	p, err = lease.Publish(ctx, "job", "step", []byte(`{"n":3}`))
+	require.NoError(t, err)
+	require.Equal(t, int64(3), p.Version())
+	require.NoError(t, p.Wait(ctx))
+}
+
+// fakeLeaseService answers the lease service's subjects with grants that
+// never expire and heads of version 0, so publishing can be tested
+// without an ingest: nothing ever judges the events.
+func fakeLeaseService(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	subj := wire.Subjects{}
+	grant := func(m *nats.Msg) {
+		var req wire.LeaseRequest
+		require.NoError(t, json.Unmarshal(m.Data, &req))
+		b, _ := json.Marshal(wire.LeaseReply{Partition: *req.Partition, Holder: req.Holder, Generation: 1,
+			ExpiresAt: wire.FormatTime(time.Now().Add(time.Hour)), TTLMillis: 3000})
+		_ = m.Respond(b)
+	}
+	for _, s := range []string{subj.LeaseAcquire(), subj.LeaseRenew()} {
+		_, err := nc.Subscribe(s, grant)
+		require.NoError(t, err)
+	}
+	_, err := nc.Subscribe(subj.TaskHead(), func(m *nats.Msg) {
+		var req wire.TaskHeadRequest
+		_ = json.Unmarshal(m.Data, &req)
+		b, _ := json.Marshal(wire.TaskHeadReply{Task: req.Task})
+		_ = m.Respond(b)
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+}
+
+func TestPublishBlocksWhileMaxInFlightEventsAwaitReceipts(t *testing.T) {
+	t.Parallel()
+	ns := natstest.Start(t)
+	ctx := testCtx(t, 20*time.Second)
+	require.NoError(t, streams.Apply(ctx, ns.JetStream(t), streams.Options{}))
+	svc := ns.Conn(t)
+	fakeLeaseService(t, svc)
+
+	c := newClient(t, ns.Conn(t), worker.Config{Holder: "worker-a", MaxInFlight: 2})
+	lease, err := c.Acquire(ctx, 1)
+	require.NoError(t, err)
+	p1, err := lease.Publish(ctx, "job", "step", nil)
+	require.NoError(t, err)
+	p2, err := lease.Publish(ctx, "other", "step", nil)
+	require.NoError(t, err)
+	for _, p := range []*worker.Pending{p1, p2} {
+		ack, err := p.PubAck(ctx)
+		require.NoError(t, err)
+		require.Equal(t, wire.StreamIn, ack.Stream)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = lease.Publish(short, "job", "step", nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+
+	// A receipt frees a slot, and the blocked publish goes through with
+	// the next version of its task.
+	done := make(chan *worker.Pending, 1)
+	go func() {
+		p, err := lease.Publish(ctx, "job", "step", nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- p
+	}()
+	select {
+	case <-done:
+		t.Fatal("publish did not wait for a free slot")
+	case <-time.After(100 * time.Millisecond):
+	}
+	b, _ := json.Marshal(wire.Receipt{EventID: p1.ID(), Task: "job", Partition: 1, Version: 1,
+		Verdict: wire.VerdictCommitted, Seq: 1, Generation: 1})
+	require.NoError(t, svc.Publish(wire.Subjects{}.Receipt("worker-a"), b))
+	select {
+	case p3 := <-done:
+		require.Equal(t, int64(2), p3.Version())
+	case <-time.After(5 * time.Second):
+		t.Fatal("a receipt did not free a slot")
+	}
+	require.NoError(t, p1.Wait(ctx))
+}
+
+func TestConcurrentPublishersOfOneTaskGetDenseVersions(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	ctx := testCtx(t, 20*time.Second)
+	c := l.client(nil, worker.Config{Holder: "worker-a", MaxInFlight: 16})
+	lease, err := c.Acquire(ctx, 0)
+	require.NoError(t, err)
+
+	const writers, each = 4, 25
+	pending := make(chan *worker.Pending, writers*each)
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				p, err := lease.Publish(ctx, "shared", "step", fmt.Appendf(nil, `{"w":%d,"i":%d}`, w, i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				pending <- p
+			}
+		}()
+	}
+	wg.Wait()
+	close(pending)
+	require.NoError(t, lease.Release(ctx))
+
+	seen := map[int64]bool{}
+	for p := range pending {
+		require.NoError(t, p.Wait(ctx))
+		require.False(t, seen[p.Version()], "version %d assigned twice", p.Version())
+		seen[p.Version()] = true
+	}
+	rows := l.events("shared")
+	require.Len(t, rows, writers*each)
+	for i, r := range rows {
+		require.Equal(t, int64(i+1), r.Version)
+	}
+}
