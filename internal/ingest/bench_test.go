@@ -54,9 +54,17 @@ func (l *benchLoad) next(i int, prefix string) *nats.Msg {
 	return m
 }
 
+// publisher is a JetStream context for bulk publishing: at most 2000 publishes
+// in flight, waiting (rather than failing) while the window is full.
+func publisher(b *testing.B, e *env) jetstream.JetStream {
+	js, err := jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(2000))
+	require.NoError(b, err)
+	return js
+}
+
 func publishAll(b *testing.B, js jetstream.JetStream, msgs []*nats.Msg) {
 	for _, m := range msgs {
-		if _, err := js.PublishMsgAsync(m); err != nil {
+		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -74,8 +82,9 @@ func publishAll(b *testing.B, js jetstream.JetStream, msgs []*nats.Msg) {
 func BenchmarkPipeline(b *testing.B) {
 	const n = 40000
 	b.Run("full", func(b *testing.B) {
-		e := newBenchEnv(b, ingest.Config{Lanes: 4})
+		e := newBenchEnv(b, ingest.Config{Lanes: 4, BatchSize: 1000})
 		load := newBenchLoad(e)
+		pub := publisher(b, e)
 		book := e.receipts("bench")
 		var elapsed time.Duration
 		total := 0
@@ -86,7 +95,7 @@ func BenchmarkPipeline(b *testing.B) {
 			}
 			before := book.count()
 			start := time.Now()
-			publishAll(b, e.js, msgs)
+			publishAll(b, pub, msgs)
 			for book.count() < before+n {
 				time.Sleep(time.Millisecond)
 			}
@@ -101,6 +110,7 @@ func BenchmarkPipeline(b *testing.B) {
 	b.Run("bare", func(b *testing.B) {
 		e := newBenchEnv(b, ingest.Config{Lanes: 1})
 		load := newBenchLoad(e)
+		pub := publisher(b, e)
 		e.svc.Stop() // only the streams and the leases are used
 		ctx := context.Background()
 		_, err := e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BARE_IN", Subjects: []string{"bare.in.>"}, Retention: jetstream.WorkQueuePolicy})
@@ -115,7 +125,7 @@ func BenchmarkPipeline(b *testing.B) {
 				msgs[i] = load.next(total+i, "bare")
 			}
 			start := time.Now()
-			publishAll(b, e.js, msgs)
+			publishAll(b, pub, msgs)
 			var done atomic.Int64
 			var wg sync.WaitGroup
 			for range 4 {
@@ -154,6 +164,7 @@ func BenchmarkPipeline(b *testing.B) {
 	b.Run("latency_at_10k", func(b *testing.B) {
 		e := newBenchEnv(b, ingest.Config{Lanes: 4})
 		load := newBenchLoad(e)
+		pub := publisher(b, e)
 		var mu sync.Mutex
 		sent := map[string]time.Time{}
 		var lat []time.Duration
@@ -182,7 +193,7 @@ func BenchmarkPipeline(b *testing.B) {
 					mu.Lock()
 					sent[m.Header.Get(wire.HeaderMsgID)] = time.Now()
 					mu.Unlock()
-					if _, err := e.js.PublishMsgAsync(m); err != nil {
+					if _, err := pub.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second)); err != nil {
 						b.Fatal(err)
 					}
 					i++

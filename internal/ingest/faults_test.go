@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/dbtest"
@@ -129,7 +130,29 @@ func TestClusterNodeLossLosesNoAcknowledgedEvent(t *testing.T) {
 		}, 30*time.Second, 50*time.Millisecond, "publish of version %d never acknowledged", v)
 		acked = append(acked, ev.id)
 	}
-	require.Eventually(t, func() bool { return e.count(`SELECT count(*) FROM ledger.events`) == len(acked) }, 60*time.Second, 100*time.Millisecond)
+	if !assert.Eventually(t, func() bool { return e.count(`SELECT count(*) FROM ledger.events`) == len(acked) }, 60*time.Second, 100*time.Millisecond) {
+		var have []int64
+		rows, _ := db.Pool.Query(context.Background(), `SELECT version FROM ledger.events ORDER BY version`)
+		for rows.Next() {
+			var v int64
+			_ = rows.Scan(&v)
+			have = append(have, v)
+		}
+		rows.Close()
+		t.Logf("committed versions: %v", have)
+		if s, err := e.js.Stream(context.Background(), wire.StreamIn); err == nil {
+			if info, err := s.Info(context.Background()); err == nil {
+				t.Logf("LEDGER_IN state: %+v leader=%v", info.State, info.Cluster)
+			}
+			if c, err := s.Consumer(context.Background(), "ingest"); err == nil {
+				if ci, err := c.Info(context.Background()); err == nil {
+					t.Logf("consumer: delivered=%+v ackfloor=%+v pending=%d ackpending=%d redelivered=%d waiting=%d cluster=%+v",
+						ci.Delivered, ci.AckFloor, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Cluster)
+				}
+			}
+		}
+		t.FailNow()
+	}
 	require.Equal(t, len(acked), e.count(`SELECT count(*) FROM ledger.events WHERE event_id = ANY($1)`, acked))
 }
 

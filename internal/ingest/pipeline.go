@@ -33,8 +33,22 @@ func (s *Service) handle(m jetstream.Msg) {
 
 // runLane takes batches off its channel until the channel is closed: the
 // first message, then whatever arrives within BatchWait, up to BatchSize.
+// Each batch is committed here and finished (copies stored, receipts sent,
+// acks) by the lane's finisher, so that the next batch's append overlaps the
+// previous batch's publish acks. The finisher takes batches in order, and at
+// most finishQueue of them wait for it.
 func (s *Service) runLane(ch <-chan *inbound) {
 	defer s.wg.Done()
+	done := make(chan *committedBatch, finishQueue)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for cb := range done {
+			s.finish(cb)
+		}
+	}()
+	defer func() { close(done); <-finished }()
+
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -62,18 +76,34 @@ func (s *Service) runLane(ch <-chan *inbound) {
 			default:
 			}
 		}
-		s.process(batch)
+		if cb := s.commit(batch); cb != nil {
+			done <- cb
+		}
 	}
 }
 
-// process gives every message of the batch its outcome. The order is what
-// makes "nothing lost" hold: commit in Postgres, then store the LEDGER_LOG
-// and LEDGER_DLQ copies and wait for their acks, then send receipts, and only
-// then ack the inbound messages. A crash anywhere before the ack redelivers
-// the message, and every step is idempotent.
-func (s *Service) process(batch []*inbound) {
+// finishQueue is how many committed batches of a lane may wait for their
+// publish acks at once.
+const finishQueue = 4
+
+// committedBatch is a batch whose outcomes are durable in Postgres and whose
+// LEDGER_LOG / LEDGER_DLQ copies are on their way.
+type committedBatch struct {
+	batch   []*inbound
+	out     []*nats.Msg
+	futures []jetstream.PubAckFuture
+	started time.Time
+}
+
+// commit gives every message of the batch its outcome and sends the copies.
+// The order of a batch's life is what makes "nothing lost" hold: commit in
+// Postgres (here), then store the LEDGER_LOG and LEDGER_DLQ copies and wait
+// for their acks, then send receipts, and only then ack the inbound messages
+// (finish). A crash anywhere before the ack redelivers the message, and every
+// step is idempotent.
+func (s *Service) commit(batch []*inbound) *committedBatch {
 	ctx := s.workCtx
-	started := time.Now()
+	cb := &committedBatch{batch: batch, started: time.Now()}
 	events := make([]fence.Event, 0, len(batch))
 	pos := make([]int, 0, len(batch))
 	for i, in := range batch {
@@ -88,31 +118,40 @@ func (s *Service) process(batch []*inbound) {
 		results, ok := s.appendWithRetry(ctx, events, batch)
 		if !ok {
 			s.abandon(batch)
-			return
+			return nil
 		}
 		for k, i := range pos {
 			batch[i].result = results[k]
 		}
 	}
-
-	var out []*nats.Msg
 	for _, in := range batch {
 		switch in.result.Verdict {
 		case fence.NotYet:
 		case wire.VerdictCommitted, wire.VerdictDuplicate:
-			out = append(out, s.logCopy(in.result.Committed))
+			cb.out = append(cb.out, s.logCopy(in.result.Committed))
 		default:
-			out = append(out, s.deadLetter(in))
+			cb.out = append(cb.out, s.deadLetter(in))
 		}
 	}
-	if !s.publishWithRetry(ctx, out, batch) {
-		s.abandon(batch)
+	cb.futures = make([]jetstream.PubAckFuture, len(cb.out))
+	for i, m := range cb.out {
+		// A failure here is retried by finish.
+		cb.futures[i], _ = s.js.PublishMsgAsync(m)
+	}
+	return cb
+}
+
+// finish waits until the batch's copies are stored, then sends receipts and
+// acks (or, for events that wait for an earlier version, naks with a delay).
+func (s *Service) finish(cb *committedBatch) {
+	if !s.awaitCopies(s.workCtx, cb) {
+		s.abandon(cb.batch)
 		return
 	}
 	if h := s.cfg.hooks; h != nil && h.afterPublish != nil && !h.afterPublish() {
 		return // a simulated crash: nothing acked
 	}
-	for _, in := range batch {
+	for _, in := range cb.batch {
 		if in.result.Verdict == fence.NotYet {
 			_ = in.msg.NakWithDelay(s.notYetDelay(in))
 			continue
@@ -124,7 +163,7 @@ func (s *Service) process(batch []*inbound) {
 		}
 		s.metrics.verdict(in.result.Verdict, in.result.Reason)
 	}
-	s.metrics.batch(len(batch), time.Since(started))
+	s.metrics.batch(len(cb.batch), time.Since(cb.started))
 }
 
 // appendWithRetry calls fence.Append until it succeeds or the service stops.
@@ -151,25 +190,19 @@ func (s *Service) appendWithRetry(ctx context.Context, events []fence.Event, bat
 	}
 }
 
-// publishWithRetry stores msgs in their streams and waits for every publish
-// ack, retrying the failed ones until all are stored or the service stops.
-func (s *Service) publishWithRetry(ctx context.Context, msgs []*nats.Msg, batch []*inbound) bool {
+// awaitCopies waits for every publish ack of the batch's copies and
+// publishes again the ones that failed, until all are stored or the service
+// stops.
+func (s *Service) awaitCopies(ctx context.Context, cb *committedBatch) bool {
 	delay := s.cfg.RetryMin
-	lastProgress := time.Now()
+	lastProgress := cb.started
+	msgs, futures := cb.out, cb.futures
 	for attempt := 1; len(msgs) > 0; attempt++ {
-		futures := make([]jetstream.PubAckFuture, len(msgs))
 		var failed []*nats.Msg
 		var lastErr error
-		for i, m := range msgs {
-			f, err := s.js.PublishMsgAsync(m)
-			if err != nil {
-				failed, lastErr = append(failed, m), err
-				continue
-			}
-			futures[i] = f
-		}
 		for i, f := range futures {
 			if f == nil {
+				failed = append(failed, msgs[i])
 				continue
 			}
 			select {
@@ -184,12 +217,20 @@ func (s *Service) publishWithRetry(ctx context.Context, msgs []*nats.Msg, batch 
 			return true
 		}
 		s.metrics.retry("publish")
+		errText := "publish refused"
+		if lastErr != nil {
+			errText = lastErr.Error()
+		}
 		s.log.Warn("storing log/dead-letter copies failed; retrying", slog.Int("failed", len(failed)),
-			slog.Int("attempt", attempt), slog.String("error", lastErr.Error()))
-		if !s.wait(ctx, delay, batch, &lastProgress) {
+			slog.Int("attempt", attempt), slog.String("error", errText))
+		if !s.wait(ctx, delay, cb.batch, &lastProgress) {
 			return false
 		}
-		msgs, delay = failed, min(delay*2, s.cfg.RetryMax)
+		delay = min(delay*2, s.cfg.RetryMax)
+		msgs, futures = failed, make([]jetstream.PubAckFuture, len(failed))
+		for i, m := range msgs {
+			futures[i], _ = s.js.PublishMsgAsync(m)
+		}
 	}
 	return true
 }

@@ -26,6 +26,9 @@ import (
 // AckWaitDefault is the ingest consumer's ack wait: 30 s (streams/README.md).
 const AckWaitDefault = 30 * time.Second
 
+// PublishTimeoutDefault bounds the wait for one copy's publish ack: 5 s.
+const PublishTimeoutDefault = 5 * time.Second
+
 // Service is one ingest process. Several may run on the same consumer.
 type Service struct {
 	cfg      Config
@@ -71,7 +74,12 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
-	js, err := jetstream.New(d.NC, jetstream.WithPublishAsyncMaxPending(4*cfg.BatchSize))
+	// Every lane may have finishQueue batches of copies in flight.
+	pending := min(max(4000, cfg.Lanes*(finishQueue+1)*cfg.BatchSize), 65536)
+	// A publish whose reply is lost (its stream leader died mid-request) must
+	// fail rather than wait for ever: it is then published again.
+	js, err := jetstream.New(d.NC, jetstream.WithPublishAsyncMaxPending(pending),
+		jetstream.WithPublishAsyncTimeout(PublishTimeoutDefault))
 	if err != nil {
 		return nil, fmt.Errorf("ingest: jetstream: %w", err)
 	}

@@ -47,7 +47,9 @@ type Committed struct {
 	Task      string
 	Version   int64
 	Type      string
-	// Payload is the stored JSON, as PostgreSQL renders the jsonb value.
+	// Payload is the event's JSON: as published for an event committed by
+	// this call, as PostgreSQL renders the stored jsonb for an earlier one.
+	// The two are equal as JSON values, not necessarily as bytes.
 	Payload     []byte
 	Holder      string
 	Generation  int64
@@ -69,8 +71,6 @@ type Result struct {
 	// the append saw it (zero if the partition was never leased).
 	CurrentGeneration int64
 	CurrentHolder     string
-	// Head is the task's last committed version when the event was decided.
-	Head int64
 	// Committed is the stored copy, for committed and duplicate.
 	Committed *Committed
 }
@@ -109,9 +109,11 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Result, error) {
 		case errors.Is(err, errRetryBatch):
 		case sqlState(err) == "23505":
 			// An event hit a stored key the optimistic read did not look up
-			// (an id reused under another task, or a concurrent writer won
-			// the race): the next attempt looks every event up.
+			// (an id reused under another task, a head moved on by another
+			// process, or a concurrent writer won the race): the next attempt
+			// reads every head from the database and looks every event up.
 			b.fullLookup = true
+			s.forgetHeads(b)
 		case sqlState(err) == "40P01", sqlState(err) == "40001":
 		case strings.HasPrefix(sqlState(err), "22") || sqlState(err) == "54001":
 			// A payload that passed the Go checks still failed PostgreSQL.
@@ -126,6 +128,34 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Result, error) {
 		}
 	}
 	return nil, fmt.Errorf("fence: append %d events: still racing after %d attempts: %w", len(events), maxAttempts, err)
+}
+
+// rememberHeads caches the heads the batch committed.
+func (s *Store) rememberHeads(b *batch, commits []int) {
+	if s.heads == nil || len(commits) == 0 {
+		return
+	}
+	heads := make(map[string]taskHead, len(commits))
+	for _, i := range commits {
+		e := &b.events[i]
+		if e.Version > heads[e.Task].version {
+			heads[e.Task] = taskHead{partition: e.Partition, version: e.Version}
+		}
+	}
+	s.heads.raise(heads)
+}
+
+// forgetHeads drops the batch's tasks from the cache after a failure that
+// leaves their heads in doubt.
+func (s *Store) forgetHeads(b *batch) {
+	if s.heads == nil {
+		return
+	}
+	tasks := make([]string, 0, len(b.order))
+	for _, i := range b.order {
+		tasks = append(tasks, b.events[i].Task)
+	}
+	s.heads.forget(tasks)
 }
 
 // batch is the validated part of an Append.
@@ -249,10 +279,11 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 	}
 	if p.unchecked && !b.fullLookup {
 		// An event that will not commit was decided without looking up its
-		// id (its version was above the head): a committed id reused under
-		// it would be missed. Look every event up and decide again.
+		// id, or from a cached head: a committed id reused under it, or a
+		// head another process moved on, would be missed. Read every head
+		// from the database, look every event up, and decide again.
 		b.fullLookup = true
-		if ex, err = s.readExisting(ctx, tx, b, heads); err != nil {
+		if leases, heads, ex, err = s.readState(ctx, tx, b); err != nil {
 			return err
 		}
 		if p, err = s.classify(b, leases, heads, ex, res); err != nil {
@@ -272,8 +303,10 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
+		s.forgetHeads(b)
 		return err
 	}
+	s.rememberHeads(b, p.commits)
 	for _, i := range p.commits {
 		c := inserted[b.events[i].ID]
 		res[i].Verdict, res[i].Seq, res[i].Committed = wire.VerdictCommitted, c.Seq, c
@@ -303,11 +336,17 @@ func (s *Store) readState(ctx context.Context, tx pgx.Tx, b *batch) (map[int]lea
 		}
 	}
 
+	heads := make(map[string]taskHead, len(tasks))
+	if s.heads != nil && !b.fullLookup {
+		tasks = s.heads.lookup(tasks, heads)
+	}
 	pb := &pgx.Batch{}
 	if !s.unfenced {
 		pb.Queue(sqlAppendLockLeases, partitions)
 	}
-	pb.Queue(sqlAppendHeads, tasks)
+	if len(tasks) > 0 {
+		pb.Queue(sqlAppendHeads, tasks)
+	}
 	br := tx.SendBatch(ctx, pb)
 	defer br.Close()
 
@@ -323,15 +362,16 @@ func (s *Store) readState(ctx context.Context, tx pgx.Tx, b *batch) (map[int]lea
 			return nil, nil, nil, fmt.Errorf("lock leases: %w", err)
 		}
 	}
-	heads := make(map[string]taskHead, len(tasks))
-	rows, _ := br.Query()
-	var task string
-	var h taskHead
-	if _, err := pgx.ForEachRow(rows, []any{&task, &h.partition, &h.version}, func() error {
-		heads[task] = h
-		return nil
-	}); err != nil {
-		return nil, nil, nil, fmt.Errorf("read heads: %w", err)
+	if len(tasks) > 0 {
+		rows, _ := br.Query()
+		var task string
+		var h taskHead
+		if _, err := pgx.ForEachRow(rows, []any{&task, &h.partition, &h.version}, func() error {
+			heads[task] = h
+			return nil
+		}); err != nil {
+			return nil, nil, nil, fmt.Errorf("read heads: %w", err)
+		}
 	}
 	if err := br.Close(); err != nil {
 		return nil, nil, nil, err
@@ -402,7 +442,7 @@ func (s *Store) classify(b *batch, leases map[int]leaseState, stored map[string]
 		r := &res[i]
 		h, known := heads[e.Task]
 		l, leased := leases[e.Partition]
-		*r = Result{Head: h.version, CurrentGeneration: l.gen, CurrentHolder: l.holder}
+		*r = Result{CurrentGeneration: l.gen, CurrentHolder: l.holder}
 		x := ex[k]
 		jID, inID := plannedID[e.ID]
 		jTV, inTV := plannedTV[key{e.Task, e.Version}]
@@ -561,13 +601,14 @@ func (s *Store) insertCommits(ctx context.Context, tx pgx.Tx, b *batch, commits 
 		byID[b.events[i].ID] = i
 	}
 	out := make(map[string]*Committed, n)
-	var id, payload string
+	var id string
 	var seq int64
 	var at time.Time
-	_, err = pgx.ForEachRow(rows, []any{&id, &seq, &at, &payload}, func() error {
-		e := &b.events[byID[id]]
+	_, err = pgx.ForEachRow(rows, []any{&id, &seq, &at}, func() error {
+		i := byID[id]
+		e := &b.events[i]
 		out[id] = &Committed{Seq: seq, EventID: id, Partition: e.Partition, Task: e.Task, Version: e.Version,
-			Type: e.Type, Payload: []byte(payload), Holder: e.Holder, Generation: e.Generation, CommittedAt: at}
+			Type: e.Type, Payload: []byte(b.payloads[i]), Holder: e.Holder, Generation: e.Generation, CommittedAt: at}
 		return nil
 	})
 	if err != nil {

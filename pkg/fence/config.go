@@ -35,6 +35,9 @@ type Config struct {
 	TTL time.Duration
 	// MaxPayload is the largest payload in bytes. Default 256 KiB.
 	MaxPayload int
+	// HeadCacheSize is how many task heads the store remembers between
+	// batches; default 100,000. -1 disables the cache.
+	HeadCacheSize int
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -47,6 +50,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxPayload == 0 {
 		c.MaxPayload = MaxPayloadDefault
+	}
+	if c.HeadCacheSize == 0 {
+		c.HeadCacheSize = HeadCacheSizeDefault
 	}
 	return c
 }

@@ -18,6 +18,8 @@ type Store struct {
 	cfg  Config
 	// unfenced switches the fence off; set only by the package's tests.
 	unfenced bool
+	// heads is nil when the cache is disabled.
+	heads *headCache
 }
 
 // New returns a Store on pool. The schema must be migrated (package migrations).
@@ -26,7 +28,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, cfg: cfg}, nil
+	s := &Store{pool: pool, cfg: cfg}
+	if cfg.HeadCacheSize > 0 {
+		s.heads = newHeadCache(cfg.HeadCacheSize)
+	}
+	return s, nil
 }
 
 // Config returns the store's configuration, defaults applied.

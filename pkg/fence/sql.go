@@ -119,7 +119,7 @@ CROSS JOIN now
 JOIN ledger.leases l ON l.partition = i.partition
 WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > now.t
 ORDER BY i.ord
-RETURNING event_id, seq, committed_at, payload::text`
+RETURNING event_id, seq, committed_at`
 
 	// sqlAppendInsertUnfenced is sqlAppendInsert without the fence predicate.
 	// It exists only for the test that proves the race checker can fail; no
@@ -132,7 +132,7 @@ FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::tex
      WITH ORDINALITY AS i(event_id, partition, task_id, version, type, payload, holder, generation, ord)
 CROSS JOIN now
 ORDER BY i.ord
-RETURNING event_id, seq, committed_at, payload::text`
+RETURNING event_id, seq, committed_at`
 
 	sqlAppendRejections = `
 INSERT INTO ledger.rejections
