@@ -87,6 +87,39 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) error {
 	return nil
 }
 
+// Bucket names of the embedded definitions.
+const (
+	// BucketTasks is the public projections bucket (ledger_tasks).
+	BucketTasks = "tasks"
+	// BucketProjector is the projector's internal bookkeeping bucket.
+	BucketProjector = "projector"
+)
+
+// Bucket returns the definition of a KV bucket by file stem (BucketTasks or
+// BucketProjector).
+func Bucket(stem string, o Options) (jetstream.KeyValueConfig, error) {
+	o = o.withDefaults()
+	var cfg jetstream.KeyValueConfig
+	if err := load("bucket_"+stem+".json", o, &cfg); err != nil {
+		return cfg, err
+	}
+	cfg.Replicas = o.Replicas
+	return cfg, nil
+}
+
+// ApplyBucket creates or updates a KV bucket by file stem.
+func ApplyBucket(ctx context.Context, js jetstream.JetStream, stem string, o Options) (jetstream.KeyValue, error) {
+	cfg, err := Bucket(stem, o)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("streams: apply bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}
+
 // ApplyConsumer creates or updates the durable consumer stem on stream.
 func ApplyConsumer(ctx context.Context, js jetstream.JetStream, stream, stem string, o Options) (jetstream.Consumer, error) {
 	cfg, err := Consumer(stem, o)

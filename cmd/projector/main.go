@@ -1,0 +1,119 @@
+// Command projector runs the ledger's projector: LEDGER_LOG → per-task state
+// in the KV bucket ledger_tasks, with missing versions re-fetched from
+// PostgreSQL. With -rebuild it first replays the PostgreSQL log into fresh
+// projections, then continues live.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flowness/ledger/internal/admin"
+	"github.com/flowness/ledger/internal/connect"
+	"github.com/flowness/ledger/internal/projector"
+	"github.com/flowness/ledger/migrations"
+	"github.com/flowness/ledger/pkg/projection"
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "projector:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("projector", flag.ContinueOnError)
+	var conn connect.Options
+	conn.Register(fs)
+	var cfg projector.Config
+	fs.StringVar(&cfg.Prefix, "prefix", connect.Env("LEDGER_PREFIX", wire.PrefixDefault), "subject prefix (env LEDGER_PREFIX)")
+	fs.IntVar(&cfg.PartitionCount, "partition-count", connect.EnvInt("LEDGER_PARTITIONS", wire.PartitionsDefault), "partition count N (env LEDGER_PARTITIONS)")
+	parts := fs.String("partitions", connect.Env("LEDGER_PROJECT_PARTITIONS", "all"), `partitions this projector owns: "all", or like "0-7" or "1,3,8-9" (env LEDGER_PROJECT_PARTITIONS)`)
+	fs.IntVar(&cfg.Replicas, "replicas", connect.EnvInt("LEDGER_REPLICAS", 1), "bucket replicas: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
+	fs.IntVar(&cfg.BatchSize, "batch-size", connect.EnvInt("LEDGER_PROJECTOR_BATCH", projector.BatchSizeDefault), "log messages per turn (env LEDGER_PROJECTOR_BATCH)")
+	fs.DurationVar(&cfg.Engine.GapTimeout, "gap-timeout", connect.EnvDuration("LEDGER_GAP_TIMEOUT", projection.GapTimeoutDefault), "how long a task waits for a missing version before re-fetching it (env LEDGER_GAP_TIMEOUT)")
+	rebuild := fs.Bool("rebuild", false, "replay the PostgreSQL log into fresh projections first, then continue live")
+	adminAddr := fs.String("admin-addr", connect.Env("LEDGER_ADMIN_ADDR", ":9091"), "address of /metrics, /healthz and /readyz (env LEDGER_ADMIN_ADDR); empty disables")
+	logLevel := fs.String("log-level", connect.Env("LEDGER_LOG_LEVEL", "info"), "debug, info, warn or error (env LEDGER_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	log, err := connect.Logger(*logLevel)
+	if err != nil {
+		return err
+	}
+	if cfg.Partitions, err = projector.ParsePartitions(*parts, cfg.PartitionCount); err != nil {
+		return err
+	}
+	conn.Name = "ledger-projector"
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	pool, err := conn.Postgres(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrations.Check(ctx, pool); err != nil {
+		return fmt.Errorf("%w (the ingest applies migrations at start; or run ledgerctl migrate)", err)
+	}
+	nc, err := conn.NATS(log)
+	if err != nil {
+		return err
+	}
+	defer nc.Drain() //nolint:errcheck
+
+	reg := admin.NewRegistry()
+	svc, err := projector.New(cfg, projector.Deps{NC: nc, Pool: pool, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	if *rebuild {
+		err := svc.Rebuild(ctx, func(p projector.Progress) {
+			log.Info("rebuild progress", slog.Int64("events", p.Done), slog.Int64("total", p.Total),
+				slog.Float64("events_per_s", float64(p.Done)/max(p.Elapsed.Seconds(), 1e-9)))
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if err := svc.Start(ctx); err != nil {
+		return err
+	}
+	if *adminAddr != "" {
+		srv, err := admin.Start(*adminAddr, reg, []admin.Check{
+			{Name: "postgres", Func: func(ctx context.Context) error { return pool.Ping(ctx) }},
+			{Name: "nats", Func: func(context.Context) error {
+				if s := nc.Status(); s != nats.CONNECTED {
+					return fmt.Errorf("connection is %s", s)
+				}
+				return nil
+			}},
+			{Name: "consumer", Func: svc.CheckConsumer},
+			{Name: "migrations", Func: func(ctx context.Context) error { return migrations.Check(ctx, pool) }},
+		}, log)
+		if err != nil {
+			svc.Stop()
+			return fmt.Errorf("admin server: %w", err)
+		}
+		defer srv.Stop()
+		log.Info("admin endpoints", slog.String("addr", srv.Addr()))
+	}
+	<-ctx.Done()
+	log.Info("shutting down: finish the batch in hand")
+	svc.Stop()
+	return nil
+}

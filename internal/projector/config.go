@@ -1,0 +1,187 @@
+package projector
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flowness/ledger/pkg/projection"
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// Defaults of Config.
+const (
+	// BatchSizeDefault is the most log messages handled per turn: 1000.
+	BatchSizeDefault = 1000
+	// RefetchEveryDefault is how often due re-fetches are looked for: 250 ms.
+	RefetchEveryDefault = 250 * time.Millisecond
+	// RefetchLimitDefault caps the versions one re-fetch reads per task: 10,000.
+	RefetchLimitDefault = 10_000
+	// RetryMinDefault and RetryMaxDefault bound the backoff of failed writes.
+	RetryMinDefault = 100 * time.Millisecond
+	RetryMaxDefault = 5 * time.Second
+	// AckWaitDefault is the projector consumer's ack wait: 30 s.
+	AckWaitDefault = 30 * time.Second
+)
+
+// Config configures a projector.
+type Config struct {
+	// Prefix is the subject prefix; default "ledger".
+	Prefix string
+	// PartitionCount is N; default 16.
+	PartitionCount int
+	// Partitions is the set this projector owns; nil means all. Projectors
+	// on disjoint sets may run side by side.
+	Partitions []int
+	// Replicas of the bucket; default 1.
+	Replicas int
+	// BatchSize is the most log messages per turn; default 1000.
+	BatchSize int
+	// RefetchEvery is the re-fetch timer; default 250 ms.
+	RefetchEvery time.Duration
+	// RefetchLimit caps the versions read per task per re-fetch; default 10,000.
+	RefetchLimit int
+	// RetryMin and RetryMax bound the backoff of failed writes.
+	RetryMin, RetryMax time.Duration
+	// AckWait is the consumer's ack wait; default 30 s.
+	AckWait time.Duration
+	// Engine configures the ordering engine (gap timeout default 5 s, buffer
+	// caps); its clock defaults to time.Now.
+	Engine projection.Config
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = wire.PrefixDefault
+	}
+	if c.PartitionCount == 0 {
+		c.PartitionCount = wire.PartitionsDefault
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = BatchSizeDefault
+	}
+	if c.RefetchEvery == 0 {
+		c.RefetchEvery = RefetchEveryDefault
+	}
+	if c.RefetchLimit == 0 {
+		c.RefetchLimit = RefetchLimitDefault
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = RetryMinDefault
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = RetryMaxDefault
+	}
+	if c.AckWait == 0 {
+		c.AckWait = AckWaitDefault
+	}
+	c.Engine = c.Engine.WithDefaults()
+	return c
+}
+
+func (c Config) validate() error {
+	for _, p := range c.Partitions {
+		if p < 0 || p >= c.PartitionCount {
+			return fmt.Errorf("projector: partition %d is outside [0, %d)", p, c.PartitionCount)
+		}
+	}
+	if !wire.ValidID(c.Prefix) {
+		return fmt.Errorf("projector: prefix %q must be one subject token", c.Prefix)
+	}
+	if c.BatchSize < 1 || c.RefetchLimit < 1 {
+		return fmt.Errorf("projector: batch size and re-fetch limit must be positive")
+	}
+	return nil
+}
+
+// durable is the consumer name of the configured partition set.
+func (c Config) durable() string {
+	if c.Partitions == nil {
+		return "projector"
+	}
+	return "projector-" + FormatPartitions(c.Partitions)
+}
+
+// filters are the LEDGER_LOG subjects of the configured partitions.
+func (c Config) filters() []string {
+	subj := wire.Subjects{Prefix: c.Prefix}
+	if c.Partitions == nil {
+		return []string{subj.LogAll()}
+	}
+	out := make([]string, len(c.Partitions))
+	for i, p := range c.Partitions {
+		out[i] = subj.LogPartition(p)
+	}
+	return out
+}
+
+// partitionsOrAll is the set as a list, every partition when nil.
+func (c Config) partitionsOrAll() []int32 {
+	var out []int32
+	if c.Partitions == nil {
+		for p := range c.PartitionCount {
+			out = append(out, int32(p))
+		}
+		return out
+	}
+	for _, p := range c.Partitions {
+		out = append(out, int32(p))
+	}
+	return out
+}
+
+// ParsePartitions reads a partition set: "all" (or empty) for every
+// partition (nil), or a list of numbers and ranges such as "0-7" or "1,3,8-9".
+func ParsePartitions(spec string, n int) ([]int, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" || spec == "all" {
+		return nil, nil
+	}
+	var out []int
+	for _, part := range strings.Split(spec, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("partitions %q: %q is not a number", spec, lo)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return nil, fmt.Errorf("partitions %q: %q is not a number", spec, hi)
+			}
+		}
+		if a < 0 || b >= n || a > b {
+			return nil, fmt.Errorf("partitions %q: %q is not within [0, %d)", spec, part, n)
+		}
+		for p := a; p <= b; p++ {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// FormatPartitions writes a set back in its shortest range form ("0-7", "1_3").
+// The separator between ranges is "_", so the result is a valid consumer name.
+func FormatPartitions(ps []int) string {
+	var parts []string
+	for i := 0; i < len(ps); {
+		j := i
+		for j+1 < len(ps) && ps[j+1] == ps[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", ps[i], ps[j]))
+		} else {
+			parts = append(parts, strconv.Itoa(ps[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, "_")
+}

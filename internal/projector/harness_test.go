@@ -1,0 +1,175 @@
+package projector_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/natstest"
+	"github.com/flowness/ledger/internal/projector"
+	"github.com/flowness/ledger/pkg/projection"
+	"github.com/flowness/ledger/pkg/wire"
+	"github.com/flowness/ledger/streams"
+)
+
+// env is one test's ledger: its own database, an embedded NATS server with
+// the ledger's streams and bucket.
+type env struct {
+	t    testing.TB
+	db   *dbtest.DB
+	ns   *natstest.Server
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	subj wire.Subjects
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	e := &env{t: t, db: dbtest.New(t), ns: natstest.Start(t)}
+	e.nc = e.ns.Conn(t)
+	e.js = e.ns.JetStream(t)
+	require.NoError(t, streams.Apply(context.Background(), e.js, streams.Options{}))
+	return e
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("LEDGER_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// start runs a projector on the test's services.
+func (e *env) start(cfg projector.Config) *projector.Service {
+	e.t.Helper()
+	p, err := projector.New(cfg, projector.Deps{NC: e.ns.Conn(e.t), Pool: e.db.Pool, Logger: testLogger()})
+	require.NoError(e.t, err)
+	require.NoError(e.t, p.Start(context.Background()))
+	e.t.Cleanup(p.Stop)
+	return p
+}
+
+// committed is an event as the ledger stored it.
+type committed struct {
+	id        string
+	seq       int64
+	partition int
+	task      string
+	version   int64
+	typ       string
+	payload   string
+}
+
+// commit writes events straight into ledger.events (as the ingest would have)
+// and returns them with their seqs.
+func (e *env) commit(partition int, task string, types []string, payloads []string) []committed {
+	e.t.Helper()
+	var head int64
+	_ = e.db.Pool.QueryRow(context.Background(), `SELECT coalesce(max(version), 0) FROM ledger.events WHERE task_id = $1`, task).Scan(&head)
+	out := make([]committed, len(types))
+	for i := range types {
+		c := committed{id: ulid.MustNew(ulid.Timestamp(time.Now()), rand.Reader).String(), partition: partition, task: task,
+			version: head + int64(i) + 1, typ: types[i], payload: payloads[i]}
+		require.NoError(e.t, e.db.Pool.QueryRow(context.Background(), `
+			INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
+			VALUES ($1, $2, $3, $4, $5, $6::jsonb, 'worker-a', 1, clock_timestamp()) RETURNING seq`,
+			c.id, c.partition, c.task, c.version, c.typ, c.payload).Scan(&c.seq))
+		out[i] = c
+	}
+	return out
+}
+
+// publishLog puts a committed event's copy on LEDGER_LOG, as the ingest does.
+func (e *env) publishLog(c committed) {
+	e.t.Helper()
+	m := nats.NewMsg(e.subj.Log(c.partition, c.task))
+	m.Header.Set(wire.HeaderMsgID, c.id)
+	m.Header.Set(wire.HeaderSeq, strconv.FormatInt(c.seq, 10))
+	m.Header.Set(wire.HeaderTask, c.task)
+	m.Header.Set(wire.HeaderPartition, strconv.Itoa(c.partition))
+	m.Header.Set(wire.HeaderVersion, strconv.FormatInt(c.version, 10))
+	m.Header.Set(wire.HeaderType, c.typ)
+	m.Header.Set(wire.HeaderHolder, "worker-a")
+	m.Header.Set(wire.HeaderGeneration, "1")
+	m.Header.Set(wire.HeaderCommittedAt, wire.FormatTime(time.Now()))
+	m.Data = []byte(c.payload)
+	// A redelivered copy is a new message (the dedup window would drop it).
+	m.Header.Set(wire.HeaderMsgID, c.id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	_, err := e.js.PublishMsg(context.Background(), m)
+	require.NoError(e.t, err)
+}
+
+func (e *env) bucket() jetstream.KeyValue {
+	e.t.Helper()
+	kv, err := e.js.KeyValue(context.Background(), wire.BucketTasks)
+	require.NoError(e.t, err)
+	return kv
+}
+
+// state reads a task's projection; ok is false while it has none.
+func (e *env) state(task string) (projection.State, bool) {
+	e.t.Helper()
+	kv, err := e.js.KeyValue(context.Background(), wire.BucketTasks)
+	if err != nil {
+		return projection.State{}, false
+	}
+	entry, err := kv.Get(context.Background(), task)
+	if err != nil {
+		return projection.State{}, false
+	}
+	var st projection.State
+	require.NoError(e.t, json.Unmarshal(entry.Value(), &st))
+	return st, true
+}
+
+// waitState waits until the task's projection satisfies cond.
+func (e *env) waitState(task string, timeout time.Duration, cond func(projection.State) bool) projection.State {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last projection.State
+	for time.Now().Before(deadline) {
+		if st, ok := e.state(task); ok {
+			last = st
+			if cond(st) {
+				return st
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.t.Fatalf("projection of %s never reached the expected state; last: %+v", task, last)
+	return last
+}
+
+// fold is the projection the contract defines: status is the last type,
+// data the payloads merged in version order.
+func fold(t testing.TB, events []committed) (status string, data json.RawMessage) {
+	t.Helper()
+	for _, c := range events {
+		status = c.typ
+		var err error
+		data, err = projection.MergePatch(data, json.RawMessage(c.payload))
+		require.NoError(t, err)
+	}
+	return status, data
+}
+
+func jsonEq(t testing.TB, want, got json.RawMessage, msg string) {
+	t.Helper()
+	require.JSONEq(t, string(want), string(got), msg)
+}
+
+var _ = fmt.Sprint
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -1,0 +1,56 @@
+package projector
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flowness/ledger/pkg/projection"
+)
+
+// metrics are the projector's Prometheus series; nil records nothing.
+type metrics struct {
+	events     *prometheus.CounterVec
+	lag        prometheus.Gauge
+	openGaps   prometheus.Gauge
+	oldestGap  prometheus.Gauge
+	buffered   prometheus.Gauge
+	refetches  prometheus.Counter
+	refetched  prometheus.Counter
+	kvWrites   prometheus.Counter
+	kvRetries  prometheus.Counter
+	tasksInMem prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	if reg == nil {
+		return nil
+	}
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	m := &metrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_projector_events_total", Help: "Committed events offered to the engine, by outcome (applied, buffered, duplicate, conflict, ...).",
+		}, []string{"outcome"}),
+		lag:        g("ledger_projector_lag_seconds", "Time from the commit of the last event handled to its handling."),
+		openGaps:   g("ledger_projector_open_gaps", "Tasks waiting for a missing version."),
+		oldestGap:  g("ledger_projector_oldest_gap_seconds", "Age of the oldest open gap."),
+		buffered:   g("ledger_projector_buffered_events", "Early versions held until the versions before them arrive."),
+		refetches:  c("ledger_projector_refetches_total", "Re-fetch requests answered from PostgreSQL."),
+		refetched:  c("ledger_projector_refetched_events_total", "Events read back from PostgreSQL by re-fetches."),
+		kvWrites:   c("ledger_projector_kv_writes_total", "Projection values written to the bucket."),
+		kvRetries:  c("ledger_projector_kv_retries_total", "Bucket writes retried (lost compare-and-set or transient failure)."),
+		tasksInMem: g("ledger_projector_tasks_in_memory", "Tasks the engine holds."),
+	}
+	reg.MustRegister(m.events, m.lag, m.openGaps, m.oldestGap, m.buffered, m.refetches, m.refetched,
+		m.kvWrites, m.kvRetries, m.tasksInMem)
+	return m
+}
+
+func (m *metrics) outcome(o projection.Outcome) {
+	if m != nil {
+		m.events.WithLabelValues(string(o)).Inc()
+	}
+}

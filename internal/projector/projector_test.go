@@ -1,0 +1,130 @@
+package projector_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/projector"
+	"github.com/flowness/ledger/pkg/projection"
+)
+
+// The log arrives out of order, duplicated, and without version 2, which
+// only PostgreSQL has: the projection waits with its gap showing, re-fetches
+// version 2 after the gap timeout, and ends right.
+func TestOutOfOrderDuplicatedAndMissingVersionsEndRight(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	evs := e.commit(3, "report-7", []string{"running", "progress", "progress", "completed"},
+		[]string{`{"step":1,"owner":"a"}`, `{"step":2}`, `{"step":3,"owner":null}`, `{"result":"ok"}`})
+	e.start(projector.Config{Engine: projection.Config{GapTimeout: 700 * time.Millisecond}})
+
+	e.publishLog(evs[2]) // v3 first
+	e.publishLog(evs[0]) // then v1
+	e.publishLog(evs[0]) // v1 again
+	e.publishLog(evs[3]) // v4; v2 never comes on the log
+
+	st := e.waitState("report-7", 5*time.Second, func(s projection.State) bool { return s.Version == 1 && s.Gap != nil && s.Gap.Buffered == 2 })
+	require.EqualValues(t, 2, st.Gap.NextVersion, "the gap shows the version it waits for")
+	require.Equal(t, "running", st.Status)
+	require.False(t, st.Gap.Since.IsZero())
+
+	st = e.waitState("report-7", 10*time.Second, func(s projection.State) bool { return s.Version == 4 })
+	require.Nil(t, st.Gap, "the gap clears after the re-fetch")
+	status, data := fold(t, evs)
+	require.Equal(t, status, st.Status)
+	jsonEq(t, data, st.Data, "data is the merge of the payloads in version order")
+	require.Equal(t, evs[3].seq, st.Seq)
+	require.Equal(t, 3, st.Partition)
+}
+
+// A projector dies while a task waits for a missing version; the next one
+// finishes the task from PostgreSQL.
+func TestProjectorKilledDuringAGapRestartsRight(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	evs := e.commit(1, "t-gap", []string{"a", "b", "c"}, []string{`{"a":1}`, `{"b":2}`, `{"c":3}`})
+	first := e.start(projector.Config{Engine: projection.Config{GapTimeout: time.Hour}})
+	e.publishLog(evs[0])
+	e.publishLog(evs[2]) // v2 missing
+	e.waitState("t-gap", 5*time.Second, func(s projection.State) bool { return s.Gap != nil && s.Version == 1 })
+	first.Stop() // killed with the gap open; v3 was acked once the gap was stored
+
+	e.start(projector.Config{Engine: projection.Config{GapTimeout: 300 * time.Millisecond}})
+	st := e.waitState("t-gap", 10*time.Second, func(s projection.State) bool { return s.Version == 3 && s.Gap == nil })
+	status, data := fold(t, evs)
+	require.Equal(t, status, st.Status)
+	jsonEq(t, data, st.Data, "state after restart")
+}
+
+// A reader watching the bucket sees each task's version only ever rise.
+func TestWatchersSeeVersionsOnlyRise(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	kvw := e.start(projector.Config{Engine: projection.Config{GapTimeout: 200 * time.Millisecond}})
+	_ = kvw
+	w, err := e.bucket().WatchAll(context.Background())
+	require.NoError(t, err)
+	defer w.Stop()
+
+	const tasks, versions = 20, 15
+	var all [][]committed
+	for i := range tasks {
+		task := fmt.Sprintf("w-%d", i)
+		all = append(all, e.commit(i%16, task, repeat("step", versions), payloads(versions)))
+	}
+	// Publish out of order per task: pairs swapped, some copies repeated, one
+	// version left to the re-fetch.
+	for _, evs := range all {
+		for v := 0; v+1 < len(evs); v += 2 {
+			e.publishLog(evs[v+1])
+			if v != 6 {
+				e.publishLog(evs[v])
+			}
+			if v%4 == 0 {
+				e.publishLog(evs[v+1])
+			}
+		}
+		e.publishLog(evs[len(evs)-1])
+	}
+
+	last := map[string]int64{}
+	done := 0
+	timeout := time.After(20 * time.Second)
+	for done < tasks {
+		select {
+		case entry := <-w.Updates():
+			if entry == nil {
+				continue
+			}
+			var st projection.State
+			require.NoError(t, jsonUnmarshal(entry.Value(), &st))
+			require.GreaterOrEqual(t, st.Version, last[st.Task], "task %s went back from %d to %d", st.Task, last[st.Task], st.Version)
+			if st.Version == versions && last[st.Task] != versions {
+				done++
+			}
+			last[st.Task] = st.Version
+		case <-timeout:
+			t.Fatalf("only %d of %d tasks reached version %d: %v", done, tasks, versions, last)
+		}
+	}
+}
+
+func repeat(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+func payloads(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf(`{"step":%d,"k%d":true}`, i+1, i%3)
+	}
+	return out
+}
