@@ -173,3 +173,5 @@ func jsonEq(t testing.TB, want, got json.RawMessage, msg string) {
 var _ = fmt.Sprint
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+type projectionState = projection.State

@@ -20,6 +20,13 @@ import (
 // copies on LEDGER_LOG in commit order, as the ingest would.
 func (e *env) seedLog(tasks, versions int) {
 	e.t.Helper()
+	e.seedDB(tasks, versions)
+	e.publishAllLog()
+}
+
+// seedDB commits tasks×versions events in one statement.
+func (e *env) seedDB(tasks, versions int) {
+	e.t.Helper()
 	ctx := context.Background()
 	_, err := e.db.Pool.Exec(ctx, `
 		INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
@@ -29,7 +36,12 @@ func (e *env) seedLog(tasks, versions int) {
 		       'worker-a', 1, clock_timestamp()
 		FROM generate_series(1, $2) v, generate_series(1, $1) t ORDER BY v, t`, tasks, versions)
 	require.NoError(e.t, err)
+}
 
+// publishAllLog puts every committed event's copy on LEDGER_LOG in seq order.
+func (e *env) publishAllLog() {
+	e.t.Helper()
+	ctx := context.Background()
 	js, err := jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(4000))
 	require.NoError(e.t, err)
 	rows, err := e.db.Pool.Query(ctx, `SELECT seq, event_id, partition, task_id, version, type, payload::text FROM ledger.events ORDER BY seq`)
