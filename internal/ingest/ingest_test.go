@@ -276,3 +276,24 @@ func TestCrashAfterCommitBeforeAckLosesNothingAndWritesNothingTwice(t *testing.T
 	}
 	require.Len(t, logIDs, 20)
 }
+
+// A batch holding a task's version 2 before its version 1 commits both, and
+// their log copies follow commit order, not arrival order.
+func TestLogCopiesFollowCommitOrderWithinABatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, ingest.Config{BatchWait: 200 * time.Millisecond}) // both land in one batch
+	rc := e.receipts("worker-a")
+	l := e.acquire(8, "worker-a", 60000)
+	v2 := event{id: newID(), partition: 8, task: "ordered", holder: "worker-a", generation: l.Generation, version: 2, typ: "completed", payload: `{"v":2}`}
+	v1 := event{id: newID(), partition: 8, task: "ordered", holder: "worker-a", generation: l.Generation, version: 1, typ: "running", payload: `{"v":1}`}
+	e.msgAsync(v2)
+	e.msgAsync(v1)
+	e.waitAsync()
+	r1, r2 := receiptFor(t, rc, v1.id), receiptFor(t, rc, v2.id)
+	require.Equal(t, wire.VerdictCommitted, r1.Verdict)
+	require.Equal(t, wire.VerdictCommitted, r2.Verdict)
+	log := e.streamMsgs(wire.StreamLog, "")
+	require.Len(t, log, 2)
+	require.Equal(t, "1", log[0].Headers().Get(wire.HeaderVersion), "version 1's copy comes first")
+	require.Equal(t, "2", log[1].Headers().Get(wire.HeaderVersion))
+}

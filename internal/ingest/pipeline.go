@@ -1,9 +1,11 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -124,15 +126,24 @@ func (s *Service) commit(batch []*inbound) *committedBatch {
 			batch[i].result = results[k]
 		}
 	}
+	// Log copies go out in commit order (a batch may hold a task's v2
+	// before its v1; the fence commits v1 first), dead letters after them.
+	var copies []*fence.Committed
+	var letters []*nats.Msg
 	for _, in := range batch {
 		switch in.result.Verdict {
 		case fence.NotYet:
 		case wire.VerdictCommitted, wire.VerdictDuplicate:
-			cb.out = append(cb.out, s.logCopy(in.result.Committed))
+			copies = append(copies, in.result.Committed)
 		default:
-			cb.out = append(cb.out, s.deadLetter(in))
+			letters = append(letters, s.deadLetter(in))
 		}
 	}
+	slices.SortFunc(copies, func(a, b *fence.Committed) int { return cmp.Compare(a.Seq, b.Seq) })
+	for _, c := range copies {
+		cb.out = append(cb.out, s.logCopy(c))
+	}
+	cb.out = append(cb.out, letters...)
 	cb.futures = make([]jetstream.PubAckFuture, len(cb.out))
 	for i, m := range cb.out {
 		// A failure here is retried by finish.
