@@ -1,0 +1,415 @@
+package demo
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/flowness/ledger/pkg/projection"
+	"github.com/flowness/ledger/pkg/wire"
+	"github.com/flowness/ledger/pkg/worker"
+)
+
+// Summary counts the verdicts the demo's events received.
+type Summary struct {
+	Committed, Duplicates int
+	// Rejected counts the other verdicts by "verdict/reason".
+	Rejected map[string]int
+}
+
+// run holds one demo's state.
+type run struct {
+	out   io.Writer
+	start time.Time
+	s     *stack
+	js    jetstream.JetStream
+	kv    jetstream.KeyValue
+	id    string // suffix that keeps this run's tasks and holders apart
+	log   *slog.Logger
+
+	mu       sync.Mutex
+	receipts map[string]wire.Receipt
+	arrived  chan struct{}
+}
+
+// Run plays the demo and prints its timeline and summary.
+func Run(ctx context.Context, o Options) (Summary, error) {
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &run{out: o.Out, start: time.Now(), receipts: map[string]wire.Receipt{}, arrived: make(chan struct{}, 1), log: o.Logger}
+	r.id = strings.ToLower(ulid.MustNew(ulid.Now(), rand.Reader).String()[20:])
+	fmt.Fprintf(r.out, "ledger demo (run %s)\n\n", r.id)
+
+	s, err := startStack(ctx, o, r.say)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer s.close()
+	r.s = s
+	if r.js, err = jetstream.New(s.nc); err != nil {
+		return Summary{}, err
+	}
+	if r.kv, err = r.js.KeyValue(ctx, wire.BucketTasks); err != nil {
+		return Summary{}, err
+	}
+	sub, err := s.nc.Subscribe(wire.Subjects{}.Receipt("*"), r.onReceipt)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer sub.Unsubscribe() //nolint:errcheck
+	if err := s.nc.Flush(); err != nil {
+		return Summary{}, err
+	}
+
+	if err := r.outOfOrder(ctx); err != nil {
+		return Summary{}, fmt.Errorf("story 1: %w", err)
+	}
+	if err := r.zombie(ctx); err != nil {
+		return Summary{}, fmt.Errorf("story 2: %w", err)
+	}
+	return r.summary(), nil
+}
+
+func (r *run) say(who, format string, args ...any) {
+	fmt.Fprintf(r.out, "%7.3fs  %-10s %s\n", time.Since(r.start).Seconds(), who, fmt.Sprintf(format, args...))
+}
+
+func (r *run) onReceipt(m *nats.Msg) {
+	var rc wire.Receipt
+	if json.Unmarshal(m.Data, &rc) != nil {
+		return
+	}
+	r.mu.Lock()
+	r.receipts[rc.EventID] = rc
+	r.mu.Unlock()
+	select {
+	case r.arrived <- struct{}{}:
+	default:
+	}
+}
+
+// receipt waits for an event's verdict.
+func (r *run) receipt(ctx context.Context, id string) (wire.Receipt, error) {
+	ctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	defer cancel()
+	for {
+		r.mu.Lock()
+		rc, ok := r.receipts[id]
+		r.mu.Unlock()
+		if ok {
+			return rc, nil
+		}
+		select {
+		case <-ctx.Done():
+			return rc, fmt.Errorf("no receipt for event %s", id)
+		case <-r.arrived:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// hasReceipt reports whether an event has its verdict yet.
+func (r *run) hasReceipt(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.receipts[id]
+	return ok
+}
+
+func (r *run) sayReceipt(who string, rc wire.Receipt) {
+	switch rc.Verdict {
+	case wire.VerdictCommitted:
+		r.say(who, "receipt: version %d %s (seq %d)", rc.Version, rc.Verdict, rc.Seq)
+	case wire.VerdictDuplicate:
+		r.say(who, "receipt: version %d %s/%s, nothing written (original seq %d)", rc.Version, rc.Verdict, rc.Reason, rc.Seq)
+	default:
+		r.say(who, "receipt: version %d %s/%s (generation %d; the partition is at generation %d)",
+			rc.Version, rc.Verdict, rc.Reason, rc.Generation, rc.CurrentGeneration)
+	}
+}
+
+// projection reads a task's value; ok is false while it has none.
+func (r *run) projection(ctx context.Context, task string) (projection.State, uint64, bool) {
+	entry, err := r.kv.Get(ctx, task)
+	if err != nil {
+		return projection.State{}, 0, false
+	}
+	var st projection.State
+	if json.Unmarshal(entry.Value(), &st) != nil {
+		return projection.State{}, 0, false
+	}
+	return st, entry.Revision(), true
+}
+
+// awaitProjection waits until a task's projection reaches version.
+func (r *run) awaitProjection(ctx context.Context, task string, version int64) (projection.State, uint64, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if st, rev, ok := r.projection(ctx, task); ok && st.Version >= version {
+			return st, rev, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return projection.State{}, 0, fmt.Errorf("projection of %s never reached version %d", task, version)
+}
+
+func (r *run) sayProjection(st projection.State, rev uint64) {
+	gap := "none"
+	if st.Gap != nil {
+		gap = fmt.Sprintf("waiting for version %d", st.Gap.NextVersion)
+	}
+	r.say("projection", "%s: version %d, status %q, data %s, gap %s (revision %d)", st.Task, st.Version, st.Status, st.Data, gap, rev)
+}
+
+// publishRaw publishes an event as any NATS client can (CONTRACT §2).
+func (r *run) publishRaw(ctx context.Context, partition int, task, holder string, gen, version int64, typ, payload string) (string, error) {
+	id := ulid.MustNew(ulid.Now(), rand.Reader).String()
+	m := nats.NewMsg(wire.Subjects{}.In(partition, task))
+	m.Header.Set(wire.HeaderMsgID, id)
+	m.Header.Set(wire.HeaderHolder, holder)
+	m.Header.Set(wire.HeaderGeneration, strconv.FormatInt(gen, 10))
+	m.Header.Set(wire.HeaderVersion, strconv.FormatInt(version, 10))
+	m.Header.Set(wire.HeaderType, typ)
+	m.Data = []byte(payload)
+	_, err := r.js.PublishMsg(ctx, m)
+	return id, err
+}
+
+// head asks the lease service for a task's head.
+func (r *run) head(task string) (wire.TaskHeadReply, error) {
+	b, _ := json.Marshal(wire.TaskHeadRequest{Task: task})
+	resp, err := r.s.nc.Request(wire.Subjects{}.TaskHead(), b, 5*time.Second)
+	if err != nil {
+		return wire.TaskHeadReply{}, err
+	}
+	var h wire.TaskHeadReply
+	return h, json.Unmarshal(resp.Data, &h)
+}
+
+// outOfOrder plays the first story: "completed" (version 2) is published
+// before "running" (version 1).
+func (r *run) outOfOrder(ctx context.Context) error {
+	fmt.Fprintf(r.out, "\nStory 1: a task's \"completed\" arrives before its \"running\"\n")
+	task, holder := "report-7-"+r.id, "reporter-"+r.id
+	partition := wire.PartitionOf(task, wire.PartitionsDefault)
+	c, err := worker.New(r.s.nc, worker.Config{Holder: holder, Logger: r.log})
+	if err != nil {
+		return err
+	}
+	defer c.Close() //nolint:errcheck
+	l, err := c.Acquire(ctx, partition)
+	if err != nil {
+		return err
+	}
+	r.say(holder, "holds partition %d at generation %d", partition, l.Generation())
+
+	v2, err := r.publishRaw(ctx, partition, task, holder, l.Generation(), 2, "completed", `{"pages":12,"url":"s3://reports/7.pdf"}`)
+	if err != nil {
+		return err
+	}
+	r.say(holder, "publishes version 2 (completed) first")
+	time.Sleep(400 * time.Millisecond)
+	h, err := r.head(task)
+	if err != nil {
+		return err
+	}
+	verdict := "no verdict yet"
+	if r.hasReceipt(v2) {
+		rc, _ := r.receipt(ctx, v2)
+		verdict = "verdict " + string(rc.Verdict)
+	}
+	proj := "no projection yet"
+	if st, _, ok := r.projection(ctx, task); ok {
+		proj = fmt.Sprintf("projection at version %d", st.Version)
+	}
+	r.say("ledger", "holds version 2 until version 1 arrives: %s, task head is version %d, %s", verdict, h.Version, proj)
+
+	v1, err := r.publishRaw(ctx, partition, task, holder, l.Generation(), 1, "running", `{"started_by":"`+holder+`"}`)
+	if err != nil {
+		return err
+	}
+	r.say(holder, "publishes version 1 (running)")
+	for _, id := range []string{v1, v2} {
+		rc, err := r.receipt(ctx, id)
+		if err != nil {
+			return err
+		}
+		r.sayReceipt("ledger", rc)
+	}
+	st, rev, err := r.awaitProjection(ctx, task, 2)
+	if err != nil {
+		return err
+	}
+	r.sayProjection(st, rev)
+
+	again, err := r.publishRaw(ctx, partition, task, holder, l.Generation(), 2, "completed", `{"pages":12,"url":"s3://reports/7.pdf"}`)
+	if err != nil {
+		return err
+	}
+	r.say(holder, "publishes version 2 again (a retry, new event id)")
+	rc, err := r.receipt(ctx, again)
+	if err != nil {
+		return err
+	}
+	r.sayReceipt("ledger", rc)
+	time.Sleep(300 * time.Millisecond)
+	st2, rev2, _ := r.projection(ctx, task)
+	same := "unchanged"
+	if rev2 != rev {
+		same = fmt.Sprintf("changed from revision %d", rev)
+	}
+	r.say("projection", "%s: still version %d, status %q, revision %d %s", task, st2.Version, st2.Status, rev2, same)
+	return l.Release(ctx)
+}
+
+// zombie plays the second story: worker A pauses past its lease, B takes
+// over, and A's late write with its old generation is refused.
+func (r *run) zombie(ctx context.Context) error {
+	fmt.Fprintf(r.out, "\nStory 2: a paused worker wakes up after its partition was taken over\n")
+	task := "invoice-42-" + r.id
+	partition := wire.PartitionOf(task, wire.PartitionsDefault)
+	nameA, nameB := "worker-a-"+r.id, "worker-b-"+r.id
+	a, err := worker.New(r.s.nc, worker.Config{Holder: nameA, TTL: time.Second, Logger: r.log})
+	if err != nil {
+		return err
+	}
+	la, err := a.Acquire(ctx, partition)
+	if err != nil {
+		return err
+	}
+	r.say("worker A", "holds partition %d at generation %d (TTL 1 s)", partition, la.Generation())
+	p, err := la.Publish(ctx, task, "running", []byte(`{"step":"rendering"}`))
+	if err != nil {
+		return err
+	}
+	rc, err := p.Receipt(ctx)
+	if err != nil {
+		return err
+	}
+	r.sayReceipt("worker A", rc)
+	oldGen := la.Generation()
+	if err := a.Close(); err != nil { // stops the keep-alive, as a frozen process would
+		return err
+	}
+	r.say("worker A", "pauses (a long GC, a frozen VM): its lease is no longer renewed")
+
+	b, err := worker.New(r.s.nc, worker.Config{Holder: nameB, Logger: r.log})
+	if err != nil {
+		return err
+	}
+	defer b.Close() //nolint:errcheck
+	var lb *worker.Lease
+	for {
+		lb, err = b.Acquire(ctx, partition)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, worker.ErrHeld) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.say("worker B", "takes partition %d over once A's lease expired: generation %d", partition, lb.Generation())
+	pb, err := lb.Publish(ctx, task, "completed", []byte(`{"result":"B's invoice","total":120}`))
+	if err != nil {
+		return err
+	}
+	rc, err = pb.Receipt(ctx)
+	if err != nil {
+		return err
+	}
+	r.sayReceipt("worker B", rc)
+
+	late, err := r.publishRaw(ctx, partition, task, nameA, oldGen, 2, "completed", `{"result":"A's stale invoice","total":99}`)
+	if err != nil {
+		return err
+	}
+	r.say("worker A", "wakes up and writes its result with its old generation %d", oldGen)
+	rc, err = r.receipt(ctx, late)
+	if err != nil {
+		return err
+	}
+	r.sayReceipt("ledger", rc)
+	if err := r.sayDeadLetter(ctx, late); err != nil {
+		return err
+	}
+	st, rev, err := r.awaitProjection(ctx, task, 2)
+	if err != nil {
+		return err
+	}
+	r.sayProjection(st, rev)
+	return lb.Release(ctx)
+}
+
+// sayDeadLetter finds an event's dead letter in LEDGER_DLQ.
+func (r *run) sayDeadLetter(ctx context.Context, id string) error {
+	s, err := r.js.Stream(ctx, wire.StreamDLQ)
+	if err != nil {
+		return err
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		m, err := c.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			continue
+		}
+		h := m.Headers()
+		if h.Get(wire.HeaderMsgID) == id {
+			r.say("dlq", "%s: %s=%s %s=%s %s=%s", m.Subject(), wire.HeaderVerdict, h.Get(wire.HeaderVerdict),
+				wire.HeaderReason, h.Get(wire.HeaderReason), wire.HeaderCurrentHolder, h.Get(wire.HeaderCurrentHolder))
+			return nil
+		}
+	}
+	return fmt.Errorf("no dead letter for %s", id)
+}
+
+func (r *run) summary() Summary {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := Summary{Rejected: map[string]int{}}
+	for _, rc := range r.receipts {
+		if !strings.HasSuffix(rc.Task, r.id) {
+			continue
+		}
+		switch rc.Verdict {
+		case wire.VerdictCommitted:
+			s.Committed++
+		case wire.VerdictDuplicate:
+			s.Duplicates++
+		default:
+			s.Rejected[string(rc.Verdict)+"/"+rc.Reason]++
+		}
+	}
+	fmt.Fprintf(r.out, "\nSummary (from the receipts)\n  committed   %d\n  duplicates  %d\n", s.Committed, s.Duplicates)
+	keys := make([]string, 0, len(s.Rejected))
+	for k := range s.Rejected {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(r.out, "  rejected    %d  %s\n", s.Rejected[k], k)
+	}
+	return s
+}

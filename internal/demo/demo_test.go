@@ -1,0 +1,40 @@
+package demo_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/demo"
+)
+
+// The demo plays both stories against the database it is given, and its
+// summary is what the ledger decided.
+func TestDemoPlaysBothStories(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	var out bytes.Buffer
+	s, err := demo.Run(context.Background(), demo.Options{DatabaseURL: db.URL, Out: &out})
+	require.NoError(t, err, out.String())
+	require.Equal(t, 4, s.Committed, out.String())
+	require.Equal(t, 1, s.Duplicates, out.String())
+	require.Equal(t, map[string]int{"stale/superseded": 1}, s.Rejected, out.String())
+	for _, want := range []string{"holds version 2 until version 1 arrives: no verdict yet, task head is version 0, no projection yet",
+		"receipt: version 2 stale/superseded", "Ledger-Verdict=stale", "revision 2 unchanged", `"B's invoice"`} {
+		require.Contains(t, out.String(), want)
+	}
+	t.Log("\n" + out.String())
+}
+
+// With no database given, the demo starts its own throwaway PostgreSQL.
+func TestDemoStartsItsOwnPostgres(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	s, err := demo.Run(context.Background(), demo.Options{DatabaseURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", Out: &out})
+	require.NoError(t, err, out.String())
+	require.Contains(t, out.String(), "throwaway")
+	require.Equal(t, 4, s.Committed, out.String())
+}
