@@ -1,3 +1,9 @@
+// Package demo runs the ledger end to end in one process and plays the two
+// stories the ledger was born from: a task's "completed" arriving before its
+// "running", and a paused worker whose late write must not overwrite the
+// work of the worker that replaced it. Every line of the timeline it prints
+// is read back from the ledger (receipts, the task head, the DLQ, the KV
+// bucket), not from what the script expects.
 package demo
 
 import (
@@ -19,10 +25,22 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/flowness/ledger/internal/localstack"
 	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/pkg/worker"
 )
+
+// Options configure a demo run.
+type Options struct {
+	// DatabaseURL is the PostgreSQL to use; when empty or unreachable a
+	// throwaway cluster is started from the local installation.
+	DatabaseURL string
+	// Out receives the timeline; default os.Stdout.
+	Out io.Writer
+	// Logger receives the services' logs; default discards them.
+	Logger *slog.Logger
+}
 
 // Summary counts the verdicts the demo's events received.
 type Summary struct {
@@ -35,7 +53,7 @@ type Summary struct {
 type run struct {
 	out   io.Writer
 	start time.Time
-	s     *stack
+	s     *localstack.Stack
 	js    jetstream.JetStream
 	kv    jetstream.KeyValue
 	id    string // suffix that keeps this run's tasks and holders apart
@@ -58,24 +76,25 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	r.id = strings.ToLower(ulid.MustNew(ulid.Now(), rand.Reader).String()[20:])
 	fmt.Fprintf(r.out, "ledger demo (run %s)\n\n", r.id)
 
-	s, err := startStack(ctx, o, r.say)
+	s, err := localstack.Start(ctx, localstack.Options{DatabaseURL: o.DatabaseURL, Logger: o.Logger,
+		Say: func(format string, args ...any) { r.say("setup", format, args...) }})
 	if err != nil {
 		return Summary{}, err
 	}
-	defer s.close()
+	defer s.Close()
 	r.s = s
-	if r.js, err = jetstream.New(s.nc); err != nil {
+	if r.js, err = jetstream.New(s.NC); err != nil {
 		return Summary{}, err
 	}
 	if r.kv, err = r.js.KeyValue(ctx, wire.BucketTasks); err != nil {
 		return Summary{}, err
 	}
-	sub, err := s.nc.Subscribe(wire.Subjects{}.Receipt("*"), r.onReceipt)
+	sub, err := s.NC.Subscribe(wire.Subjects{}.Receipt("*"), r.onReceipt)
 	if err != nil {
 		return Summary{}, err
 	}
 	defer sub.Unsubscribe() //nolint:errcheck
-	if err := s.nc.Flush(); err != nil {
+	if err := s.NC.Flush(); err != nil {
 		return Summary{}, err
 	}
 
@@ -196,7 +215,7 @@ func (r *run) publishRaw(ctx context.Context, partition int, task, holder string
 // head asks the lease service for a task's head.
 func (r *run) head(task string) (wire.TaskHeadReply, error) {
 	b, _ := json.Marshal(wire.TaskHeadRequest{Task: task})
-	resp, err := r.s.nc.Request(wire.Subjects{}.TaskHead(), b, 5*time.Second)
+	resp, err := r.s.NC.Request(wire.Subjects{}.TaskHead(), b, 5*time.Second)
 	if err != nil {
 		return wire.TaskHeadReply{}, err
 	}
@@ -210,7 +229,7 @@ func (r *run) outOfOrder(ctx context.Context) error {
 	fmt.Fprintf(r.out, "\nStory 1: a task's \"completed\" arrives before its \"running\"\n")
 	task, holder := "report-7-"+r.id, "reporter-"+r.id
 	partition := wire.PartitionOf(task, wire.PartitionsDefault)
-	c, err := worker.New(r.s.nc, worker.Config{Holder: holder, Logger: r.log})
+	c, err := worker.New(r.s.NC, worker.Config{Holder: holder, Logger: r.log})
 	if err != nil {
 		return err
 	}
@@ -287,7 +306,7 @@ func (r *run) zombie(ctx context.Context) error {
 	task := "invoice-42-" + r.id
 	partition := wire.PartitionOf(task, wire.PartitionsDefault)
 	nameA, nameB := "worker-a-"+r.id, "worker-b-"+r.id
-	a, err := worker.New(r.s.nc, worker.Config{Holder: nameA, TTL: time.Second, Logger: r.log})
+	a, err := worker.New(r.s.NC, worker.Config{Holder: nameA, TTL: time.Second, Logger: r.log})
 	if err != nil {
 		return err
 	}
@@ -311,7 +330,7 @@ func (r *run) zombie(ctx context.Context) error {
 	}
 	r.say("worker A", "pauses (a long GC, a frozen VM): its lease is no longer renewed")
 
-	b, err := worker.New(r.s.nc, worker.Config{Holder: nameB, Logger: r.log})
+	b, err := worker.New(r.s.NC, worker.Config{Holder: nameB, Logger: r.log})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,180 @@
+// Package localstack runs a whole ledger in one process for the demo and the
+// benchmark: PostgreSQL (the one given, or a throwaway cluster), an embedded
+// NATS JetStream server, the ingest (with the lease service) and the
+// projector.
+package localstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/pgtemp"
+	"github.com/flowness/ledger/internal/projector"
+	"github.com/flowness/ledger/migrations"
+	"github.com/flowness/ledger/pkg/fence"
+)
+
+// Options configure a stack.
+type Options struct {
+	// DatabaseURL is the PostgreSQL to use; when empty or unreachable a
+	// throwaway cluster is started from the local installation.
+	DatabaseURL string
+	// Logger receives the services' logs; default discards them.
+	Logger *slog.Logger
+	// Say receives one line per setup step; default discards them.
+	Say func(format string, args ...any)
+	// Ingest and Projector configure the services (zero: defaults, with a
+	// 1 s gap timeout for the projector).
+	Ingest    ingest.Config
+	Projector projector.Config
+}
+
+// Stack is a running ledger.
+type Stack struct {
+	Pool      *pgxpool.Pool
+	NATS      *server.Server
+	NC        *nats.Conn
+	Store     *fence.Store
+	Ingest    *ingest.Service
+	Projector *projector.Service
+	stops     []func()
+}
+
+// Close stops everything and removes what was created.
+func (s *Stack) Close() {
+	for i := len(s.stops) - 1; i >= 0; i-- {
+		s.stops[i]()
+	}
+}
+
+// Start brings up PostgreSQL (given or throwaway), an embedded NATS server,
+// the ingest and the projector.
+func Start(ctx context.Context, o Options) (*Stack, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	say := func(format string, args ...any) {
+		if o.Say != nil {
+			o.Say(format, args...)
+		}
+	}
+	if o.Projector.Engine.GapTimeout == 0 {
+		o.Projector.Engine.GapTimeout = time.Second
+	}
+	s := &Stack{}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+
+	url := o.DatabaseURL
+	if url != "" {
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		pool, err := pgxpool.New(pctx, url)
+		if err == nil {
+			err = pool.Ping(pctx)
+		}
+		cancel()
+		if err != nil {
+			if pool != nil {
+				pool.Close()
+			}
+			say("DATABASE_URL is not reachable (%v); using a throwaway PostgreSQL instead", short(err))
+			url = ""
+		} else {
+			s.Pool = pool
+			say("PostgreSQL: DATABASE_URL")
+		}
+	}
+	if url == "" && s.Pool == nil {
+		c, err := pgtemp.Start(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("no DATABASE_URL, and a throwaway PostgreSQL could not start: %w", err)
+		}
+		s.stops = append(s.stops, c.Stop)
+		pool, err := pgxpool.New(ctx, c.URL())
+		if err != nil {
+			return nil, err
+		}
+		s.Pool = pool
+		say("PostgreSQL: a throwaway cluster in a temporary directory (removed on exit)")
+	}
+	s.stops = append(s.stops, s.Pool.Close)
+	if _, err := migrations.Up(ctx, s.Pool, nil); err != nil {
+		return nil, err
+	}
+
+	dir, err := os.MkdirTemp("", "ledger-demo-nats-")
+	if err != nil {
+		return nil, err
+	}
+	s.stops = append(s.stops, func() { os.RemoveAll(dir) })
+	s.NATS, err = server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir,
+		NoSigs: true, NoLog: true, ServerName: "ledger-demo"})
+	if err != nil {
+		return nil, err
+	}
+	go s.NATS.Start()
+	if !s.NATS.ReadyForConnections(10 * time.Second) {
+		return nil, errors.New("embedded NATS server did not start")
+	}
+	s.stops = append(s.stops, func() { s.NATS.Shutdown(); s.NATS.WaitForShutdown() })
+	say("NATS: embedded JetStream server at %s", s.NATS.ClientURL())
+	conn := func() (*nats.Conn, error) { return nats.Connect(s.NATS.ClientURL()) }
+	if s.NC, err = conn(); err != nil {
+		return nil, err
+	}
+	s.stops = append(s.stops, s.NC.Close)
+
+	if s.Store, err = fence.New(s.Pool, fence.Config{}); err != nil {
+		return nil, err
+	}
+	inNC, err := conn()
+	if err != nil {
+		return nil, err
+	}
+	s.stops = append(s.stops, inNC.Close)
+	if s.Ingest, err = ingest.New(o.Ingest, ingest.Deps{NC: inNC, Store: s.Store, Logger: o.Logger}); err != nil {
+		return nil, err
+	}
+	if err := s.Ingest.Start(ctx); err != nil {
+		return nil, err
+	}
+	s.stops = append(s.stops, s.Ingest.Stop)
+	projNC, err := conn()
+	if err != nil {
+		return nil, err
+	}
+	s.stops = append(s.stops, projNC.Close)
+	s.Projector, err = projector.New(o.Projector,
+		projector.Deps{NC: projNC, Pool: s.Pool, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Projector.Start(ctx); err != nil {
+		return nil, err
+	}
+	s.stops = append(s.stops, s.Projector.Stop)
+	say("ingest (with the lease service) and projector running")
+	ok = true
+	return s, nil
+}
+
+func short(err error) string {
+	msg := err.Error()
+	if len(msg) > 120 {
+		msg = msg[:120] + "…"
+	}
+	return msg
+}
