@@ -14,8 +14,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/flowness/ledger/internal/admin"
 	"github.com/flowness/ledger/internal/connect"
 	"github.com/flowness/ledger/internal/projector"
@@ -94,17 +92,7 @@ func run(args []string) error {
 		return err
 	}
 	if *adminAddr != "" {
-		srv, err := admin.Start(*adminAddr, reg, []admin.Check{
-			{Name: "postgres", Func: func(ctx context.Context) error { return pool.Ping(ctx) }},
-			{Name: "nats", Func: func(context.Context) error {
-				if s := nc.Status(); s != nats.CONNECTED {
-					return fmt.Errorf("connection is %s", s)
-				}
-				return nil
-			}},
-			{Name: "consumer", Func: svc.CheckConsumer},
-			{Name: "migrations", Func: func(ctx context.Context) error { return migrations.Check(ctx, pool) }},
-		}, log)
+		srv, err := admin.Start(*adminAddr, reg, admin.ServiceChecks(pool, nc, svc.CheckConsumer), log)
 		if err != nil {
 			svc.Stop()
 			return fmt.Errorf("admin server: %w", err)

@@ -1,0 +1,113 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/admin"
+	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/faultproxy"
+	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/natstest"
+	"github.com/flowness/ledger/pkg/fence"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+// An ingest whose database goes away turns unready, and ready again when the
+// database is back; it stays alive throughout.
+func TestReadyzFollowsThePostgresConnection(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	proxy := faultproxy.Start(t, "127.0.0.1:5432")
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", portOf(t, proxy.Addr())
+	cfg.ConnConfig.ConnectTimeout = time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store, err := fence.New(pool, fence.Config{})
+	require.NoError(t, err)
+	ns := natstest.Start(t)
+	nc := ns.Conn(t)
+	reg := admin.NewRegistry()
+	svc, err := ingest.New(ingest.Config{}, ingest.Deps{NC: nc, Store: store, Logger: slog.New(slog.DiscardHandler), Registerer: reg})
+	require.NoError(t, err)
+	require.NoError(t, svc.Start(context.Background()))
+	t.Cleanup(svc.Stop)
+
+	srv, err := admin.Start("127.0.0.1:0", reg, admin.ServiceChecks(pool, nc, svc.CheckConsumer), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	base := "http://" + srv.Addr()
+
+	code, body := get(t, base+"/readyz")
+	require.Equal(t, http.StatusOK, code, body)
+
+	proxy.Cut()
+	require.Eventually(t, func() bool {
+		code, body := get(t, base+"/readyz")
+		var r struct {
+			Status string            `json:"status"`
+			Failed map[string]string `json:"failed"`
+		}
+		_ = json.Unmarshal([]byte(body), &r)
+		return code == http.StatusServiceUnavailable && r.Status == "unready" && r.Failed["postgres"] != ""
+	}, 10*time.Second, 100*time.Millisecond, "readyz did not report the database")
+	code, _ = get(t, base+"/healthz")
+	require.Equal(t, http.StatusOK, code, "the process stays alive")
+
+	proxy.Restore()
+	require.Eventually(t, func() bool {
+		code, _ := get(t, base+"/readyz")
+		return code == http.StatusOK
+	}, 10*time.Second, 100*time.Millisecond, "readyz did not recover")
+
+	code, body = get(t, base+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	for _, series := range []string{"ledger_ingest_batch_size", "ledger_ingest_batch_seconds", "go_goroutines"} {
+		require.Contains(t, body, series)
+	}
+}
+
+func TestReadyzNamesEveryFailedCheck(t *testing.T) {
+	t.Parallel()
+	srv, err := admin.Start("127.0.0.1:0", prometheus.NewRegistry(), []admin.Check{
+		{Name: "ok", Func: func(context.Context) error { return nil }},
+		{Name: "broken", Func: func(context.Context) error { return io.ErrUnexpectedEOF }},
+	}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer srv.Stop()
+	code, body := get(t, "http://"+srv.Addr()+"/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, `"broken":"unexpected EOF"`)
+	require.False(t, strings.Contains(body, `"ok"`), body)
+}
+
+func portOf(t *testing.T, addr string) uint16 {
+	t.Helper()
+	var port uint16
+	_, err := fmt.Sscanf(addr[strings.LastIndex(addr, ":")+1:], "%d", &port)
+	require.NoError(t, err)
+	return port
+}
