@@ -4,6 +4,11 @@ export PATH := /usr/local/go/bin:$(PATH)
 
 .PHONY: test vet bench demo build
 
+# demo: the whole ledger in one process (NATS embedded; PostgreSQL from
+# DATABASE_URL, or a throwaway cluster), playing the two seed stories.
+demo:
+	$(GO) run ./cmd/ledgerctl demo
+
 # test: vet, formatting, then every package with the race detector.
 test: vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

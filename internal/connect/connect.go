@@ -9,8 +9,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -174,9 +176,22 @@ func (o *Options) NATS(log *slog.Logger) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(o.NATSURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("nats %s is not reachable: %w", o.NATSURL, err)
+		return nil, fmt.Errorf("nats %s is not reachable: %w", RedactURLs(o.NATSURL), err)
 	}
 	return nc, nil
+}
+
+// RedactURLs hides the user information (a password, or a token in the
+// user position) of a comma-separated list of URLs.
+func RedactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			u.User = url.User("redacted")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // Logger is the JSON logger of the services, at level (debug, info, warn, error).

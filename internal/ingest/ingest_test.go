@@ -297,3 +297,20 @@ func TestLogCopiesFollowCommitOrderWithinABatch(t *testing.T) {
 	require.Equal(t, "1", log[0].Headers().Get(wire.HeaderVersion), "version 1's copy comes first")
 	require.Equal(t, "2", log[1].Headers().Get(wire.HeaderVersion))
 }
+
+// A publisher that set its own publish expectations (Nats-Expected-Stream)
+// still gets its dead letter: the copy does not inherit them.
+func TestDeadLetterDoesNotInheritPublishExpectations(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, ingest.Config{})
+	rc := e.receipts("worker-a")
+	ev := event{id: newID(), partition: 2, task: "t", holder: "worker-a", generation: 1, version: 1, typ: "x", payload: `{}`}
+	_, err := e.js.PublishMsg(context.Background(), e.msg(ev), jetstream.WithExpectStream(wire.StreamIn))
+	require.NoError(t, err)
+	r := receiptFor(t, rc, ev.id)
+	require.Equal(t, wire.VerdictStale, r.Verdict)
+	require.Equal(t, wire.ReasonNoLease, r.Reason)
+	dlq := e.streamMsgs(wire.StreamDLQ, "")
+	require.Len(t, dlq, 1)
+	require.Empty(t, dlq[0].Headers().Get("Nats-Expected-Stream"))
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -314,6 +315,12 @@ func (s *Service) deadLetter(in *inbound) *nats.Msg {
 	}
 	m := nats.NewMsg(subject)
 	for k, vs := range in.msg.Headers() {
+		// A publisher's expectations (Nats-Expected-Stream: LEDGER_IN, ...)
+		// were about its own publish; carried over, they would make the
+		// dead letter's publish fail for ever.
+		if strings.HasPrefix(k, "Nats-Expected-") {
+			continue
+		}
 		for _, v := range vs {
 			m.Header.Add(k, v)
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,11 +22,6 @@ const (
 	// that sees all running nodes.
 	clusterReadyTimeout = 30 * time.Second
 
-	// clusterStartAttempts is how often StartCluster retries with new route
-	// ports when one of the reserved ports was taken before the server bound
-	// it.
-	clusterStartAttempts = 5
-
 	// globalAccount is the account clients use when no accounts are
 	// configured (also with WithUserPassword).
 	globalAccount = server.DEFAULT_GLOBAL_ACCOUNT
@@ -37,27 +31,31 @@ const (
 type Cluster struct {
 	// Servers holds the nodes, index 0..n-1. Restart replaces an entry, so
 	// do not read it concurrently with Restart. A node stopped with
-	// Shutdown stays in the slice (not Running()).
+	// Shutdown or Kill stays in the slice (Running() is false).
 	Servers []*server.Server
 
 	cfg  *config
 	name string
 
-	life sync.Mutex // serialises Shutdown, Restart and cleanup
+	life sync.Mutex // serialises Shutdown, Kill, Restart and cleanup
 
 	mu      sync.Mutex
 	opts    []*server.Options // per node, with client and route ports pinned
 	logs    []*tbLogger
 	urls    []string
-	stopped bool // final cleanup ran
+	proxies []*routeProxy // per node, in front of its route port
+	killed  idSet         // server IDs of nodes stopped with Kill
+	stopped bool          // final cleanup ran
 }
 
 // StartCluster starts an n-node JetStream cluster (use n = 3 for R3 streams)
 // and waits until it has a JetStream meta leader that sees every node. Each
-// node listens for clients on a random port of 127.0.0.1, for routes on a
-// free port of 127.0.0.1 found by the package, and stores JetStream data in
-// its own directory under t.TempDir(). All nodes are shut down when t ends.
-// opts apply to every node.
+// node listens on 127.0.0.1 on a random free client port and a random free
+// route port (see freePorts), lists every node's route port (so the
+// cluster forms a full mesh and JetStream expects n peers), has a distinct
+// server name and stores JetStream data in its own directory under
+// t.TempDir(). All nodes are shut down when t ends. opts apply to every
+// node.
 func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	if n < 2 {
@@ -77,9 +75,9 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 			break
 		}
 		c.stopAll()
-		if errors.Is(err, errAddrInUse) && attempt < clusterStartAttempts {
-			// Another process took one of the reserved route ports
-			// between reservation and bind: pick new ports.
+		if errors.Is(err, errAddrInUse) && attempt < startAttempts {
+			// Another process took one of the ports between the check
+			// and the bind: pick new ports.
 			t.Logf("natstest: %v; retrying with new ports", err)
 			continue
 		}
@@ -89,20 +87,36 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	return c
 }
 
-// tryStart starts every node once, on freshly reserved route ports, with
+// tryStart starts every node once, on fresh client and route ports, with
 // store directories under dir.
 func (c *Cluster) tryStart(t testing.TB, n int, dir string) error {
-	ports, err := reservePorts(n)
+	ports, err := freePorts(3 * n)
 	if err != nil {
 		return err
 	}
+	clientPorts, routePorts, proxyPorts := ports[:n], ports[n:2*n], ports[2*n:]
+
+	// Route traffic goes through proxies (see proxy.go) so Kill can cut a
+	// node off without it handing over its leaderships.
+	proxies := make([]*routeProxy, 0, n)
+	c.mu.Lock()
+	c.proxies = proxies
+	c.mu.Unlock()
 	routes := make([]string, n)
-	for i, p := range ports {
-		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", p)
+	for i := range n {
+		p, err := newRouteProxy(proxyPorts[i], routePorts[i], &c.killed)
+		if err != nil {
+			return err
+		}
+		proxies = append(proxies, p)
+		c.mu.Lock()
+		c.proxies = proxies
+		c.mu.Unlock()
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", proxyPorts[i])
 	}
-	// Every node lists every route, itself included (the server ignores
-	// its own route). The number of routes also tells JetStream how many
-	// peers to expect in the meta group.
+	// Every node lists every node's route (proxy), itself included (the
+	// server ignores its own route). The number of routes also tells
+	// JetStream how many peers to expect in the meta group.
 	routeURLs := server.RoutesFromStr(strings.Join(routes, ","))
 
 	opts := make([]*server.Options, n)
@@ -115,16 +129,20 @@ func (c *Cluster) tryStart(t testing.TB, n int, dir string) error {
 		if err := os.MkdirAll(storeDir, 0o700); err != nil {
 			return fmt.Errorf("natstest: creating store dir: %w", err)
 		}
-		o := baseOptions(name, storeDir)
-		o.Cluster = server.ClusterOpts{
-			Name: c.name,
-			Host: "127.0.0.1",
-			Port: ports[i],
-		}
+		o := newOptions(c.cfg, name, storeDir)
+		// Fixed ports: Restart comes back on the same ones.
+		o.Port = clientPorts[i]
+		o.Cluster.Name = c.name
+		o.Cluster.Host = "127.0.0.1"
+		o.Cluster.Port = routePorts[i]
+		// Tell the other nodes to reach this one through its proxy. As
+		// the advertised address is a configured route, gossip never
+		// makes them open a direct (unproxied) route.
+		o.Cluster.Advertise = fmt.Sprintf("127.0.0.1:%d", proxyPorts[i])
 		o.Routes = routeURLs
-		c.cfg.apply(o)
 		opts[i] = o
 		logs[i] = newLogger(t, c.cfg.logging, fmt.Sprintf("[n%d] ", i+1))
+		urls[i] = clientURL(o.Port)
 	}
 
 	// Publish what we have so far so a failure below is cleaned up.
@@ -137,39 +155,11 @@ func (c *Cluster) tryStart(t testing.TB, n int, dir string) error {
 		if err != nil {
 			return err
 		}
-		port, err := clientPort(srv)
-		if err != nil {
-			stopServer(srv)
-			return err
-		}
-		opts[i].Port = port // Restart comes back on the same client port.
 		c.mu.Lock()
-		srvs[i], urls[i] = srv, clientURL(port)
+		srvs[i] = srv
 		c.mu.Unlock()
 	}
 	return nil
-}
-
-// reservePorts finds n distinct free TCP ports on 127.0.0.1 by listening on
-// port 0 and closing the listeners again. Another process can take a port
-// before the server binds it; StartCluster detects that and retries.
-func reservePorts(n int) ([]int, error) {
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("natstest: reserving a route port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func randomID() string {
@@ -237,10 +227,11 @@ func (c *Cluster) JetStream(t testing.TB) jetstream.JetStream {
 	return newJetStream(t, c.Conn(t))
 }
 
-// Shutdown stops node i abruptly, without handing over its raft
-// leaderships first (as in a crash, the other nodes elect new leaders after
-// their election timeout of several seconds). Its data stays on disk for
-// Restart. Stopping a stopped node does nothing.
+// Shutdown stops node i the way nats-server stops on SIGTERM or SIGINT:
+// gracefully, first handing its raft leaderships (meta, streams, consumers)
+// over to other nodes, so the cluster fails over almost at once. Its data
+// stays on disk for Restart. Use Kill for a crash. Stopping a stopped node
+// does nothing.
 func (c *Cluster) Shutdown(i int) {
 	c.life.Lock()
 	defer c.life.Unlock()
@@ -250,22 +241,51 @@ func (c *Cluster) Shutdown(i int) {
 	stopServer(srv)
 }
 
-// Restart stops node i if it is running, starts it again with the same
-// name, ports and store directory, and waits until it has rejoined the
-// cluster (see WaitReady). Streams it holds catch up from the other nodes
-// afterwards; use WaitStreamCurrent to wait for that.
+// Kill stops node i as if its process crashed: all its route connections
+// are cut first, so the other nodes get no leadership hand-over and only
+// elect new leaders for what it led after their raft election timeout (4-9s
+// in nats-server). Its clients are disconnected. Writes it had not
+// replicated to a quorum are not acknowledged. Its data stays on disk for
+// Restart (the in-process server still flushes its files on the way down,
+// so a lost OS page cache is not simulated). Killing a stopped node does
+// nothing.
+func (c *Cluster) Kill(i int) {
+	c.life.Lock()
+	defer c.life.Unlock()
+	c.mu.Lock()
+	srv, proxies := c.Servers[i], c.proxies
+	c.mu.Unlock()
+	if srv == nil || !srv.Running() {
+		return
+	}
+	id := srv.ID()
+	c.killed.add(id)
+	proxies[i].setDown(true)
+	for j, p := range proxies {
+		if j != i {
+			p.dropFrom(id)
+		}
+	}
+	stopServer(srv)
+}
+
+// Restart stops node i if it is running (gracefully, see Shutdown), starts
+// it again with the same name, ports and store directory, and waits until
+// it has rejoined the cluster (see WaitReady). Streams it holds catch up
+// from the other nodes afterwards; use WaitStreamCurrent to wait for that.
 func (c *Cluster) Restart(t testing.TB, i int) {
 	t.Helper()
 	c.life.Lock()
 	c.mu.Lock()
-	stopped, old, opts, log := c.stopped, c.Servers[i], c.opts[i], c.logs[i]
+	stopped, old, opts, log, proxy := c.stopped, c.Servers[i], c.opts[i], c.logs[i], c.proxies[i]
 	c.mu.Unlock()
 	if stopped {
 		c.life.Unlock()
 		t.Fatalf("natstest: Restart after the test's cleanup")
 	}
 	stopServer(old)
-	srv, err := startServer(opts, log, readyTimeout)
+	proxy.setDown(false)
+	srv, err := restartServer(opts, log)
 	if err != nil {
 		c.life.Unlock()
 		t.Fatal(err)
@@ -400,10 +420,11 @@ func (c *Cluster) recentErrors() string {
 	return strings.Join(parts, " | ")
 }
 
-// stopAll shuts every node down.
+// stopAll shuts every node down, then the route proxies.
 func (c *Cluster) stopAll() {
 	c.mu.Lock()
 	srvs := append([]*server.Server(nil), c.Servers...)
+	proxies := c.proxies
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, s := range srvs {
@@ -416,6 +437,9 @@ func (c *Cluster) stopAll() {
 		}
 	}
 	wg.Wait()
+	for _, p := range proxies {
+		p.close()
+	}
 }
 
 func (c *Cluster) cleanup() {

@@ -63,8 +63,13 @@ func (p *publisher) run(ctx context.Context) {
 // waitAcked waits until the publisher has at least n acks.
 func (p *publisher) waitAcked(t *testing.T, n int, within time.Duration) {
 	t.Helper()
-	require.Eventually(t, func() bool { return p.ackedCount() >= n }, within, 10*time.Millisecond,
-		"publisher stuck at %d acks (want %d); last error: %v", p.ackedCount(), n, p.lastErr())
+	deadline := time.Now().Add(within)
+	for p.ackedCount() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("publisher stuck at %d acks after %s (want %d); last error: %v", p.ackedCount(), within, n, p.lastErr())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (p *publisher) lastErr() error {
@@ -95,10 +100,11 @@ func TestStartCluster(t *testing.T) {
 	}
 }
 
-// testNodeFailure publishes to an R3 stream while node victim(c) is shut
-// down, then checks that every acked message is stored exactly once, reading
-// through a new connection to the surviving nodes only.
-func testNodeFailure(t *testing.T, stream string, victim func(c *natstest.Cluster) int) {
+// testNodeFailure publishes to an R3 stream while node victim(c) is stopped
+// with stop (Shutdown or Kill), then checks that every acked message is
+// stored exactly once, reading through a new connection to the surviving
+// nodes only. Finally the node is restarted and must catch up.
+func testNodeFailure(t *testing.T, stream string, victim func(c *natstest.Cluster) int, stop func(c *natstest.Cluster, i int)) {
 	c := natstest.StartCluster(t, 3)
 	js := c.JetStream(t)
 	createStream(t, js, stream, 3)
@@ -116,27 +122,41 @@ func testNodeFailure(t *testing.T, stream string, victim func(c *natstest.Cluste
 	p.waitAcked(t, 20, 10*time.Second)
 	down := victim(c)
 	require.NotEqual(t, -1, down)
-	c.Shutdown(down)
-	require.False(t, c.Servers[down].Running())
 	beforeFailure := p.ackedCount()
+	stopped := time.Now()
+	stop(c, down)
+	require.False(t, c.Servers[down].Running())
+	p.waitAcked(t, beforeFailure+1, 20*time.Second)
+	t.Logf("first ack %s after stopping n%d", time.Since(stopped).Round(time.Millisecond), down+1)
 
 	// The stream must keep accepting writes with one node gone (after a
 	// new election if the leader went down).
-	p.waitAcked(t, beforeFailure+20, 15*time.Second)
+	p.waitAcked(t, beforeFailure+20, 20*time.Second)
 	cancel()
 	<-done
+	leader := c.StreamLeader(stream)
+	require.NotEqual(t, -1, leader)
+	require.NotEqual(t, down, leader)
 	acked := p.ackedCount()
-	t.Logf("acked %d messages (%d before shutting down n%d), %d publish errors", acked, beforeFailure, down+1, p.errs)
+	t.Logf("acked %d messages (%d before stopping n%d), %d failed publish attempts", acked, beforeFailure, down+1, p.errs)
 
 	// Read back through the surviving nodes only.
 	nc := c.ConnTo(t, c.URLsExcept(down), nats.IgnoreDiscoveredServers())
 	rjs, err := jetstream.New(nc)
 	require.NoError(t, err)
 	var st jetstream.Stream
-	require.Eventually(t, func() bool {
-		st, err = rjs.Stream(context.Background(), stream)
-		return err == nil
-	}, 10*time.Second, 50*time.Millisecond, "stream info via survivors: %v", err)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ictx, icancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err = rjs.Stream(ictx, stream)
+		icancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream info via the surviving nodes: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	got := readAll(t, st)
 
 	p.mu.Lock()
@@ -155,6 +175,8 @@ func testNodeFailure(t *testing.T, stream string, victim func(c *natstest.Cluste
 	require.Equal(t, want, got[:len(want)], "acked messages in publish order")
 
 	// The failed node comes back and catches up.
+	restarted := time.Now()
+	defer func() { t.Logf("restart and catch-up took %s", time.Since(restarted).Round(time.Millisecond)) }()
 	c.Restart(t, down)
 	require.True(t, c.Servers[down].Running())
 	c.WaitStreamCurrent(t, stream)
@@ -164,20 +186,38 @@ func testNodeFailure(t *testing.T, stream string, victim func(c *natstest.Cluste
 	}, 10*time.Second, 25*time.Millisecond, "restarted node did not catch up")
 }
 
-func TestClusterFollowerFailure(t *testing.T) {
-	t.Parallel()
-	testNodeFailure(t, "FOLLOWER", func(c *natstest.Cluster) int {
-		leader := c.StreamLeader("FOLLOWER")
+func followerOf(stream string) func(c *natstest.Cluster) int {
+	return func(c *natstest.Cluster) int {
+		leader := c.StreamLeader(stream)
 		if leader == -1 {
 			return -1
 		}
 		return (leader + 1) % len(c.Servers)
-	})
+	}
 }
 
-func TestClusterStreamLeaderFailure(t *testing.T) {
+func leaderOf(stream string) func(c *natstest.Cluster) int {
+	return func(c *natstest.Cluster) int { return c.StreamLeader(stream) }
+}
+
+func shutdown(c *natstest.Cluster, i int) { c.Shutdown(i) }
+func kill(c *natstest.Cluster, i int)     { c.Kill(i) }
+
+func TestClusterFollowerShutdown(t *testing.T) {
 	t.Parallel()
-	testNodeFailure(t, "LEADER", func(c *natstest.Cluster) int {
-		return c.StreamLeader("LEADER")
-	})
+	testNodeFailure(t, "FOLLOWER", followerOf("FOLLOWER"), shutdown)
+}
+
+func TestClusterStreamLeaderShutdown(t *testing.T) {
+	t.Parallel()
+	testNodeFailure(t, "LEADER", leaderOf("LEADER"), shutdown)
+}
+
+// A crashed stream leader: no hand-over, the survivors must elect a new
+// leader on their own (this takes the raft election timeout, 4-9s).
+func TestClusterStreamLeaderKill(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	testNodeFailure(t, "CRASH", leaderOf("CRASH"), kill)
+	t.Logf("took %s", time.Since(start).Round(time.Millisecond))
 }

@@ -1,23 +1,27 @@
-// Package natstest runs real, in-process NATS JetStream servers for tests.
+// Package natstest runs real, in-process NATS JetStream servers for tests:
+// no mocks.
 //
-// Every server listens on 127.0.0.1 with a kernel-chosen client port and keeps
-// its JetStream data in a directory under t.TempDir(), so tests never touch a
-// NATS server that happens to run on the machine (for example on the default
-// port 4222) and never share state with each other. Servers are shut down
-// automatically when the test ends.
+// Every server listens on 127.0.0.1 on a random free port (see ports.go for
+// how it is chosen) and keeps its JetStream data in a directory under
+// t.TempDir(), so tests never touch a NATS server that happens to run on the
+// machine (for example on the default port 4222) and never share state with
+// each other. Servers are shut down when the test ends. Everything is safe
+// for parallel tests.
 //
-//	srv := natstest.Start(t)
+//	srv := natstest.Start(t)            // standalone server
 //	js := srv.JetStream(t)
+//	srv.Restart(t)                      // same port and data
 //
-//	c := natstest.StartCluster(t, 3)
+//	c := natstest.StartCluster(t, 3)    // 3-node JetStream cluster
 //	js := c.JetStream(t)
+//	i := c.StreamLeader("EVENTS")
+//	c.Kill(i)                           // crash a node (or c.Shutdown(i))
+//	c.Restart(t, i)
 package natstest
 
 import (
 	"errors"
 	"fmt"
-	"net"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +36,14 @@ const (
 	// readyTimeout bounds how long a single server may take to open its
 	// listeners after Start.
 	readyTimeout = 10 * time.Second
+
+	// startAttempts is how often Start and StartCluster try new ports when
+	// a port was taken between the check and the server's bind.
+	startAttempts = 5
+
+	// rebindTimeout is how long Restart keeps retrying while its port is
+	// (transiently) in use.
+	rebindTimeout = 3 * time.Second
 
 	// Default JetStream limits. They are explicit so that the server does not
 	// size them from the machine's free memory and disk.
@@ -110,10 +122,12 @@ func WithUserPassword(user, password string) Option {
 	}
 }
 
-// WithOptions lets a test change any server option not covered by the other
-// Options, e.g. JetStreamMaxStore. It runs after all defaults are set, for
-// every start and restart of every server. Changing Host, Port, StoreDir,
-// ServerName, Cluster or Routes breaks the guarantees of this package.
+// WithOptions lets a test change server options not covered by the other
+// Options, e.g. JetStreamMaxStore (default 1 GiB) or JetStreamMaxMemory
+// (default 256 MiB). fn runs once per server, after the defaults. The
+// package still sets ServerName, Host, Port, NoSigs, JetStream and
+// StoreDir, and for cluster nodes Cluster.Name, Cluster.Host, Cluster.Port
+// and Routes, overriding fn.
 func WithOptions(fn func(*server.Options)) Option {
 	return func(c *config) {
 		if fn != nil {
@@ -122,19 +136,22 @@ func WithOptions(fn func(*server.Options)) Option {
 	}
 }
 
-// baseOptions returns the options shared by every server of this package.
-func baseOptions(name, storeDir string) *server.Options {
-	return &server.Options{
-		ServerName:         name,
-		Host:               "127.0.0.1",
-		Port:               server.RANDOM_PORT,
-		NoSigs:             true,
+// newOptions returns the options for a server: package defaults, then the
+// configured Options, then the fields this package owns. The caller sets
+// Port (and for cluster nodes the cluster fields and Routes).
+func newOptions(cfg *config, name, storeDir string) *server.Options {
+	o := &server.Options{
 		NoLog:              true,
-		JetStream:          true,
-		StoreDir:           storeDir,
 		JetStreamMaxMemory: defaultMaxMemory,
 		JetStreamMaxStore:  defaultMaxStore,
 	}
+	cfg.apply(o)
+	o.ServerName = name
+	o.Host = "127.0.0.1"
+	o.NoSigs = true
+	o.JetStream = true
+	o.StoreDir = storeDir
+	return o
 }
 
 // errAddrInUse reports that a listener could not bind its port.
@@ -159,8 +176,6 @@ func startServer(o *server.Options, log *tbLogger, timeout time.Duration) (*serv
 			stopServer(srv)
 			err := fmt.Errorf("natstest: server %q failed to start: %s", o.ServerName, msg)
 			if strings.Contains(msg, "address already in use") {
-				out, _ := exec.Command("sh", "-c", fmt.Sprintf("ss -tanp | grep -E \":(%d|%d) \"", o.Port, o.Cluster.Port)).CombinedOutput()
-				fmt.Printf("DEBUG ss for %d:\n%s\n", o.Port, out)
 				err = fmt.Errorf("%w (%w)", err, errAddrInUse)
 			}
 			return nil, err
@@ -176,21 +191,25 @@ func startServer(o *server.Options, log *tbLogger, timeout time.Duration) (*serv
 	}
 }
 
+// restartServer is startServer for a server that ran on the same ports
+// before: it retries for a short while if a port is still in use.
+func restartServer(o *server.Options, log *tbLogger) (*server.Server, error) {
+	deadline := time.Now().Add(rebindTimeout)
+	for {
+		srv, err := startServer(o, log, readyTimeout)
+		if err == nil || !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
+			return srv, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func stopServer(srv *server.Server) {
 	if srv == nil {
 		return
 	}
 	srv.Shutdown()
 	srv.WaitForShutdown()
-}
-
-// clientPort returns the port srv accepts clients on.
-func clientPort(srv *server.Server) (int, error) {
-	addr, ok := srv.Addr().(*net.TCPAddr)
-	if !ok || addr == nil || addr.Port <= 0 {
-		return 0, fmt.Errorf("natstest: server %q has no client listener", srv.Name())
-	}
-	return addr.Port, nil
 }
 
 func clientURL(port int) string {
@@ -236,34 +255,42 @@ type Server struct {
 	stopped bool         // final cleanup ran
 }
 
-// Start starts a standalone JetStream server on 127.0.0.1 with a random
-// client port and a store directory under t.TempDir(), waits until it accepts
-// connections and registers its shutdown with t.Cleanup. It fails the test
-// if the server cannot be started.
+// Start starts a standalone JetStream server on 127.0.0.1, on a random free
+// client port (see freePorts for how it is chosen) and with a store
+// directory under t.TempDir(), waits until it accepts connections and
+// registers its shutdown with t.Cleanup. It fails the test if the server
+// cannot be started.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	cfg := newConfig(opts)
-	o := baseOptions("natstest", t.TempDir())
-	cfg.apply(o)
+	// t.TempDir registers its removal on first use; do that before our own
+	// cleanup is registered, so the server stops before its data is removed
+	// (cleanups run last-in first-out).
+	o := newOptions(cfg, "natstest", t.TempDir())
 
 	s := &Server{cfg: cfg, log: newLogger(t, cfg.logging, "")}
 	t.Cleanup(s.cleanup)
 
-	srv, err := startServer(o, s.log, readyTimeout)
-	if err != nil {
-		t.Fatal(err)
+	var srv *server.Server
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Restarts come back on this port, so URL() stays valid and open
+		// connections reconnect.
+		o.Port = ports[0]
+		srv, err = startServer(o, s.log, readyTimeout)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errAddrInUse) || attempt == startAttempts {
+			t.Fatal(err)
+		}
 	}
-	port, err := clientPort(srv)
-	if err != nil {
-		stopServer(srv)
-		t.Fatal(err)
-	}
-	// Restarts must come back on the same port so that URL() stays valid
-	// and open connections can reconnect.
-	o.Port = port
 
 	s.mu.Lock()
-	s.opts, s.srv, s.url = o, srv, clientURL(port)
+	s.opts, s.srv, s.url = o, srv, clientURL(o.Port)
 	s.mu.Unlock()
 	return s
 }
@@ -349,7 +376,7 @@ func (s *Server) Restart(t testing.TB) {
 	}
 
 	stopServer(old)
-	srv, err := startServer(opts, s.log, readyTimeout)
+	srv, err := restartServer(opts, s.log)
 	if err != nil {
 		t.Fatal(err)
 	}

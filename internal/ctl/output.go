@@ -1,0 +1,90 @@
+package ctl
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// table writes aligned columns; call flush at the end.
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+	t.row(anySlice(header)...)
+	return t
+}
+
+func anySlice(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func (t *table) row(cols ...any) {
+	for i, c := range cols {
+		if i > 0 {
+			_, _ = io.WriteString(t.tw, "\t")
+		}
+		// A tab or newline inside a value would break the columns.
+		_, _ = io.WriteString(t.tw, strings.NewReplacer("\t", " ", "\n", " ").Replace(fmt.Sprint(c)))
+	}
+	_, _ = io.WriteString(t.tw, "\n")
+}
+
+func (t *table) flush() error { return t.tw.Flush() }
+
+// writeJSON writes v as one line of JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// compactJSON returns b as compact JSON text; an empty body is null (as the
+// contract reads it) and a body that is not JSON is returned quoted.
+func compactJSON(b []byte) string {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return "null"
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		q, _ := json.Marshal(string(b))
+		return string(q)
+	}
+	return buf.String()
+}
+
+// rawJSON is b for embedding in JSON output: as is when it is JSON, null
+// when empty, and otherwise ok is false.
+func rawJSON(b []byte) (json.RawMessage, bool) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return json.RawMessage("null"), true
+	}
+	if !json.Valid(b) {
+		return nil, false
+	}
+	return json.RawMessage(compactJSON(b)), true
+}
+
+// formatTime is the time format of the tables: UTC, milliseconds.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// orDash shows an empty value as "-".
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,44 @@
+package ctl
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Every statement of the package, in one place. They only read; values are
+// always parameters. Times left are computed by the database clock, the one
+// that decides expiry.
+const (
+	// sqlLeases lists the leases, all of them or the one of partition $1.
+	sqlLeases = `
+WITH now AS (SELECT clock_timestamp() AS t)
+SELECT l.partition, l.holder, l.generation, l.expires_at, l.ttl_ms,
+       l.expires_at > now.t AS valid,
+       floor(extract(epoch FROM l.expires_at - now.t) * 1000)::bigint AS time_left_ms
+FROM ledger.leases l CROSS JOIN now
+WHERE $1::int IS NULL OR l.partition = $1
+ORDER BY l.partition`
+
+	// sqlTaskEvents is a task's committed events in version order.
+	sqlTaskEvents = `
+SELECT seq, event_id, partition, version, type, holder, generation, committed_at, payload::text
+FROM ledger.events WHERE task_id = $1 ORDER BY version`
+
+	// sqlTaskRejections is a task's stale, conflicting and gap-timed-out
+	// events, in the order they were rejected.
+	sqlTaskRejections = `
+SELECT id, event_id, partition, version, holder, generation, verdict, reason,
+       coalesce(current_generation, 0), rejected_at
+FROM ledger.rejections WHERE task_id = $1 ORDER BY id`
+)
+
+// schemaHint explains an error from a database without the ledger schema.
+func schemaHint(what string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+		return fmt.Errorf("%s: the ledger schema is missing (run 'ledgerctl migrate'): %w", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
