@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
@@ -57,4 +60,20 @@ func TestRebuildCommandProjectsTheDatabase(t *testing.T) {
 	require.NoError(t, err, "the projector's consumer was recreated for the projectors to resume from")
 
 	require.Equal(t, 2, run(t, "rebuild", "-partitions", "99").code, "a bad partition set is a usage error")
+}
+
+// demo -external plays the stories against services that already run.
+func TestDemoExternalUsesTheRunningLedger(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t).withIngest(ingest.Config{})
+	p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(t), Pool: e.db.Pool, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	t.Cleanup(p.Stop)
+
+	r := e.run("demo", "-external").ok(t)
+	require.Contains(t, r.stdout, "using the running ledger")
+	require.NotContains(t, r.stdout, "embedded")
+	require.Contains(t, r.stdout, "stale/superseded")
+	require.Equal(t, 2, run(t, "demo", "-external", "-database-url", "").code, "-external without a database is a usage error")
 }

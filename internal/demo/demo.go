@@ -40,6 +40,11 @@ type Options struct {
 	Out io.Writer
 	// Logger receives the services' logs; default discards them.
 	Logger *slog.Logger
+	// External plays the stories against a ledger that is already running
+	// (DatabaseURL and NATS required) instead of starting one.
+	External bool
+	// NATS connects to the running ledger's NATS servers, for External.
+	NATS func() (*nats.Conn, error)
 }
 
 // Summary counts the verdicts the demo's events received.
@@ -77,6 +82,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	fmt.Fprintf(r.out, "ledger demo (run %s)\n\n", r.id)
 
 	s, err := localstack.Start(ctx, localstack.Options{DatabaseURL: o.DatabaseURL, Logger: o.Logger,
+		External: o.External, NATS: o.NATS,
 		Say: func(format string, args ...any) { r.say("setup", format, args...) }})
 	if err != nil {
 		return Summary{}, err

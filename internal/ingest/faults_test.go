@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -111,13 +112,20 @@ func TestClusterNodeLossLosesNoAcknowledgedEvent(t *testing.T) {
 	e.js, err = jetstream.New(nc)
 	require.NoError(t, err)
 	cl.WaitStreamCurrent(t, wire.StreamIn)
+	// The lease service's subscriptions reach the other nodes over the
+	// routes a moment after Start; until then a request there has no
+	// responders.
+	require.Eventually(t, func() bool {
+		_, err := nc.Request(e.subj.LeaseGet(), []byte(`{"partition":2}`), time.Second)
+		return !errors.Is(err, nats.ErrNoResponders)
+	}, 10*time.Second, 20*time.Millisecond)
 	l := e.acquire(2, "worker-a", 120000)
 
 	victim := cl.StreamLeader(wire.StreamIn)
 	var acked []string
 	for v := int64(1); v <= 120; v++ {
 		if v == 40 {
-			cl.Shutdown(victim) // the stream leader dies mid-flow
+			cl.Kill(victim) // the stream leader crashes mid-flow, with no hand-over
 		}
 		ev := event{id: newID(), partition: 2, task: "cluster", holder: "worker-a", generation: l.Generation, version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
 		// A publisher retries a failed publish with the same event id until

@@ -32,6 +32,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Say receives one line per setup step; default discards them.
 	Say func(format string, args ...any)
+	// External uses a ledger that is already running: PostgreSQL at
+	// DatabaseURL (required) and NATS through NATS (required), with the
+	// ingest and the projector running elsewhere. Nothing is started.
+	External bool
+	// NATS connects to the external NATS servers.
+	NATS func() (*nats.Conn, error)
 	// Ingest and Projector configure the services (zero: defaults, with a
 	// 1 s gap timeout for the projector).
 	Ingest    ingest.Config
@@ -69,6 +75,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	if o.Projector.Engine.GapTimeout == 0 {
 		o.Projector.Engine.GapTimeout = time.Second
+	}
+	if o.External {
+		return startExternal(ctx, o, say)
 	}
 	s := &Stack{}
 	ok := false
@@ -177,4 +186,35 @@ func short(err error) string {
 		msg = msg[:120] + "…"
 	}
 	return msg
+}
+
+// startExternal connects to a ledger that runs elsewhere.
+func startExternal(ctx context.Context, o Options, say func(string, ...any)) (*Stack, error) {
+	if o.DatabaseURL == "" || o.NATS == nil {
+		return nil, errors.New("an external ledger needs DATABASE_URL and NATS_URL")
+	}
+	s := &Stack{}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(pctx, o.DatabaseURL)
+	if err == nil {
+		err = pool.Ping(pctx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		return nil, fmt.Errorf("database is not reachable: %w", err)
+	}
+	s.Pool = pool
+	s.stops = append(s.stops, pool.Close)
+	nc, err := o.NATS()
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.NC = nc
+	s.stops = append(s.stops, nc.Close)
+	say("using the running ledger at %s (ingest and projector run elsewhere)", nc.ConnectedUrlRedacted())
+	return s, nil
 }

@@ -1,0 +1,19 @@
+// Package deploytest checks the deployment files against the code they
+// configure. It holds only tests:
+//
+//   - Dockerfile and docker-compose.yml: every service runs a binary the image
+//     builds, with flags and environment variables that binary documents in
+//     its -h output; JetStream, monitoring, ports, healthchecks and start
+//     order are as docs/operations.md describes.
+//   - migrations/00002_roles.sql and deploy/postgres/roles.sql: the group
+//     roles allow what each service does, through the real fence.Store, and
+//     nothing that rewrites history (DELETE, TRUNCATE, UPDATE of events).
+//   - deploy/nats: the authorization in auth.conf lets each component do its
+//     part of the contract and no more, proven on an embedded server with
+//     the real ingest service and worker SDK; the cluster files are valid.
+//
+// Nothing here needs Docker or a network: PostgreSQL comes from
+// internal/dbtest and NATS from internal/natstest. If the docker compose
+// plugin is installed, the compose file is also checked with
+// `docker compose config`.
+package deploytest
