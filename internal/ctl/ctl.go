@@ -40,6 +40,7 @@ var commands = map[string]Command{
 	"tail":    {Tail, "[-since-seq N | -new] [-n N]", "follow the committed log (LEDGER_LOG)"},
 	"version": {Version, "", "print the version of ledgerctl"},
 	"demo":    {Demo, "", "run the whole ledger in-process and play the two seed stories"},
+	"bench":   {Bench, "[-events N] [-rate N]", "benchmark report: baselines, fence, pipeline, latency"},
 	"rebuild": {Rebuild, "[-partitions SET]", "replay the PostgreSQL log into fresh projections (stop the projectors first)"},
 }
 

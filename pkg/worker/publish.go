@@ -116,10 +116,9 @@ func (l *Lease) publish(ctx context.Context, task, typ string, payload []byte) (
 	l.mu.Unlock()
 
 	p.msg = l.message(p, typ, payload)
-	var paf jetstream.PubAckFuture
 	err := ErrClosed
 	if l.c.register(p) {
-		paf, err = l.c.js.PublishMsgAsync(p.msg)
+		_, err = l.c.js.PublishMsgAsync(p.msg)
 	}
 	if err != nil {
 		l.c.unregister(p)
@@ -132,7 +131,6 @@ func (l *Lease) publish(ctx context.Context, task, typ string, payload []byte) (
 		l.mu.Unlock()
 		return nil, fmt.Errorf("worker: publish event of task %s: %w", task, err)
 	}
-	go l.c.watchAck(p, paf)
 	return p, nil
 }
 
@@ -323,58 +321,67 @@ func (p *Pending) setAck(ack *jetstream.PubAck, err error) {
 	close(p.acked)
 }
 
-// watchAck waits for an event's publish ack and publishes it again (same
-// id, so JetStream and the ledger deduplicate it) after a failed attempt,
-// for as long as the lease lasts and no receipt has come. It never sends
-// after the lease ended: a lost lease publishes nothing more.
-func (c *Client) watchAck(p *Pending, paf jetstream.PubAckFuture) {
-	defer c.wg.Done()
+// republish publishes an event again after a failed attempt (same id, so
+// JetStream and the ledger deduplicate it), for as long as the lease lasts
+// and no receipt has come. It never sends after the lease ended: a lost
+// lease publishes nothing more. It holds the event's place in c.wg until
+// the event is back in c.acking or given up.
+func (c *Client) republish(p *Pending, err error) {
 	backoff := 50 * time.Millisecond
 	for {
-		var err error
-		select {
-		case ack := <-paf.Ok():
-			p.setAck(ack, nil)
-			return
-		case err = <-paf.Err():
-		case <-c.closedCh:
-			p.setAck(nil, ErrClosed)
+		if isClosed(p.done) {
+			p.setAck(nil, nil) // the receipt came: the ack no longer matters
+			c.wg.Done()
 			return
 		}
-		for {
-			select {
-			case <-p.done:
-				p.setAck(nil, nil)
-				return
-			default:
-			}
-			if p.lease.ctx.Err() != nil {
-				p.setAck(nil, fmt.Errorf("worker: event %s not acknowledged (%w), and not sent again after the lease ended: %w",
-					p.id, err, context.Cause(p.lease.ctx)))
-				return
-			}
-			c.log.Debug("publish not acknowledged; sending again", slog.String("event_id", p.id),
-				slog.String("error", err.Error()))
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-p.done:
-			case <-p.lease.ctx.Done():
-			case <-c.closedCh:
-				t.Stop()
-				p.setAck(nil, ErrClosed)
-				return
-			}
+		if p.lease.ctx.Err() != nil {
+			p.setAck(nil, fmt.Errorf("worker: event %s not acknowledged (%w), and not sent again after the lease ended: %w",
+				p.id, err, context.Cause(p.lease.ctx)))
+			c.wg.Done()
+			return
+		}
+		c.log.Debug("publish not acknowledged; sending again", slog.String("event_id", p.id), slog.String("error", err.Error()))
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-p.done:
+		case <-p.lease.ctx.Done():
+		case <-c.closedCh:
 			t.Stop()
-			backoff = min(2*backoff, time.Second)
-			if p.lease.ctx.Err() != nil || isClosed(p.done) {
-				continue // decided at the top of the loop
-			}
-			if paf, err = c.js.PublishMsgAsync(p.msg); err == nil {
-				break
-			}
+			p.setAck(nil, ErrClosed)
+			c.wg.Done()
+			return
+		}
+		t.Stop()
+		backoff = min(2*backoff, time.Second)
+		if p.lease.ctx.Err() != nil || isClosed(p.done) {
+			continue // decided at the top of the loop
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			p.setAck(nil, ErrClosed)
+			c.wg.Done()
+			return
+		}
+		c.acking[p.id] = p
+		c.mu.Unlock()
+		if _, err = c.js.PublishMsgAsync(p.msg); err == nil {
+			return // the callbacks take it from here
+		}
+		if c.takeAckingID(p.id) == nil {
+			return // resolved meanwhile by a callback
 		}
 	}
+}
+
+// takeAckingID removes an event from c.acking by id.
+func (c *Client) takeAckingID(id string) *Pending {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.acking[id]
+	delete(c.acking, id)
+	return p
 }
 
 func isClosed(ch <-chan struct{}) bool {

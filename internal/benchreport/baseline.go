@@ -1,0 +1,262 @@
+package benchreport
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowness/ledger/pkg/fence"
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// The baselines' SQL. They write to a scratch schema, ledger_bench, whose
+// events table mirrors ledger.events (same columns, primary key and unique
+// keys) and whose leases table holds one valid lease per partition.
+var (
+	sqlBenchSchema = []string{
+		`DROP SCHEMA IF EXISTS ledger_bench CASCADE`,
+		`CREATE SCHEMA ledger_bench`,
+		`CREATE TABLE ledger_bench.leases (
+    partition  integer     PRIMARY KEY,
+    holder     text        NOT NULL,
+    generation bigint      NOT NULL,
+    expires_at timestamptz NOT NULL
+)`,
+		`CREATE TABLE ledger_bench.events (
+    seq          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_id     text        NOT NULL,
+    partition    integer     NOT NULL,
+    task_id      text        NOT NULL,
+    version      bigint      NOT NULL CHECK (version >= 1),
+    type         text        NOT NULL,
+    payload      jsonb       NOT NULL,
+    holder       text        NOT NULL,
+    generation   bigint      NOT NULL CHECK (generation >= 1),
+    committed_at timestamptz NOT NULL,
+    CONSTRAINT events_event_id_key UNIQUE (event_id),
+    CONSTRAINT events_task_version_key UNIQUE (task_id, version)
+)`,
+	}
+	sqlBenchLeases = `
+INSERT INTO ledger_bench.leases (partition, holder, generation, expires_at)
+SELECT p, $1, 1, clock_timestamp() + interval '1 hour' FROM generate_series(0, $2::int - 1) AS p`
+	sqlBenchTruncate = `TRUNCATE ledger_bench.events RESTART IDENTITY`
+	sqlBenchDrop     = `DROP SCHEMA IF EXISTS ledger_bench CASCADE`
+
+	// sqlPerEventInsert is the fence predicate on one event: the row is
+	// inserted only if the partition's lease shows the event's holder and
+	// generation and has not expired by the database clock.
+	sqlPerEventInsert = `
+INSERT INTO ledger_bench.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
+SELECT $1::text, $2::int, $3::text, $4::bigint, $5::text, $6::jsonb, $7::text, $8::bigint, clock_timestamp()
+FROM ledger_bench.leases l
+WHERE l.partition = $2::int AND l.holder = $7::text AND l.generation = $8::bigint AND l.expires_at > clock_timestamp()`
+
+	// sqlSetInsert is the same predicate on a whole batch, joined from
+	// unnest arrays: the bare minimum a fenced append must do.
+	sqlSetInsert = `
+INSERT INTO ledger_bench.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
+SELECT i.event_id, i.partition, i.task_id, i.version, i.type, i.payload::jsonb, i.holder, i.generation, clock_timestamp()
+FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[])
+     AS i(event_id, partition, task_id, version, type, payload, holder, generation)
+JOIN ledger_bench.leases l ON l.partition = i.partition
+WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > clock_timestamp()`
+
+	copyColumns = []string{"event_id", "partition", "task_id", "version", "type", "payload", "holder", "generation", "committed_at"}
+)
+
+// baselineHolder holds every lease of ledger_bench.leases, at generation 1.
+const baselineHolder = "bench"
+
+// baselines measures the raw inserts into ledger_bench and fence.Append
+// into the ledger's own schema, each on one connection, batch after batch.
+type baselines struct {
+	pool *pgxpool.Pool
+	o    Options
+	id   string
+	prog *progress
+}
+
+// run fills the four baseline rows of r.
+func (b *baselines) run(ctx context.Context, r *Report) error {
+	for _, q := range sqlBenchSchema {
+		if _, err := b.pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("benchreport: create schema ledger_bench: %w", err)
+		}
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, _ = b.pool.Exec(ctx, sqlBenchDrop)
+	}()
+	if _, err := b.pool.Exec(ctx, sqlBenchLeases, baselineHolder, partitions); err != nil {
+		return fmt.Errorf("benchreport: lease ledger_bench's partitions: %w", err)
+	}
+	if err := b.raw(ctx, r); err != nil {
+		return err
+	}
+	row, err := b.fenceAppend(ctx)
+	if err != nil {
+		return fmt.Errorf("benchreport: %s: %w", LabelFenceAppend, err)
+	}
+	r.FenceAppend = row
+	return nil
+}
+
+// raw runs the three inserts into ledger_bench, each on the same events
+// and starting from an empty table.
+func (b *baselines) raw(ctx context.Context, r *Report) error {
+	var gens [partitions]int64
+	for p := range gens {
+		gens[p] = 1
+	}
+	events := newLoad("bench-"+b.id+"-raw-", taskCount(b.o.Events)).events(b.o.Events, baselineHolder, gens)
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("benchreport: connect: %w", err)
+	}
+	defer conn.Release()
+	steps := []struct {
+		row   *Row
+		label string
+		n     int
+		do    func(context.Context, *pgx.Conn, []fence.Event, func(int)) error
+	}{
+		{&r.PerEventInsert, LabelPerEventInsert, b.o.perEventEvents(), perEventInsert},
+		{&r.SetInsert, LabelSetInsert, b.o.Events, setInsert},
+		{&r.Copy, LabelCopy, b.o.Events, copyInsert},
+	}
+	for _, s := range steps {
+		if _, err := conn.Exec(ctx, sqlBenchTruncate); err != nil {
+			return fmt.Errorf("benchreport: truncate ledger_bench.events: %w", err)
+		}
+		row, err := b.measure(s.label, s.n, func(done func(int)) error {
+			return s.do(ctx, conn.Conn(), events[:s.n], done)
+		})
+		if err != nil {
+			return fmt.Errorf("benchreport: %s: %w", s.label, err)
+		}
+		*s.row = row
+	}
+	return nil
+}
+
+// measure times do, which reports its progress through done, and shows
+// the progress line meanwhile.
+func (b *baselines) measure(label string, n int, do func(done func(int)) error) (Row, error) {
+	var count atomic.Int64
+	b.prog.begin(label, n, count.Load)
+	defer b.prog.end()
+	start := time.Now()
+	if err := do(func(k int) { count.Add(int64(k)) }); err != nil {
+		return Row{}, err
+	}
+	elapsed := time.Since(start)
+	if got := count.Load(); got != int64(n) {
+		return Row{}, fmt.Errorf("%d of %d events inserted: the fence refused the others", got, n)
+	}
+	return throughputRow(label, n, elapsed), nil
+}
+
+func perEventInsert(ctx context.Context, conn *pgx.Conn, events []fence.Event, done func(int)) error {
+	for _, e := range events {
+		tag, err := conn.Exec(ctx, sqlPerEventInsert, e.ID, e.Partition, e.Task, e.Version, e.Type,
+			string(e.Payload), e.Holder, e.Generation)
+		if err != nil {
+			return err
+		}
+		done(int(tag.RowsAffected()))
+	}
+	return nil
+}
+
+// setBatch is one batch of sqlSetInsert's arrays.
+type setBatch struct {
+	ids, tasks, types, payloads, holders []string
+	parts                                []int32
+	versions, gens                       []int64
+}
+
+func setInsert(ctx context.Context, conn *pgx.Conn, events []fence.Event, done func(int)) error {
+	// Building the arrays is timed, as COPY's rows are: every client pays it.
+	var batches []setBatch
+	for i := 0; i < len(events); i += BatchSize {
+		chunk := events[i:min(i+BatchSize, len(events))]
+		var s setBatch
+		for _, e := range chunk {
+			s.ids, s.tasks, s.types = append(s.ids, e.ID), append(s.tasks, e.Task), append(s.types, e.Type)
+			s.payloads, s.holders = append(s.payloads, string(e.Payload)), append(s.holders, e.Holder)
+			s.parts, s.versions, s.gens = append(s.parts, int32(e.Partition)), append(s.versions, e.Version), append(s.gens, e.Generation)
+		}
+		batches = append(batches, s)
+	}
+	for _, s := range batches {
+		tag, err := conn.Exec(ctx, sqlSetInsert, s.ids, s.parts, s.tasks, s.versions, s.types, s.payloads, s.holders, s.gens)
+		if err != nil {
+			return err
+		}
+		done(int(tag.RowsAffected()))
+	}
+	return nil
+}
+
+func copyInsert(ctx context.Context, conn *pgx.Conn, events []fence.Event, done func(int)) error {
+	for i := 0; i < len(events); i += BatchSize {
+		chunk := events[i:min(i+BatchSize, len(events))]
+		rows := make([][]any, len(chunk))
+		now := time.Now()
+		for k, e := range chunk {
+			rows[k] = []any{e.ID, e.Partition, e.Task, e.Version, e.Type, string(e.Payload), e.Holder, e.Generation, now}
+		}
+		n, err := conn.CopyFrom(ctx, pgx.Identifier{"ledger_bench", "events"}, copyColumns, pgx.CopyFromRows(rows))
+		if err != nil {
+			return err
+		}
+		done(int(n))
+	}
+	return nil
+}
+
+// fenceAppend measures the ledger's own append, every check included,
+// into ledger.events under 16 leases taken for the purpose and released
+// afterwards.
+func (b *baselines) fenceAppend(ctx context.Context) (Row, error) {
+	store, err := fence.New(b.pool, fence.Config{})
+	if err != nil {
+		return Row{}, err
+	}
+	holder := "bench-" + b.id + "-append"
+	var gens [partitions]int64
+	for p := range gens {
+		l, err := store.Acquire(ctx, p, holder, fence.TTLMax)
+		if err != nil {
+			return Row{}, fmt.Errorf("acquire partition %d: %w", p, err)
+		}
+		gens[p] = l.Generation
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = store.Release(ctx, p, holder, l.Generation)
+		}()
+	}
+	events := newLoad("bench-"+b.id+"-append-", taskCount(b.o.Events)).events(b.o.Events, holder, gens)
+	return b.measure(LabelFenceAppend, len(events), func(done func(int)) error {
+		for i := 0; i < len(events); i += BatchSize {
+			res, err := store.Append(ctx, events[i:min(i+BatchSize, len(events))])
+			if err != nil {
+				return err
+			}
+			for _, r := range res {
+				if r.Verdict != wire.VerdictCommitted {
+					return fmt.Errorf("verdict %s/%s: %s", r.Verdict, r.Reason, r.Detail)
+				}
+			}
+			done(len(res))
+		}
+		return nil
+	})
+}
