@@ -91,17 +91,5 @@ func run(args []string) error {
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
-	if *adminAddr != "" {
-		srv, err := admin.Start(*adminAddr, reg, admin.ServiceChecks(pool, nc, svc.CheckConsumer), log)
-		if err != nil {
-			svc.Stop()
-			return fmt.Errorf("admin server: %w", err)
-		}
-		defer srv.Stop()
-		log.Info("admin endpoints", slog.String("addr", srv.Addr()))
-	}
-	<-ctx.Done()
-	log.Info("shutting down: stop fetching, finish the batches in hand")
-	svc.Stop()
-	return nil
+	return admin.ServeUntilDone(ctx, *adminAddr, reg, admin.ServiceChecks(pool, nc, svc.CheckConsumer), svc.Stop, log)
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -85,4 +86,23 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// ServeUntilDone serves the admin endpoints on addr (none when addr is
+// empty) until ctx ends, then calls stop (the service's graceful stop) and
+// shuts the endpoints down. It is the tail of every service's main.
+func ServeUntilDone(ctx context.Context, addr string, reg *prometheus.Registry, checks []Check, stop func(), log *slog.Logger) error {
+	if addr != "" {
+		srv, err := Start(addr, reg, checks, log)
+		if err != nil {
+			stop()
+			return fmt.Errorf("admin server: %w", err)
+		}
+		defer srv.Stop()
+		log.Info("admin endpoints", slog.String("addr", srv.Addr()))
+	}
+	<-ctx.Done()
+	log.Info("shutting down: stop fetching, finish the batches in hand")
+	stop()
+	return nil
 }

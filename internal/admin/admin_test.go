@@ -3,7 +3,6 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -39,13 +37,7 @@ func TestReadyzFollowsThePostgresConnection(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	proxy := faultproxy.Start(t, "127.0.0.1:5432")
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	require.NoError(t, err)
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", portOf(t, proxy.Addr())
-	cfg.ConnConfig.ConnectTimeout = time.Second
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := db.PoolVia(t, proxy.Addr())
 	store, err := fence.New(pool, fence.Config{})
 	require.NoError(t, err)
 	ns := natstest.Start(t)
@@ -102,12 +94,4 @@ func TestReadyzNamesEveryFailedCheck(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, `"broken":"unexpected EOF"`)
 	require.False(t, strings.Contains(body, `"ok"`), body)
-}
-
-func portOf(t *testing.T, addr string) uint16 {
-	t.Helper()
-	var port uint16
-	_, err := fmt.Sscanf(addr[strings.LastIndex(addr, ":")+1:], "%d", &port)
-	require.NoError(t, err)
-	return port
 }

@@ -17,9 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -245,4 +247,31 @@ func redact(url string) string {
 		return "(unparsable URL)"
 	}
 	return fmt.Sprintf("postgres://%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+}
+
+// PoolVia returns a pool on the test's database that connects through addr
+// ("host:port", such as a fault-injecting proxy in front of the server),
+// with a short connect timeout; it is closed when the test ends.
+func (db *DB) PoolVia(t testing.TB, addr string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("dbtest: address %q: %v", addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatalf("dbtest: address %q: %v", addr, err)
+	}
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+	cfg.ConnConfig.ConnectTimeout = time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("dbtest: pool via %s: %v", addr, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }

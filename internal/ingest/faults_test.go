@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -28,13 +26,7 @@ func TestDatabaseOutageDelaysButNeverMisjudges(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	proxy := faultproxy.Start(t, "127.0.0.1:5432")
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	require.NoError(t, err)
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(mustPort(t, proxy.Addr()))
-	cfg.ConnConfig.ConnectTimeout = time.Second
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := db.PoolVia(t, proxy.Addr())
 	store, err := fence.New(pool, fence.Config{})
 	require.NoError(t, err)
 
@@ -162,12 +154,4 @@ func TestClusterNodeLossLosesNoAcknowledgedEvent(t *testing.T) {
 		t.FailNow()
 	}
 	require.Equal(t, len(acked), e.count(`SELECT count(*) FROM ledger.events WHERE event_id = ANY($1)`, acked))
-}
-
-func mustPort(t *testing.T, addr string) int {
-	t.Helper()
-	var port int
-	_, err := fmt.Sscanf(addr[strings.LastIndex(addr, ":")+1:], "%d", &port)
-	require.NoError(t, err)
-	return port
 }
