@@ -77,7 +77,7 @@ func TestReadyzFollowsThePostgresConnection(t *testing.T) {
 
 	code, body = get(t, base+"/metrics")
 	require.Equal(t, http.StatusOK, code)
-	for _, series := range []string{"ledger_ingest_batch_size", "ledger_ingest_batch_seconds", "go_goroutines"} {
+	for _, series := range []string{"ledger_ingest_batch_size", "ledger_ingest_batch_seconds", "ledger_lease_takeovers_total", "go_goroutines"} {
 		require.Contains(t, body, series)
 	}
 }

@@ -169,6 +169,9 @@ func (ls *leaseService) acquire(ctx context.Context, data []byte) (any, error) {
 	}
 	ls.log.Info("lease granted", slog.Int("partition", l.Partition), slog.String("holder", l.Holder),
 		slog.Int64("generation", l.Generation))
+	if l.Generation > 1 {
+		ls.metrics.takeover()
+	}
 	return leaseReply(l, false), nil
 }
 

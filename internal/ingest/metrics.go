@@ -15,6 +15,7 @@ type metrics struct {
 	batchTime prometheus.Histogram
 	retries   *prometheus.CounterVec
 	leaseOps  *prometheus.CounterVec
+	takeovers prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,7 +41,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ledger_lease_requests_total", Help: "Lease service requests by endpoint and outcome (ok or error code); acquire outcomes include takeovers.",
 		}, []string{"endpoint", "outcome"}),
 	}
-	reg.MustRegister(m.events, m.batchSize, m.batchTime, m.retries, m.leaseOps)
+	m.takeovers = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ledger_lease_takeovers_total",
+		Help: "Grants that replaced an earlier lease (an expired one, or the holder's own earlier incarnation): every grant of generation 2 and above.",
+	})
+	reg.MustRegister(m.events, m.batchSize, m.batchTime, m.retries, m.leaseOps, m.takeovers)
 	return m
 }
 
@@ -66,5 +71,11 @@ func (m *metrics) retry(op string) {
 func (m *metrics) lease(endpoint, outcome string) {
 	if m != nil {
 		m.leaseOps.WithLabelValues(endpoint, outcome).Inc()
+	}
+}
+
+func (m *metrics) takeover() {
+	if m != nil {
+		m.takeovers.Inc()
 	}
 }

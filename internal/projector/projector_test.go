@@ -128,3 +128,36 @@ func payloads(n int) []string {
 	}
 	return out
 }
+
+// Two projectors on disjoint partition sets split the log: each projects
+// only its own partitions' tasks, and together they project every task.
+func TestProjectorsOnDisjointPartitionsSplitTheLog(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	low, err := projector.ParsePartitions("0-7", 16)
+	require.NoError(t, err)
+	high, err := projector.ParsePartitions("8-15", 16)
+	require.NoError(t, err)
+	e.start(projector.Config{Partitions: low})
+	e.start(projector.Config{Partitions: high})
+
+	var tasks []string
+	for p := range 16 {
+		task := fmt.Sprintf("split-%d", p)
+		tasks = append(tasks, task)
+		for _, c := range e.commit(p, task, []string{"a", "b"}, []string{`{"x":1}`, `{"y":2}`}) {
+			e.publishLog(c)
+		}
+	}
+	for p, task := range tasks {
+		st := e.waitState(task, 10*time.Second, func(s projection.State) bool { return s.Version == 2 })
+		require.Equal(t, p, st.Partition)
+	}
+	for _, durable := range []string{"projector-0-7", "projector-8-15"} {
+		c, err := e.js.Consumer(context.Background(), "LEDGER_LOG", durable)
+		require.NoError(t, err, durable)
+		info, err := c.Info(context.Background())
+		require.NoError(t, err)
+		require.EqualValues(t, 16, info.Delivered.Consumer, "%s saw only its 8 partitions' 16 events", durable)
+	}
+}
