@@ -60,29 +60,50 @@ func (s *Service) runLane(ch <-chan *inbound) {
 			return
 		}
 		batch := append(make([]*inbound, 0, s.cfg.BatchSize), first)
-		timer.Reset(s.cfg.BatchWait)
-	fill:
-		for len(batch) < s.cfg.BatchSize {
-			select {
-			case in, ok := <-ch:
-				if !ok {
+		batch = drain(ch, batch, s.cfg.BatchSize)
+		// Linger only when the lane was idle: a backlog already makes a
+		// batch, and waiting would only add to its latency.
+		if len(batch) == 1 {
+			timer.Reset(s.cfg.BatchWait)
+		fill:
+			for len(batch) < s.cfg.BatchSize {
+				select {
+				case in, ok := <-ch:
+					if !ok {
+						break fill
+					}
+					batch = append(batch, in)
+				case <-timer.C:
 					break fill
 				}
-				batch = append(batch, in)
-			case <-timer.C:
-				break fill
 			}
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
 			}
 		}
 		if cb := s.commit(batch); cb != nil {
 			done <- cb
 		}
 	}
+}
+
+// drain appends what is already waiting on ch, up to max messages.
+func drain(ch <-chan *inbound, batch []*inbound, max int) []*inbound {
+	for len(batch) < max {
+		select {
+		case in, ok := <-ch:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, in)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // finishQueue is how many committed batches of a lane may wait for their
