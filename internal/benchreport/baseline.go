@@ -20,30 +20,15 @@ var (
 	sqlBenchSchema = []string{
 		`DROP SCHEMA IF EXISTS ledger_bench CASCADE`,
 		`CREATE SCHEMA ledger_bench`,
-		`CREATE TABLE ledger_bench.leases (
-    partition  integer     PRIMARY KEY,
-    holder     text        NOT NULL,
-    generation bigint      NOT NULL,
-    expires_at timestamptz NOT NULL
-)`,
-		`CREATE TABLE ledger_bench.events (
-    seq          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    event_id     text        NOT NULL,
-    partition    integer     NOT NULL,
-    task_id      text        NOT NULL,
-    version      bigint      NOT NULL CHECK (version >= 1),
-    type         text        NOT NULL,
-    payload      jsonb       NOT NULL,
-    holder       text        NOT NULL,
-    generation   bigint      NOT NULL CHECK (generation >= 1),
-    committed_at timestamptz NOT NULL,
-    CONSTRAINT events_event_id_key UNIQUE (event_id),
-    CONSTRAINT events_task_version_key UNIQUE (task_id, version)
-)`,
+		// The ledger's own tables, copied with their columns, identity,
+		// checks and unique indexes, so the baselines insert into exactly
+		// what the ledger inserts into.
+		`CREATE TABLE ledger_bench.leases (LIKE ledger.leases INCLUDING ALL)`,
+		`CREATE TABLE ledger_bench.events (LIKE ledger.events INCLUDING ALL)`,
 	}
 	sqlBenchLeases = `
-INSERT INTO ledger_bench.leases (partition, holder, generation, expires_at)
-SELECT p, $1, 1, clock_timestamp() + interval '1 hour' FROM generate_series(0, $2::int - 1) AS p`
+INSERT INTO ledger_bench.leases (partition, holder, generation, expires_at, ttl_ms)
+SELECT p, $1, 1, clock_timestamp() + interval '1 hour', 3600000 FROM generate_series(0, $2::int - 1) AS p`
 	sqlBenchTruncate = `TRUNCATE ledger_bench.events RESTART IDENTITY`
 	sqlBenchDrop     = `DROP SCHEMA IF EXISTS ledger_bench CASCADE`
 
