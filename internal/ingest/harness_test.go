@@ -233,9 +233,6 @@ func (e *env) expire(partition int) {
 
 func payload(v any) string { b, _ := json.Marshal(v); return string(b) }
 
-// newEnvWith is newEnv with a config that holds test hooks.
-func newEnvWith(t *testing.T, cfg ingest.Config) *env { return newEnv(t, cfg) }
-
 // streamPending is the number of messages still in a stream (for the
 // work-queue LEDGER_IN: not yet acked).
 func (e *env) streamPending(stream string) uint64 {

@@ -243,7 +243,7 @@ func TestCrashAfterCommitBeforeAckLosesNothingAndWritesNothingTwice(t *testing.T
 	t.Parallel()
 	var crashed atomic.Bool
 	cfg := ingest.Config{AckWait: time.Second}
-	e := newEnvWith(t, ingest.WithCrashAfterPublish(cfg, func() bool {
+	e := newEnv(t, ingest.WithCrashAfterPublish(cfg, func() bool {
 		crashed.Store(true) // from here on this process acks nothing: it is dead
 		return false
 	}))

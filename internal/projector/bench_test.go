@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/projector"
+	"github.com/flowness/ledger/pkg/projection"
 )
 
 // BenchmarkProjector measures the projector end to end: 100,000 committed
@@ -23,7 +24,7 @@ func BenchmarkProjector(b *testing.B) {
 		start := time.Now()
 		e.start(projector.Config{})
 		for _, task := range []string{"task-1", "task-1000", "task-2000"} {
-			e.waitState(task, 5*time.Minute, func(s projectionState) bool { return s.Version == versions })
+			e.waitState(task, 5*time.Minute, func(s projection.State) bool { return s.Version == versions })
 		}
 		elapsed := time.Since(start)
 		b.ReportMetric(float64(tasks*versions)/elapsed.Seconds(), "events/s")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -169,9 +168,3 @@ func jsonEq(t testing.TB, want, got json.RawMessage, msg string) {
 	t.Helper()
 	require.JSONEq(t, string(want), string(got), msg)
 }
-
-var _ = fmt.Sprint
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
-type projectionState = projection.State

@@ -2,6 +2,7 @@ package projector_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -101,7 +102,7 @@ func TestWatchersSeeVersionsOnlyRise(t *testing.T) {
 				continue
 			}
 			var st projection.State
-			require.NoError(t, jsonUnmarshal(entry.Value(), &st))
+			require.NoError(t, json.Unmarshal(entry.Value(), &st))
 			require.GreaterOrEqual(t, st.Version, last[st.Task], "task %s went back from %d to %d", st.Task, last[st.Task], st.Version)
 			if st.Version == versions && last[st.Task] != versions {
 				done++
