@@ -381,7 +381,43 @@ func (r *run) zombie(ctx context.Context) error {
 		return err
 	}
 	r.sayProjection(st, rev)
+	if r.s.CanRestartProjector() {
+		if err := r.catchUp(ctx, lb, task); err != nil {
+			return err
+		}
+		r.say("projector", "started again: it resumes from its durable consumer")
+		if st, rev, err = r.awaitProjection(ctx, task, 4); err != nil {
+			return err
+		}
+		r.sayProjection(st, rev)
+	}
 	return lb.Release(ctx)
+}
+
+// catchUp stops the projector while B keeps writing, then starts a new one:
+// the projection falls behind the ledger and catches up.
+func (r *run) catchUp(ctx context.Context, lb *worker.Lease, task string) error {
+	fmt.Fprintf(r.out, "\nThe projector goes down while worker B keeps writing\n")
+	return r.s.RestartProjector(ctx, func() error {
+		r.say("projector", "stopped")
+		var last *worker.Pending
+		for i, typ := range []string{"paid", "archived"} {
+			p, err := lb.Publish(ctx, task, typ, []byte(fmt.Sprintf(`{"step":%q,"n":%d}`, typ, i+1)))
+			if err != nil {
+				return err
+			}
+			rc, err := p.Receipt(ctx)
+			if err != nil {
+				return err
+			}
+			r.sayReceipt("worker B", rc)
+			last = p
+		}
+		time.Sleep(300 * time.Millisecond)
+		st, _, _ := r.projection(ctx, task)
+		r.say("projection", "%s is behind: version %d while the ledger is at version %d", task, st.Version, last.Version())
+		return nil
+	})
 }
 
 // sayDeadLetter finds an event's dead letter in LEDGER_DLQ.

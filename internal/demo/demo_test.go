@@ -19,11 +19,12 @@ func TestDemoPlaysBothStories(t *testing.T) {
 	var out bytes.Buffer
 	s, err := demo.Run(context.Background(), demo.Options{DatabaseURL: db.URL, Out: &out})
 	require.NoError(t, err, out.String())
-	require.Equal(t, 4, s.Committed, out.String())
+	require.Equal(t, 6, s.Committed, out.String())
 	require.Equal(t, 1, s.Duplicates, out.String())
 	require.Equal(t, map[string]int{"stale/superseded": 1}, s.Rejected, out.String())
 	for _, want := range []string{"holds version 2 until version 1 arrives: no verdict yet, task head is version 0, no projection yet",
-		"receipt: version 2 stale/superseded", "Ledger-Verdict=stale", "revision 2 unchanged", `"B's invoice"`} {
+		"receipt: version 2 stale/superseded", "Ledger-Verdict=stale", "revision 2 unchanged", `"B's invoice"`,
+		"is behind: version 2 while the ledger is at version 4", `version 4, status "archived"`} {
 		require.Contains(t, out.String(), want)
 	}
 	t.Log("\n" + out.String())
@@ -36,5 +37,5 @@ func TestDemoStartsItsOwnPostgres(t *testing.T) {
 	s, err := demo.Run(context.Background(), demo.Options{DatabaseURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", Out: &out})
 	require.NoError(t, err, out.String())
 	require.Contains(t, out.String(), "throwaway")
-	require.Equal(t, 4, s.Committed, out.String())
+	require.Equal(t, 6, s.Committed, out.String())
 }

@@ -53,7 +53,31 @@ type Stack struct {
 	Ingest    *ingest.Service
 	Projector *projector.Service
 	stops     []func()
+	// startProjector starts a projector on the stack; nil for an external
+	// ledger, whose projector runs elsewhere.
+	startProjector func(context.Context) (*projector.Service, error)
 }
+
+// RestartProjector stops the stack's projector and starts a new one, which
+// resumes from the durable consumer where the old one stopped.
+func (s *Stack) RestartProjector(ctx context.Context, down func() error) error {
+	if s.startProjector == nil {
+		return errors.New("the projector of an external ledger runs elsewhere")
+	}
+	s.Projector.Stop()
+	if err := down(); err != nil {
+		return err
+	}
+	p, err := s.startProjector(ctx)
+	if err != nil {
+		return err
+	}
+	s.Projector = p
+	return nil
+}
+
+// CanRestartProjector reports whether RestartProjector can work.
+func (s *Stack) CanRestartProjector() bool { return s.startProjector != nil }
 
 // Close stops everything and removes what was created.
 func (s *Stack) Close() {
@@ -161,20 +185,25 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 	s.stops = append(s.stops, s.Ingest.Stop)
-	projNC, err := conn()
-	if err != nil {
+	s.startProjector = func(ctx context.Context) (*projector.Service, error) {
+		nc, err := conn()
+		if err != nil {
+			return nil, err
+		}
+		s.stops = append(s.stops, nc.Close)
+		p, err := projector.New(o.Projector, projector.Deps{NC: nc, Pool: s.Pool, Logger: o.Logger})
+		if err != nil {
+			return nil, err
+		}
+		if err := p.Start(ctx); err != nil {
+			return nil, err
+		}
+		s.stops = append(s.stops, p.Stop)
+		return p, nil
+	}
+	if s.Projector, err = s.startProjector(ctx); err != nil {
 		return nil, err
 	}
-	s.stops = append(s.stops, projNC.Close)
-	s.Projector, err = projector.New(o.Projector,
-		projector.Deps{NC: projNC, Pool: s.Pool, Logger: o.Logger})
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Projector.Start(ctx); err != nil {
-		return nil, err
-	}
-	s.stops = append(s.stops, s.Projector.Stop)
 	say("ingest (with the lease service) and projector running")
 	ok = true
 	return s, nil
