@@ -57,7 +57,17 @@
 //     whole batch is then rolled back and may simply be retried.
 //
 // The batch costs a fixed handful of statements whatever its size: one
-// pipelined round trip that locks leases and reads heads and existing rows,
-// one INSERT ... SELECT FROM unnest(...) for the commits, one for the
-// rejections, and the commit.
+// pipelined round trip that locks the leases and reads the heads of tasks
+// this process has not cached, a lookup of the stored rows that events at or
+// below their head may collide with (usually none), one INSERT ... SELECT
+// FROM unnest(...) for the commits, one for the rejections, and the commit.
+//
+// The lookups are optimistic. An event planned as head + 1 is not looked up;
+// if its id or (task, version) is in fact taken (an id reused under another
+// task, a head another process moved on), the INSERT fails on the unique
+// index and the batch is rerun with every head read from the database and
+// every event looked up. An event that will not commit is never decided
+// without that full lookup, so a cached head or a skipped lookup can cost a
+// retry, never a wrong verdict. A cached head is never above the truth: it
+// is written only after a commit, and heads only rise.
 package fence
