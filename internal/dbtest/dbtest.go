@@ -146,6 +146,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	err = admin.QueryRow(ctx, "SELECT datistemplate FROM pg_database WHERE datname = $1", name).Scan(&isTemplate)
 	switch {
 	case err == nil && isTemplate:
+		dropStaleTemplates(ctx, admin, name)
 		return name, nil
 	case err == nil: // left half-made by a crashed run
 		if _, err := admin.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
@@ -174,7 +175,28 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH IS_TEMPLATE true"); err != nil {
 		return "", fmt.Errorf("mark template: %w", err)
 	}
+	dropStaleTemplates(ctx, admin, name)
 	return name, nil
+}
+
+// dropStaleTemplates removes the templates of earlier migration sets, so a
+// shared server does not collect one per schema change. One still in use
+// (a test run of an older checkout) is left for a later run to remove.
+func dropStaleTemplates(ctx context.Context, admin *pgx.Conn, current string) {
+	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'ledger\_tmpl\_%' AND datname <> $1`, current)
+	if err != nil {
+		return
+	}
+	stale, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	for _, name := range stale {
+		id := pgx.Identifier{name}.Sanitize()
+		if _, err := admin.Exec(ctx, "ALTER DATABASE "+id+" WITH IS_TEMPLATE false"); err == nil {
+			_, _ = admin.Exec(ctx, "DROP DATABASE "+id)
+		}
+	}
 }
 
 func createFromTemplate(ctx context.Context, admin *pgx.Conn, name, tmpl string) error {
