@@ -57,6 +57,9 @@ func run(args []string) error {
 		return err
 	}
 	conn.Name = "ledger-ingest"
+	// Every lane holds a connection for its batch; lease renewals must never
+	// wait behind them (a renewal that waits past the TTL loses a lease).
+	conn.MinPoolSize = cfg.WithDefaults().Lanes + 4
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -37,6 +37,9 @@ type Options struct {
 	NATSCA, NATSCert, NATSKey string
 	// Name is the client name shown by the NATS server.
 	Name string
+	// MinPoolSize raises the PostgreSQL pool's size to at least this many
+	// connections unless the URL sets pool_max_conns itself.
+	MinPoolSize int
 }
 
 // Register adds the connection flags to fs, with environment variables as
@@ -103,6 +106,9 @@ func (o *Options) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
 	}
 	if o.Name != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = o.Name
+	}
+	if !strings.Contains(o.DatabaseURL, "pool_max_conns") && int(cfg.MaxConns) < o.MinPoolSize {
+		cfg.MaxConns = int32(o.MinPoolSize)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

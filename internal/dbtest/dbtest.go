@@ -88,7 +88,14 @@ func New(t testing.TB) *DB {
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
-	pool, err := pgxpool.New(ctx, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	// Room for an ingest's lanes and its lease service at once, as the
+	// services size their pools: a renewal must not wait behind batches.
+	cfg.MaxConns = max(cfg.MaxConns, 12)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("dbtest: pool on %s: %v", name, err)
 	}

@@ -114,7 +114,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	url := o.DatabaseURL
 	if url != "" {
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		pool, err := pgxpool.New(pctx, url)
+		pool, err := newPool(pctx, url, o.Ingest)
 		if err == nil {
 			err = pool.Ping(pctx)
 		}
@@ -136,7 +136,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			return nil, fmt.Errorf("no DATABASE_URL, and a throwaway PostgreSQL could not start: %w", err)
 		}
 		s.stops = append(s.stops, c.Stop)
-		pool, err := pgxpool.New(ctx, c.URL())
+		pool, err := newPool(ctx, c.URL(), o.Ingest)
 		if err != nil {
 			return nil, err
 		}
@@ -225,7 +225,7 @@ func startExternal(ctx context.Context, o Options, say func(string, ...any)) (*S
 	s := &Stack{}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(pctx, o.DatabaseURL)
+	pool, err := newPool(pctx, o.DatabaseURL, o.Ingest)
 	if err == nil {
 		err = pool.Ping(pctx)
 	}
@@ -246,4 +246,17 @@ func startExternal(ctx context.Context, o Options, say func(string, ...any)) (*S
 	s.stops = append(s.stops, nc.Close)
 	say("using the running ledger at %s (ingest and projector run elsewhere)", nc.ConnectedUrlRedacted())
 	return s, nil
+}
+
+// newPool opens a pool with room for every ingest lane and the lease service
+// besides (renewals must not wait behind batches).
+func newPool(ctx context.Context, url string, in ingest.Config) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	if min := int32(in.WithDefaults().Lanes + 8); cfg.MaxConns < min {
+		cfg.MaxConns = min
+	}
+	return pgxpool.NewWithConfig(ctx, cfg)
 }
