@@ -222,7 +222,10 @@ func TestDLQReplayOfAGapAfterItsPredecessorsArrived(t *testing.T) {
 	lines := e.run("dlq", "list", "-json", "-verdict", "gap").ok(t).jsonLines(t)
 	require.Len(t, lines, 1)
 	seq := fmt.Sprint(lines[0]["stream_seq"])
+	eventID := fmt.Sprint(lines[0]["event_id"])
 	assert.Equal(t, "gap_timeout", lines[0]["reason"])
+	require.Len(t, e.run("dlq", "list", "-json", "-id", eventID).ok(t).jsonLines(t), 1, "-id selects by event id")
+	require.Empty(t, e.run("dlq", "list", "-json", "-id", "01JD0000000000000000000001").ok(t).jsonLines(t))
 
 	// Within LEDGER_IN's duplicate window the same Nats-Msg-Id is dropped:
 	// that is reported, and is a failure.
@@ -239,7 +242,8 @@ func TestDLQReplayOfAGapAfterItsPredecessorsArrived(t *testing.T) {
 	e.publish(ev(1), ev(2))
 	e.waitCommitted("gappy", 2)
 
-	r = e.run("dlq", "replay", "-seq", seq, "-new-id", "-json").ok(t)
+	// By event id this time: a precise choice, so no -all.
+	r = e.run("dlq", "replay", "-id", eventID, "-new-id", "-json").ok(t)
 	got := r.jsonLines(t)
 	require.Len(t, got, 1)
 	assert.Equal(t, "submitted", got[0]["result"])

@@ -18,7 +18,7 @@ import (
 
 var dlqCommands = map[string]Command{
 	"list":   {DLQList, "[filters] [-limit N]", "list dead letters (reads LEDGER_DLQ, consumes nothing)"},
-	"replay": {DLQReplay, "-seq N[,N...] | [filters] -all  [-new-id] [-wait D] [-dry-run]", "re-submit dead letters to LEDGER_IN for a fresh verdict"},
+	"replay": {DLQReplay, "-seq N[,N...] | -id ID[,ID...] | [filters] -all  [-new-id] [-wait D] [-dry-run]", "re-submit dead letters to LEDGER_IN for a fresh verdict"},
 }
 
 // DLQ dispatches the "dlq" subcommands.
@@ -110,6 +110,7 @@ func dlqBase(subj wire.Subjects) string { return strings.TrimSuffix(subj.DLQAll(
 // consumer's subject filter; verdicts and reasons are matched here.
 type dlqFilter struct {
 	verdicts, reasons string
+	ids               string
 	task              string
 	partition         int
 }
@@ -120,6 +121,7 @@ var dlqVerdicts = []string{string(wire.VerdictInvalid), string(wire.VerdictStale
 func (df *dlqFilter) register(f *Flags) {
 	f.StringVar(&df.verdicts, "verdict", "", "only these verdicts, comma separated: "+strings.Join(dlqVerdicts, ", "))
 	f.StringVar(&df.reasons, "reason", "", "only these reasons, comma separated (superseded, gap_timeout, bad_payload, ...)")
+	f.StringVar(&df.ids, "id", "", "only these event ids (Nats-Msg-Id), comma separated")
 	f.StringVar(&df.task, "task", "", "only this task")
 	f.IntVar(&df.partition, "partition", -1, "only this partition (-1: all)")
 }
@@ -141,7 +143,13 @@ func (df *dlqFilter) validate() error {
 
 // set reports whether any filter was given.
 func (df *dlqFilter) set() bool {
-	return df.verdicts != "" || df.reasons != "" || df.task != "" || df.partition >= 0
+	return df.verdicts != "" || df.reasons != "" || df.ids != "" || df.task != "" || df.partition >= 0
+}
+
+// byIDOnly reports whether the filter names event ids and nothing broader:
+// a precise choice, like -seq, that needs no -all to replay.
+func (df *dlqFilter) byIDOnly() bool {
+	return df.ids != "" && df.verdicts == "" && df.reasons == "" && df.task == "" && df.partition < 0
 }
 
 // subject is the subject filter of the consumer that reads the DLQ.
@@ -162,6 +170,9 @@ func (df *dlqFilter) match(d deadLetter) bool {
 		return false
 	}
 	if rs := splitList(df.reasons); len(rs) > 0 && !slices.Contains(rs, d.Reason) {
+		return false
+	}
+	if ids := splitList(df.ids); len(ids) > 0 && !slices.Contains(ids, d.EventID) {
 		return false
 	}
 	return true

@@ -62,7 +62,7 @@ func (r *replayResult) submittedID() string {
 // DLQReplay re-publishes dead letters to LEDGER_IN so that the ingest gives
 // them a fresh verdict ("dlq replay").
 func DLQReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl dlq replay", "-seq N[,N...] | [-verdict V] [-reason R] [-task T] [-partition N] -all  [-new-id] [-wait D] [-dry-run]",
+	f := NewFlags("ledgerctl dlq replay", "-seq N[,N...] | -id ID[,ID...] | [-verdict V] [-reason R] [-task T] [-partition N] -all  [-new-id] [-wait D] [-dry-run]",
 		`Re-submit dead letters to LEDGER_IN (<prefix>.in.<partition>.<task>) for a fresh verdict:
 the original body and headers, without the Ledger-Verdict, -Reason, -Current-*,
 -Rejected-At and -Source-Seq headers the DLQ added (and without Nats-Expected-*
@@ -93,10 +93,10 @@ Dead letters of <prefix>.dlq.invalid (unusable subject) cannot be replayed.`, st
 		return Usagef("unexpected argument %q", f.Arg(0))
 	case len(seqs) > 0 && (*all || df.set()):
 		return Usagef("choose dead letters either with -seq or with filters and -all, not both")
-	case len(seqs) == 0 && !*all && df.set():
-		return Usagef("replaying by filter re-submits every match: add -all to confirm (or pick them with -seq)")
-	case len(seqs) == 0 && !*all:
-		return Usagef("choose the dead letters: -seq N[,N...], or filters and -all")
+	case len(seqs) == 0 && !*all && df.set() && !df.byIDOnly():
+		return Usagef("replaying by filter re-submits every match: add -all to confirm (or pick them with -seq or -id)")
+	case len(seqs) == 0 && !*all && !df.byIDOnly():
+		return Usagef("choose the dead letters: -seq N[,N...], -id ID[,ID...], or filters and -all")
 	case *wait < 0 || *limit < 0:
 		return Usagef("-wait and -limit must not be negative")
 	}
