@@ -6,11 +6,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
-	"os"
 	"os/signal"
 	"syscall"
 
@@ -21,20 +18,14 @@ import (
 	"github.com/flowness/ledger/pkg/fence"
 )
 
-func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "ingest:", err)
-		os.Exit(1)
-	}
-}
+func main() { connect.Main("ingest", run) }
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
-	var conn connect.Options
-	conn.Register(fs)
+	var svcf connect.Service
+	svcf.Register(fs, ":9090")
 	var cfg ingest.Config
 	var fcfg fence.Config
-	fs.StringVar(&cfg.Prefix, "prefix", connect.Env("LEDGER_PREFIX", "ledger"), "subject prefix (env LEDGER_PREFIX)")
 	fs.IntVar(&fcfg.Partitions, "partitions", connect.EnvInt("LEDGER_PARTITIONS", fence.PartitionsDefault), "partition count N (env LEDGER_PARTITIONS)")
 	fs.DurationVar(&fcfg.TTL, "lease-ttl", connect.EnvDuration("LEDGER_LEASE_TTL", fence.TTLDefault), "default lease TTL (env LEDGER_LEASE_TTL)")
 	fs.IntVar(&fcfg.MaxPayload, "max-payload", connect.EnvInt("LEDGER_MAX_PAYLOAD", fence.MaxPayloadDefault), "largest event payload in bytes (env LEDGER_MAX_PAYLOAD)")
@@ -43,19 +34,12 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.GapWindow, "gap-window", connect.EnvDuration("LEDGER_GAP_WINDOW", ingest.GapWindowDefault), "how long an early version waits for the missing ones (env LEDGER_GAP_WINDOW)")
 	fs.IntVar(&cfg.Lanes, "lanes", connect.EnvInt("LEDGER_LANES", ingest.LanesDefault), "batches processed at once (env LEDGER_LANES)")
 	fs.IntVar(&cfg.Replicas, "replicas", connect.EnvInt("LEDGER_REPLICAS", 1), "stream replicas: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
-	adminAddr := fs.String("admin-addr", connect.Env("LEDGER_ADMIN_ADDR", ":9090"), "address of /metrics, /healthz and /readyz (env LEDGER_ADMIN_ADDR); empty disables")
 	migrate := fs.Bool("migrate", true, "apply database migrations at start")
-	logLevel := fs.String("log-level", connect.Env("LEDGER_LOG_LEVEL", "info"), "debug, info, warn or error (env LEDGER_LOG_LEVEL)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if ok, err := svcf.Parse(fs, args); !ok {
 		return err
 	}
-	log, err := connect.Logger(*logLevel)
-	if err != nil {
-		return err
-	}
+	log, conn := svcf.Log, &svcf.Conn
+	cfg.Prefix = svcf.Prefix
 	conn.Name = "ledger-ingest"
 	// Every lane holds a connection for its batch; lease renewals must never
 	// wait behind them (a renewal that waits past the TTL loses a lease).
@@ -94,5 +78,5 @@ func run(args []string) error {
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
-	return admin.ServeUntilDone(ctx, *adminAddr, reg, admin.ServiceChecks(pool, nc, svc.CheckConsumer), svc.Stop, log)
+	return admin.ServeUntilDone(ctx, svcf.AdminAddr, reg, admin.ServiceChecks(pool, nc, svc.CheckConsumer), svc.Stop, log)
 }

@@ -6,11 +6,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"os/signal"
 	"syscall"
 
@@ -22,37 +20,25 @@ import (
 	"github.com/flowness/ledger/pkg/wire"
 )
 
-func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "projector:", err)
-		os.Exit(1)
-	}
-}
+func main() { connect.Main("projector", run) }
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("projector", flag.ContinueOnError)
-	var conn connect.Options
-	conn.Register(fs)
+	var svcf connect.Service
+	svcf.Register(fs, ":9091")
 	var cfg projector.Config
-	fs.StringVar(&cfg.Prefix, "prefix", connect.Env("LEDGER_PREFIX", wire.PrefixDefault), "subject prefix (env LEDGER_PREFIX)")
 	fs.IntVar(&cfg.PartitionCount, "partition-count", connect.EnvInt("LEDGER_PARTITIONS", wire.PartitionsDefault), "partition count N (env LEDGER_PARTITIONS)")
 	parts := fs.String("partitions", connect.Env("LEDGER_PROJECT_PARTITIONS", "all"), `partitions this projector owns: "all", or like "0-7" or "1,3,8-9" (env LEDGER_PROJECT_PARTITIONS)`)
 	fs.IntVar(&cfg.Replicas, "replicas", connect.EnvInt("LEDGER_REPLICAS", 1), "bucket replicas: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
 	fs.IntVar(&cfg.BatchSize, "batch-size", connect.EnvInt("LEDGER_PROJECTOR_BATCH", projector.BatchSizeDefault), "log messages per turn (env LEDGER_PROJECTOR_BATCH)")
 	fs.DurationVar(&cfg.Engine.GapTimeout, "gap-timeout", connect.EnvDuration("LEDGER_GAP_TIMEOUT", projection.GapTimeoutDefault), "how long a task waits for a missing version before re-fetching it (env LEDGER_GAP_TIMEOUT)")
 	rebuild := fs.Bool("rebuild", false, "replay the PostgreSQL log into fresh projections first, then continue live")
-	adminAddr := fs.String("admin-addr", connect.Env("LEDGER_ADMIN_ADDR", ":9091"), "address of /metrics, /healthz and /readyz (env LEDGER_ADMIN_ADDR); empty disables")
-	logLevel := fs.String("log-level", connect.Env("LEDGER_LOG_LEVEL", "info"), "debug, info, warn or error (env LEDGER_LOG_LEVEL)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if ok, err := svcf.Parse(fs, args); !ok {
 		return err
 	}
-	log, err := connect.Logger(*logLevel)
-	if err != nil {
-		return err
-	}
+	log, conn := svcf.Log, &svcf.Conn
+	cfg.Prefix = svcf.Prefix
+	var err error
 	if cfg.Partitions, err = projector.ParsePartitions(*parts, cfg.PartitionCount); err != nil {
 		return err
 	}
@@ -91,5 +77,5 @@ func run(args []string) error {
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
-	return admin.ServeUntilDone(ctx, *adminAddr, reg, admin.ServiceChecks(pool, nc, svc.CheckConsumer), svc.Stop, log)
+	return admin.ServeUntilDone(ctx, svcf.AdminAddr, reg, admin.ServiceChecks(pool, nc, svc.CheckConsumer), svc.Stop, log)
 }
