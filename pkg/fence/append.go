@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -263,13 +264,14 @@ type plan struct {
 }
 
 func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
-	tx, err := s.pool.Begin(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	defer endTx(ctx, conn)
 
-	leases, heads, ex, err := s.readState(ctx, tx, b)
+	// Round trip 1: BEGIN, lock the leases, read the heads.
+	leases, heads, ex, err := s.readState(ctx, conn, b, true)
 	if err != nil {
 		return err
 	}
@@ -283,27 +285,27 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 		// head another process moved on, would be missed. Read every head
 		// from the database, look every event up, and decide again.
 		b.fullLookup = true
-		if leases, heads, ex, err = s.readState(ctx, tx, b); err != nil {
+		if leases, heads, ex, err = s.readState(ctx, conn, b, false); err != nil {
 			return err
 		}
 		if p, err = s.classify(b, leases, heads, ex, res); err != nil {
 			return err
 		}
 	}
-	inserted, err := s.insertCommits(ctx, tx, b, p.commits)
+	if s.beforeWrite != nil {
+		s.beforeWrite()
+	}
+	// Round trip 2: the fenced insert, the rejections and COMMIT.
+	inserted, err := s.write(ctx, conn, b, p, res)
 	if err != nil {
-		return err
-	}
-	if len(inserted) != len(p.commits) {
-		// A lease expired between the read and the insert: the fence held,
-		// and the next attempt reads the lease as expired.
-		return errRetryBatch
-	}
-	if err := s.insertRejections(ctx, tx, b, p.rejects, res); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
+		// Whether COMMIT happened may be unknown (the connection broke):
+		// the heads this batch would have moved are read again next time.
 		s.forgetHeads(b)
+		if sqlState(err) == sqlStateFenceCheck {
+			// A lease expired between the read and the insert: the fence
+			// held, and the next attempt reads the lease as expired.
+			return errRetryBatch
+		}
 		return err
 	}
 	s.rememberHeads(b, p.commits)
@@ -317,10 +319,25 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 	return nil
 }
 
+// sqlStateFenceCheck is raised by ledger.fence_check (migration 00003).
+const sqlStateFenceCheck = "LF001"
+
+// endTx rolls back whatever transaction an append left open on conn (after
+// an error; a committed append leaves none) and returns conn to the pool. A
+// connection whose rollback fails is closed, and the pool drops it.
+func endTx(ctx context.Context, conn *pgxpool.Conn) {
+	if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "rollback"); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}
+	conn.Release()
+}
+
 // readState locks the batch's leases and reads the heads of its tasks in one
-// pipelined round trip, then reads the existing rows the batch may collide
-// with (usually none).
-func (s *Store) readState(ctx context.Context, tx pgx.Tx, b *batch) (map[int]leaseState, map[string]taskHead, []existing, error) {
+// pipelined round trip (which begins the transaction when begin is set),
+// then reads the existing rows the batch may collide with (usually none).
+func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, begin bool) (map[int]leaseState, map[string]taskHead, []existing, error) {
 	var partitions []int32
 	var tasks []string
 	seenP, seenT := map[int]bool{}, map[string]bool{}
@@ -341,14 +358,22 @@ func (s *Store) readState(ctx context.Context, tx pgx.Tx, b *batch) (map[int]lea
 		tasks = s.heads.lookup(tasks, heads)
 	}
 	pb := &pgx.Batch{}
+	if begin {
+		pb.Queue("begin")
+	}
 	if !s.unfenced {
 		pb.Queue(sqlAppendLockLeases, partitions)
 	}
 	if len(tasks) > 0 {
 		pb.Queue(sqlAppendHeads, tasks)
 	}
-	br := tx.SendBatch(ctx, pb)
+	br := conn.SendBatch(ctx, pb)
 	defer br.Close()
+	if begin {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, nil, fmt.Errorf("begin: %w", err)
+		}
+	}
 
 	leases := make(map[int]leaseState, len(partitions))
 	if !s.unfenced {
@@ -376,13 +401,13 @@ func (s *Store) readState(ctx context.Context, tx pgx.Tx, b *batch) (map[int]lea
 	if err := br.Close(); err != nil {
 		return nil, nil, nil, err
 	}
-	ex, err := s.readExisting(ctx, tx, b, heads)
+	ex, err := s.readExisting(ctx, conn, b, heads)
 	return leases, heads, ex, err
 }
 
 // readExisting looks up the stored rows that share an event id or a (task,
 // version) with the events that can collide with one.
-func (s *Store) readExisting(ctx context.Context, tx pgx.Tx, b *batch, heads map[string]taskHead) ([]existing, error) {
+func (s *Store) readExisting(ctx context.Context, conn *pgxpool.Conn, b *batch, heads map[string]taskHead) ([]existing, error) {
 	ex := make([]existing, len(b.order))
 	var pos []int // positions in b.order that are looked up
 	for k, i := range b.order {
@@ -399,7 +424,7 @@ func (s *Store) readExisting(ctx context.Context, tx pgx.Tx, b *batch, heads map
 		e := &b.events[b.order[k]]
 		ids[n], tasks[n], versions[n], payloads[n] = e.ID, e.Task, e.Version, b.payloads[b.order[k]]
 	}
-	rows, err := tx.Query(ctx, sqlAppendExisting, ids, tasks, versions, payloads)
+	rows, err := conn.Query(ctx, sqlAppendExisting, ids, tasks, versions, payloads)
 	if err != nil {
 		return nil, fmt.Errorf("read existing events: %w", err)
 	}
@@ -576,10 +601,48 @@ func valueEqual(a, b any) bool {
 	}
 }
 
-func (s *Store) insertCommits(ctx context.Context, tx pgx.Tx, b *batch, commits []int) (map[string]*Committed, error) {
-	if len(commits) == 0 {
-		return nil, nil
+// write sends, in one pipelined round trip, the fenced insert of the
+// batch's commits, its rejections and COMMIT, and returns the inserted rows
+// by event id. An error means the transaction did not commit, or (an error
+// from the connection itself) that it is unknown whether it did.
+func (s *Store) write(ctx context.Context, conn *pgxpool.Conn, b *batch, p plan, res []Result) (map[string]*Committed, error) {
+	pb := &pgx.Batch{}
+	if len(p.commits) > 0 {
+		queueInsert(pb, b, p.commits, s.unfenced)
 	}
+	if len(p.rejects) > 0 {
+		queueRejections(pb, b, p.rejects, res)
+	}
+	pb.Queue("commit")
+	br := conn.SendBatch(ctx, pb)
+	defer br.Close()
+
+	var out map[string]*Committed
+	if len(p.commits) > 0 {
+		var err error
+		if out, err = readInserted(br, b, p.commits); err != nil {
+			return nil, err
+		}
+	}
+	if len(p.rejects) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("record rejections: %w", err)
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	if conn.Conn().PgConn().TxStatus() != 'I' {
+		return nil, errors.New("fence: the append's transaction is still open after COMMIT")
+	}
+	return out, nil
+}
+
+// queueInsert queues the fenced insert of the commits.
+func queueInsert(pb *pgx.Batch, b *batch, commits []int, unfenced bool) {
 	n := len(commits)
 	ids, tasks, types, payloads, holders := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	partitions, versions, gens := make([]int32, n), make([]int64, n), make([]int64, n)
@@ -589,23 +652,31 @@ func (s *Store) insertCommits(ctx context.Context, tx pgx.Tx, b *batch, commits 
 		partitions[k], versions[k], gens[k] = int32(e.Partition), e.Version, e.Generation
 	}
 	sql := sqlAppendInsert
-	if s.unfenced {
+	if unfenced {
 		sql = sqlAppendInsertUnfenced
 	}
-	rows, err := tx.Query(ctx, sql, ids, partitions, tasks, versions, types, payloads, holders, gens)
+	pb.Queue(sql, ids, partitions, tasks, versions, types, payloads, holders, gens, int64(n))
+}
+
+// readInserted reads the rows the fenced insert returned.
+func readInserted(br pgx.BatchResults, b *batch, commits []int) (map[string]*Committed, error) {
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
-	byID := make(map[string]int, n)
+	byID := make(map[string]int, len(commits))
 	for _, i := range commits {
 		byID[b.events[i].ID] = i
 	}
-	out := make(map[string]*Committed, n)
+	out := make(map[string]*Committed, len(commits))
 	var id string
 	var seq int64
 	var at time.Time
 	_, err = pgx.ForEachRow(rows, []any{&id, &seq, &at}, func() error {
-		i := byID[id]
+		i, ok := byID[id]
+		if !ok {
+			return fmt.Errorf("fence: the insert returned event %q, which the batch does not hold", id)
+		}
 		e := &b.events[i]
 		out[id] = &Committed{Seq: seq, EventID: id, Partition: e.Partition, Task: e.Task, Version: e.Version,
 			Type: e.Type, Payload: []byte(b.payloads[i]), Holder: e.Holder, Generation: e.Generation, CommittedAt: at}
@@ -614,13 +685,17 @@ func (s *Store) insertCommits(ctx context.Context, tx pgx.Tx, b *batch, commits 
 	if err != nil {
 		return nil, err
 	}
+	if len(out) != len(commits) {
+		// ledger.fence_check makes this unreachable. Were it reached, the
+		// COMMIT already sent would keep rows that all passed the fence, and
+		// the batch's next attempt would find them as duplicates.
+		return nil, fmt.Errorf("fence: %d of %d events inserted", len(out), len(commits))
+	}
 	return out, nil
 }
 
-func (s *Store) insertRejections(ctx context.Context, tx pgx.Tx, b *batch, rejects []int, res []Result) error {
-	if len(rejects) == 0 {
-		return nil
-	}
+// queueRejections queues the rows of ledger.rejections for the rejects.
+func queueRejections(pb *pgx.Batch, b *batch, rejects []int, res []Result) {
 	n := len(rejects)
 	ids, tasks, holders, verdicts, reasons := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	partitions, versions, gens := make([]int32, n), make([]int64, n), make([]int64, n)
@@ -634,8 +709,7 @@ func (s *Store) insertRejections(ctx context.Context, tx pgx.Tx, b *batch, rejec
 			current[k] = &g
 		}
 	}
-	_, err := tx.Exec(ctx, sqlAppendRejections, ids, partitions, tasks, versions, holders, gens, verdicts, reasons, current)
-	return err
+	pb.Queue(sqlAppendRejections, ids, partitions, tasks, versions, holders, gens, verdicts, reasons, current)
 }
 
 // isolateBadPayloads checks each remaining payload on its own, marks the ones

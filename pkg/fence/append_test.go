@@ -4,7 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/pkg/fence"
@@ -247,4 +249,60 @@ func TestAppendGivesNoVerdictWithoutDatabase(t *testing.T) {
 	res, err := s.Append(ctx, []fence.Event{ev(l, "t", 1, "x")})
 	require.Error(t, err, "no verdict without a database")
 	require.Nil(t, res)
+}
+
+// A lease that runs out between an append's reads and its insert: the fence
+// in the insert refuses the partition's rows, ledger.fence_check aborts the
+// transaction (whose COMMIT went out in the same round trip), and the batch
+// runs again. Nothing of the first attempt is committed: the other
+// partition's event is committed by the second attempt, not found there as
+// a duplicate of a partial first commit.
+func TestLeaseExpiringBeforeTheInsertCommitsNothingOfTheAttempt(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t, fence.Config{})
+	ctx := context.Background()
+	// Long enough that the first attempt reads the lease as valid, even on
+	// a slow machine.
+	const ttl = time.Second
+	acquired := time.Now()
+	short, err := s.Acquire(ctx, 0, "worker-a", ttl)
+	require.NoError(t, err)
+	long, err := s.Acquire(ctx, 1, "worker-b", longTTL)
+	require.NoError(t, err)
+
+	attempts := 0
+	hooked := fence.BeforeWrite(s, func() {
+		attempts++
+		if attempts == 1 {
+			// The lease was valid when locked and read; let it run out.
+			time.Sleep(time.Until(acquired.Add(ttl + 200*time.Millisecond)))
+		}
+	})
+	events := []fence.Event{ev(short, "a", 1, "running"), ev(short, "a", 2, "done"), ev(long, "b", 1, "running")}
+	res, err := hooked.Append(ctx, events)
+	require.NoError(t, err)
+
+	require.Equal(t, 2, attempts, "the first write must be refused and the batch run again")
+	for _, r := range res[:2] {
+		require.Equal(t, wire.VerdictStale, r.Verdict)
+		require.Equal(t, wire.ReasonLeaseExpired, r.Reason)
+	}
+	require.Equal(t, wire.VerdictCommitted, res[2].Verdict, "a partial first commit would make this a duplicate")
+	require.Equal(t, 0, countRows(t, db, `SELECT count(*) FROM ledger.events WHERE partition = 0`))
+	require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM ledger.events WHERE partition = 1`))
+	require.Equal(t, 2, countRows(t, db, `SELECT count(*) FROM ledger.rejections WHERE partition = 0 AND reason = 'lease_expired'`))
+}
+
+func TestFenceCheckRaisesItsOwnSQLState(t *testing.T) {
+	t.Parallel()
+	_, db := newStore(t, fence.Config{})
+	ctx := context.Background()
+	var ok bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT ledger.fence_check(3, 3)`).Scan(&ok))
+	require.False(t, ok)
+	err := db.Pool.QueryRow(ctx, `SELECT ledger.fence_check(3, 2)`).Scan(&ok)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "LF001", pgErr.Code)
+	require.Contains(t, pgErr.Message, "2 of 3 events passed the fence")
 }

@@ -56,11 +56,16 @@
 //     or deadlock, shutdown) are returned as errors, never as verdicts; the
 //     whole batch is then rolled back and may simply be retried.
 //
-// The batch costs a fixed handful of statements whatever its size: one
-// pipelined round trip that locks the leases and reads the heads of tasks
-// this process has not cached, a lookup of the stored rows that events at or
-// below their head may collide with (usually none), one INSERT ... SELECT
-// FROM unnest(...) for the commits, one for the rejections, and the commit.
+// The batch costs a fixed handful of statements whatever its size, in two
+// pipelined round trips: BEGIN, the lease lock and the reads of the heads of
+// tasks this process has not cached; then one INSERT ... SELECT FROM
+// unnest(...) for the commits, one for the rejections, and COMMIT. A lookup
+// of the stored rows that events at or below their head may collide with
+// (usually none) takes a third. COMMIT travels with the insert, so the
+// insert itself must fail when a row does not pass the fence (a lease that
+// expired after it was read): ledger.fence_check (migration 00003) compares
+// the rows inserted with the rows planned and raises, which aborts the
+// transaction, and the batch runs again.
 //
 // The lookups are optimistic. An event planned as head + 1 is not looked up;
 // if its id or (task, version) is in fact taken (an id reused under another

@@ -9,3 +9,12 @@ func Unfenced(s *Store) *Store {
 	c.unfenced = true
 	return &c
 }
+
+// BeforeWrite returns a copy of s that calls fn in every append attempt
+// between its reads (leases locked, heads read) and its write (the fenced
+// insert and COMMIT).
+func BeforeWrite(s *Store, fn func()) *Store {
+	c := *s
+	c.beforeWrite = fn
+	return &c
+}

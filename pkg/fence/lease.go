@@ -20,6 +20,9 @@ type Store struct {
 	unfenced bool
 	// heads is nil when the cache is disabled.
 	heads *headCache
+	// beforeWrite, set only by the package's tests, runs between an
+	// append's reads and its write.
+	beforeWrite func()
 }
 
 // New returns a Store on pool. The schema must be migrated (package migrations).

@@ -106,33 +106,49 @@ JOIN ledger.events e ON e.task_id = i.task_id AND e.version = i.version`
 	// this statement's clock. The transaction already holds those lease rows
 	// FOR SHARE (sqlAppendLockLeases, its first statement) until commit;
 	// locking them again per inserted row would cost a tenth of the insert.
+	//
+	// $9 is how many rows the append expects to insert. If fewer pass the
+	// fence (a lease expired after it was read), ledger.fence_check raises
+	// and the transaction aborts, so the COMMIT sent in the same round trip
+	// cannot commit part of the batch.
+	//
 	// A row whose event id or (task, version) turns out to exist (an id
 	// reused under another task, or a concurrent writer) fails the statement
 	// with unique_violation; Append then re-runs the batch with full lookups.
 	sqlAppendInsert = `
-WITH now AS (SELECT clock_timestamp() AS t)
-INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
-SELECT i.event_id, i.partition, i.task_id, i.version, i.type, i.payload::jsonb, i.holder, i.generation, now.t
-FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[])
-     WITH ORDINALITY AS i(event_id, partition, task_id, version, type, payload, holder, generation, ord)
-CROSS JOIN now
-JOIN ledger.leases l ON l.partition = i.partition
-WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > now.t
-ORDER BY i.ord
-RETURNING event_id, seq, committed_at`
+WITH now AS (SELECT clock_timestamp() AS t),
+ins AS (
+    INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
+    SELECT i.event_id, i.partition, i.task_id, i.version, i.type, i.payload::jsonb, i.holder, i.generation, now.t
+    FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[])
+         WITH ORDINALITY AS i(event_id, partition, task_id, version, type, payload, holder, generation, ord)
+    CROSS JOIN now
+    JOIN ledger.leases l ON l.partition = i.partition
+    WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > now.t
+    ORDER BY i.ord
+    RETURNING event_id, seq, committed_at
+)
+SELECT event_id, seq, committed_at FROM ins
+UNION ALL
+SELECT NULL, NULL, NULL WHERE ledger.fence_check($9::bigint, (SELECT count(*) FROM ins))`
 
 	// sqlAppendInsertUnfenced is sqlAppendInsert without the fence predicate.
 	// It exists only for the test that proves the race checker can fail; no
 	// exported API reaches it.
 	sqlAppendInsertUnfenced = `
-WITH now AS (SELECT clock_timestamp() AS t)
-INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
-SELECT i.event_id, i.partition, i.task_id, i.version, i.type, i.payload::jsonb, i.holder, i.generation, now.t
-FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[])
-     WITH ORDINALITY AS i(event_id, partition, task_id, version, type, payload, holder, generation, ord)
-CROSS JOIN now
-ORDER BY i.ord
-RETURNING event_id, seq, committed_at`
+WITH now AS (SELECT clock_timestamp() AS t),
+ins AS (
+    INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
+    SELECT i.event_id, i.partition, i.task_id, i.version, i.type, i.payload::jsonb, i.holder, i.generation, now.t
+    FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[])
+         WITH ORDINALITY AS i(event_id, partition, task_id, version, type, payload, holder, generation, ord)
+    CROSS JOIN now
+    ORDER BY i.ord
+    RETURNING event_id, seq, committed_at
+)
+SELECT event_id, seq, committed_at FROM ins
+UNION ALL
+SELECT NULL, NULL, NULL WHERE ledger.fence_check($9::bigint, (SELECT count(*) FROM ins))`
 
 	sqlAppendRejections = `
 INSERT INTO ledger.rejections
