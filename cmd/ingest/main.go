@@ -32,7 +32,7 @@ func run(args []string) error {
 	fs.IntVar(&cfg.BatchSize, "batch-size", connect.EnvInt("LEDGER_BATCH_SIZE", ingest.BatchSizeDefault), "most events per fenced append (env LEDGER_BATCH_SIZE)")
 	fs.DurationVar(&cfg.BatchWait, "batch-wait", connect.EnvDuration("LEDGER_BATCH_WAIT", ingest.BatchWaitDefault), "how long a batch waits to fill (env LEDGER_BATCH_WAIT)")
 	fs.DurationVar(&cfg.GapWindow, "gap-window", connect.EnvDuration("LEDGER_GAP_WINDOW", ingest.GapWindowDefault), "how long an early version waits for the missing ones (env LEDGER_GAP_WINDOW)")
-	fs.IntVar(&cfg.Lanes, "lanes", connect.EnvInt("LEDGER_LANES", ingest.LanesDefault), "batches processed at once (env LEDGER_LANES)")
+	fs.IntVar(&cfg.Lanes, "lanes", connect.EnvInt("LEDGER_LANES", ingest.LanesDefault()), "batches processed at once; default one per CPU, 2 to 8 (env LEDGER_LANES)")
 	fs.IntVar(&cfg.Replicas, "replicas", connect.EnvInt("LEDGER_REPLICAS", 1), "stream replicas: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
 	migrate := fs.Bool("migrate", true, "apply database migrations at start")
 	if ok, err := svcf.Parse(fs, args); !ok {

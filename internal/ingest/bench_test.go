@@ -139,8 +139,9 @@ type fullPipeline struct {
 	lat  []time.Duration
 }
 
+// newFullPipeline runs the ingest with its defaults.
 func newFullPipeline(b *testing.B) *fullPipeline {
-	e := newBenchEnv(b, ingest.Config{Lanes: 4, BatchSize: 1000})
+	e := newBenchEnv(b, ingest.Config{})
 	p := &fullPipeline{b: b, e: e, load: newBenchLoad(e), pub: publisher(b, e)}
 	sub, err := e.nc.Subscribe(e.subj.Receipt("bench"), func(m *nats.Msg) {
 		now := time.Now()
