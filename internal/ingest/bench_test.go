@@ -126,39 +126,108 @@ func BenchmarkLatency(b *testing.B) {
 	b.ReportMetric(percentileMS(bareLat, 99), "bare_p99_ms")
 }
 
-// fullPipeline is an ingest service with its publisher.
-type fullPipeline struct {
-	b     *testing.B
-	e     *env
-	load  *benchLoad
-	pub   jetstream.JetStream
-	total int // events published so far
+// source publishes the benchmark's load into one pipeline and, while a
+// latency run is on, times each event from its publish to its arrival.
+type source struct {
+	b      *testing.B
+	e      *env
+	load   *benchLoad
+	pub    jetstream.JetStream
+	prefix string
+	total  int // events published so far
 
 	mu   sync.Mutex
-	sent map[string]time.Time // event id → publish time, while timing latency
+	sent map[string]time.Time // event id → publish time, while timing
 	lat  []time.Duration
 }
+
+func newSource(b *testing.B, e *env, prefix string) *source {
+	return &source{b: b, e: e, load: newBenchLoad(e), pub: publisher(b, e), prefix: prefix}
+}
+
+func (s *source) next(n int) []*nats.Msg {
+	msgs := make([]*nats.Msg, n)
+	for i := range msgs {
+		msgs[i] = s.load.next(s.total+i, s.prefix)
+	}
+	s.total += n
+	return msgs
+}
+
+// arrived records when the events ids arrived, if they are being timed.
+func (s *source) arrived(now time.Time, ids ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if t0, ok := s.sent[id]; ok {
+			s.lat = append(s.lat, now.Sub(t0))
+			delete(s.sent, id)
+		}
+	}
+}
+
+// timing reports whether a latency run is on.
+func (s *source) timing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sent != nil
+}
+
+// paced publishes rate events a second for seconds, through run (which
+// calls the publishing function it is given), and returns each event's time
+// from publish to arrival once all have arrived.
+func (s *source) paced(rate, seconds int, run func(publish func())) []time.Duration {
+	s.mu.Lock()
+	s.sent, s.lat = map[string]time.Time{}, nil
+	s.mu.Unlock()
+	run(func() {
+		pace(s.b, rate, seconds, func() {
+			m := s.next(1)[0]
+			s.mu.Lock()
+			s.sent[m.Header.Get(wire.HeaderMsgID)] = time.Now()
+			s.mu.Unlock()
+			if _, err := s.pub.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second)); err != nil {
+				s.b.Fatal(err)
+			}
+		})
+	})
+	n := rate * seconds
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s.mu.Lock()
+		lat, left := slices.Clone(s.lat), len(s.sent)
+		if len(lat) == n {
+			s.sent = nil
+		}
+		s.mu.Unlock()
+		if len(lat) == n {
+			return lat
+		}
+		if time.Now().After(deadline) {
+			s.b.Fatalf("%d of %d events timed; %d never arrived", len(lat), n, left)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// fullPipeline is an ingest service with its publisher.
+type fullPipeline struct{ *source }
 
 // newFullPipeline runs the ingest with its defaults.
 func newFullPipeline(b *testing.B) *fullPipeline {
 	e := newBenchEnv(b, ingest.Config{})
-	p := &fullPipeline{b: b, e: e, load: newBenchLoad(e), pub: publisher(b, e)}
+	p := &fullPipeline{newSource(b, e, "ledger")}
 	sub, err := e.nc.Subscribe(e.subj.Receipt("bench"), func(m *nats.Msg) {
 		now := time.Now()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if p.sent == nil {
-			return
+		if !p.timing() {
+			return // a throughput run: decoding would only take CPU from it
 		}
 		var r wire.Receipt
 		if err := json.Unmarshal(m.Data, &r); err != nil {
 			b.Errorf("receipt: %v", err)
 			return
 		}
-		if t0, ok := p.sent[r.EventID]; ok {
-			p.lat = append(p.lat, now.Sub(t0))
-			delete(p.sent, r.EventID)
-		}
+		p.arrived(now, r.EventID)
 	})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = sub.Unsubscribe() })
@@ -187,53 +256,19 @@ func (p *fullPipeline) throughput(n int) float64 {
 // latency publishes at rate for seconds and returns each event's
 // publish-to-receipt time.
 func (p *fullPipeline) latency(rate, seconds int) []time.Duration {
-	p.mu.Lock()
-	p.sent, p.lat = map[string]time.Time{}, nil
-	p.mu.Unlock()
-	pace(p.b, rate, seconds, func() {
-		m := p.next(1)[0]
-		p.mu.Lock()
-		p.sent[m.Header.Get(wire.HeaderMsgID)] = time.Now()
-		p.mu.Unlock()
-		if _, err := p.pub.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second)); err != nil {
-			p.b.Fatal(err)
-		}
-	})
-	n := rate * seconds
-	lat := waitFor(p.b, &p.mu, func() ([]time.Duration, bool) { return p.lat, len(p.lat) == n })
-	p.mu.Lock()
-	p.sent = nil
-	p.mu.Unlock()
-	return lat
-}
-
-func (p *fullPipeline) next(n int) []*nats.Msg {
-	msgs := make([]*nats.Msg, n)
-	for i := range msgs {
-		msgs[i] = p.load.next(p.total+i, "ledger")
-	}
-	p.total += n
-	return msgs
+	return p.paced(rate, seconds, func(publish func()) { publish() })
 }
 
 // barePipeline is the baseline: 4 consumers that fetch up to 500 messages,
 // insert them with one set-based fenced insert, and ack them.
 type barePipeline struct {
-	b     *testing.B
-	e     *env
-	load  *benchLoad
-	pub   jetstream.JetStream
-	cons  jetstream.Consumer
-	total int
-
-	mu   sync.Mutex
-	sent map[string]time.Time
-	lat  []time.Duration
+	*source
+	cons jetstream.Consumer
 }
 
 func newBarePipeline(b *testing.B) *barePipeline {
 	e := newBenchEnv(b, ingest.Config{Lanes: 1})
-	p := &barePipeline{b: b, e: e, load: newBenchLoad(e), pub: publisher(b, e)}
+	p := &barePipeline{source: newSource(b, e, "bare")}
 	e.svc.Stop() // only the leases are used
 	ctx := context.Background()
 	_, err := e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BARE_IN", Subjects: []string{"bare.in.>"}, Retention: jetstream.WorkQueuePolicy})
@@ -270,7 +305,14 @@ func (p *barePipeline) run(n int, publish func()) time.Duration {
 					p.b.Error(err)
 					return
 				}
-				p.committed(got)
+				if p.timing() {
+					now := time.Now()
+					ids := make([]string, len(got))
+					for i, m := range got {
+						ids[i] = m.Headers().Get(wire.HeaderMsgID)
+					}
+					p.arrived(now, ids...)
+				}
 				for _, m := range got {
 					_ = m.Ack()
 				}
@@ -283,21 +325,6 @@ func (p *barePipeline) run(n int, publish func()) time.Duration {
 	return time.Since(start)
 }
 
-// committed records the publish-to-commit time of msgs, while timing.
-func (p *barePipeline) committed(msgs []jetstream.Msg) {
-	now := time.Now()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.sent == nil {
-		return
-	}
-	for _, m := range msgs {
-		if t0, ok := p.sent[m.Headers().Get(wire.HeaderMsgID)]; ok {
-			p.lat = append(p.lat, now.Sub(t0))
-		}
-	}
-}
-
 func (p *barePipeline) throughput(n int) float64 {
 	msgs := p.next(n)
 	// The consumers run while the events are published, as the ingest
@@ -306,36 +333,10 @@ func (p *barePipeline) throughput(n int) float64 {
 	return float64(n) / elapsed.Seconds()
 }
 
+// latency publishes at rate for seconds and returns each event's
+// publish-to-commit time.
 func (p *barePipeline) latency(rate, seconds int) []time.Duration {
-	p.mu.Lock()
-	p.sent, p.lat = map[string]time.Time{}, nil
-	p.mu.Unlock()
-	n := rate * seconds
-	p.run(n, func() {
-		pace(p.b, rate, seconds, func() {
-			m := p.next(1)[0]
-			p.mu.Lock()
-			p.sent[m.Header.Get(wire.HeaderMsgID)] = time.Now()
-			p.mu.Unlock()
-			if _, err := p.pub.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second)); err != nil {
-				p.b.Fatal(err)
-			}
-		})
-	})
-	lat := waitFor(p.b, &p.mu, func() ([]time.Duration, bool) { return p.lat, len(p.lat) == n })
-	p.mu.Lock()
-	p.sent = nil
-	p.mu.Unlock()
-	return lat
-}
-
-func (p *barePipeline) next(n int) []*nats.Msg {
-	msgs := make([]*nats.Msg, n)
-	for i := range msgs {
-		msgs[i] = p.load.next(p.total+i, "bare")
-	}
-	p.total += n
-	return msgs
+	return p.paced(rate, seconds, func(publish func()) { p.run(rate*seconds, publish) })
 }
 
 // pace calls publish rate times a second for seconds, in 1 ms ticks.
@@ -350,25 +351,6 @@ func pace(b *testing.B, rate, seconds int, publish func()) {
 			publish()
 			i++
 		}
-	}
-}
-
-// waitFor polls get (under mu) for up to 30 s until it reports done, and
-// returns a copy of what it returned.
-func waitFor(b *testing.B, mu *sync.Mutex, get func() ([]time.Duration, bool)) []time.Duration {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		mu.Lock()
-		lat, done := get()
-		out := slices.Clone(lat)
-		mu.Unlock()
-		if done {
-			return out
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d events timed; the rest never arrived", len(out))
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
