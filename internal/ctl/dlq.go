@@ -91,16 +91,14 @@ func parseDLQSubject(subj wire.Subjects, subject string) (partition int, task, w
 	if subject == subj.DLQInvalid() {
 		return 0, "", "its original subject was unusable (" + subject + "), so where it belongs is unknown; publish a corrected event instead"
 	}
-	rest, ok := strings.CutPrefix(subject, dlqBase(subj))
-	if !ok {
+	if !strings.HasPrefix(subject, dlqBase(subj)) {
 		return 0, "", fmt.Sprintf("subject %s is not under %s (wrong -prefix?)", subject, subj.DLQAll())
 	}
-	ps, task, ok := strings.Cut(rest, ".")
-	p, err := wire.ParseInt(ps)
-	if !ok || err != nil || p > 1<<30 || !wire.ValidID(task) {
-		return 0, "", fmt.Sprintf("subject %s is not %s.dlq.<partition>.<task>", subject, subj.Prefix)
+	p, task, err := subj.ParseDLQ(subject)
+	if err != nil {
+		return 0, "", err.Error()
 	}
-	return int(p), task, ""
+	return p, task, ""
 }
 
 // dlqBase is "<prefix>.dlq.".

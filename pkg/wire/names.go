@@ -117,6 +117,13 @@ func (s Subjects) ParseLog(subject string) (partition int, task string, err erro
 	return s.parse(subject, "log")
 }
 
+// ParseDLQ splits a dead-letter subject into partition and task. The
+// subject of dead letters whose own subject was unusable,
+// <prefix>.dlq.invalid, has neither and is an error here.
+func (s Subjects) ParseDLQ(subject string) (partition int, task string, err error) {
+	return s.parse(subject, "dlq")
+}
+
 func (s Subjects) parse(subject, kind string) (int, string, error) {
 	rest, ok := strings.CutPrefix(subject, s.p()+"."+kind+".")
 	if !ok {

@@ -42,6 +42,14 @@ func TestParseInSplitsOnlyWellFormedSubjects(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 5, p)
 	require.Equal(t, "t", task)
+	p, task, err = wire.Subjects{Prefix: "acme"}.ParseDLQ("acme.dlq.7.job-1")
+	require.NoError(t, err)
+	require.Equal(t, 7, p)
+	require.Equal(t, "job-1", task)
+	for _, bad := range []string{"acme.dlq.invalid", "acme.dlq.7", "acme.dlq.x.t", "acme.log.7.t", "ledger.dlq.7.t"} {
+		_, _, err := wire.Subjects{Prefix: "acme"}.ParseDLQ(bad)
+		require.Error(t, err, bad)
+	}
 }
 
 func TestParseIntTakesPlainDigitsOnly(t *testing.T) {
