@@ -1,6 +1,6 @@
 // Package faultproxy is a TCP proxy for tests that can cut the network
-// between a client and a real server (PostgreSQL, NATS) and restore it, to
-// prove behaviour under outages without mocking either side.
+// between a client and a real server (PostgreSQL, NATS), or silence it, and
+// restore it, to prove behaviour under outages without mocking either side.
 package faultproxy
 
 import (
@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -15,6 +16,8 @@ import (
 type Proxy struct {
 	ln     net.Listener
 	target string
+
+	silent atomic.Bool
 
 	mu    sync.Mutex
 	cut   bool
@@ -50,11 +53,18 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Restore accepts and forwards connections again.
+// Silence stops forwarding without closing anything: both directions are
+// read and dropped, and connections, open or new, stay up. The client sees
+// nothing but silence, as behind a partition that drops packets, which is
+// harder to notice than a cut.
+func (p *Proxy) Silence() { p.silent.Store(true) }
+
+// Restore accepts and forwards connections again, after Cut or Silence.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	p.cut = false
 	p.mu.Unlock()
+	p.silent.Store(false)
 }
 
 // Close stops the proxy.
@@ -93,9 +103,8 @@ func (p *Proxy) accept() {
 
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, err := io.Copy(dst, src)
-	_ = err
-	if errors.Is(err, net.ErrClosed) || err == nil {
+	err := p.copy(dst, src)
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) {
 		_ = dst.Close()
 	}
 	_ = src.Close()
@@ -103,4 +112,21 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	delete(p.conns, src)
 	delete(p.conns, dst)
 	p.mu.Unlock()
+}
+
+// copy forwards src to dst (dropping what it reads while silenced) until
+// either side fails.
+func (p *Proxy) copy(dst, src net.Conn) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.silent.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
 }

@@ -46,3 +46,53 @@ func TestCutDropsAndRefusesUntilRestore(t *testing.T) {
 	p.Restore()
 	require.NoError(t, roundTrip())
 }
+
+func TestSilenceDropsTrafficButKeepsConnectionsUntilRestore(t *testing.T) {
+	t.Parallel()
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = bufio.NewReader(c).WriteTo(c) }()
+		}
+	}()
+	p := faultproxy.Start(t, echo.Addr().String())
+	c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	r := bufio.NewReader(c)
+	ping := func() error {
+		_ = c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := c.Write([]byte("ping\n")); err != nil {
+			return err
+		}
+		_, err := r.ReadString('\n')
+		return err
+	}
+	require.NoError(t, ping())
+
+	p.Silence()
+	err = ping()
+	var nerr net.Error
+	require.ErrorAs(t, err, &nerr, "a silenced proxy must neither answer nor close")
+	require.True(t, nerr.Timeout(), "want a timeout, got %v", err)
+	// New connections are accepted, and are just as silent.
+	c2, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+	require.NoError(t, err)
+	defer c2.Close()
+	_ = c2.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	_, err = c2.Write([]byte("ping\n"))
+	require.NoError(t, err)
+	_, err = bufio.NewReader(c2).ReadString('\n')
+	require.ErrorAs(t, err, &nerr)
+	require.True(t, nerr.Timeout())
+
+	p.Restore()
+	// The first connection lives on: what is sent now comes back.
+	require.NoError(t, ping())
+}

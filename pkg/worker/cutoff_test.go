@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowness/ledger/internal/faultproxy"
 	"github.com/flowness/ledger/pkg/worker"
 )
 
@@ -28,8 +29,8 @@ func TestWriterCutOffFromTheServiceLearnsItLostTheLeaseBeforeTheTakeoverCommits(
 
 	u, err := url.Parse(l.ns.URL())
 	require.NoError(t, err)
-	proxy := startBlackhole(t, u.Host)
-	ncA, err := nats.Connect(proxy.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	proxy := faultproxy.Start(t, u.Host)
+	ncA, err := nats.Connect("nats://"+proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(ncA.Close)
 	a := newClient(t, ncA, worker.Config{Holder: "worker-a", TTL: ttl})
@@ -45,7 +46,7 @@ func TestWriterCutOffFromTheServiceLearnsItLostTheLeaseBeforeTheTakeoverCommits(
 	require.NoError(t, leaseA.Context().Err())
 
 	cutAt := time.Now()
-	proxy.Cut()
+	proxy.Silence() // for good: the harshest way to lose the service
 	lostAt := make(chan time.Time, 1)
 	go func() { <-leaseA.Context().Done(); lostAt <- time.Now() }()
 

@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,83 +119,4 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// blackhole is a TCP proxy that can silently stop forwarding: after Cut,
-// both directions are read and dropped, and the connections stay open, so
-// the client behind it notices nothing but silence (the harshest way for a
-// lease holder to lose its service).
-type blackhole struct {
-	ln     net.Listener
-	target string
-	cut    atomic.Bool
-
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func startBlackhole(t *testing.T, target string) *blackhole {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	b := &blackhole{ln: ln, target: target}
-	b.wg.Add(1)
-	go b.accept()
-	t.Cleanup(b.close)
-	return b
-}
-
-func (b *blackhole) URL() string { return "nats://" + b.ln.Addr().String() }
-
-// Cut stops forwarding in both directions, for good.
-func (b *blackhole) Cut() { b.cut.Store(true) }
-
-func (b *blackhole) accept() {
-	defer b.wg.Done()
-	for {
-		client, err := b.ln.Accept()
-		if err != nil {
-			return
-		}
-		server, err := net.Dial("tcp", b.target)
-		if err != nil {
-			_ = client.Close()
-			continue
-		}
-		b.mu.Lock()
-		b.conns = append(b.conns, client, server)
-		b.mu.Unlock()
-		b.wg.Add(2)
-		go b.pipe(server, client)
-		go b.pipe(client, server)
-	}
-}
-
-func (b *blackhole) pipe(dst, src net.Conn) {
-	defer b.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !b.cut.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				err = werr
-			}
-		}
-		if err != nil { // either side closed: close the other
-			_ = src.Close()
-			_ = dst.Close()
-			return
-		}
-	}
-}
-
-func (b *blackhole) close() {
-	_ = b.ln.Close()
-	b.mu.Lock()
-	for _, c := range b.conns {
-		_ = c.Close()
-	}
-	b.mu.Unlock()
-	b.wg.Wait()
 }
