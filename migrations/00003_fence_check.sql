@@ -21,5 +21,9 @@ END
 $$;
 -- +goose StatementEnd
 
+-- The ingest's appends call it. PUBLIC may execute functions by default;
+-- the explicit grant keeps the ingest working where a deployment revokes that.
+GRANT EXECUTE ON FUNCTION ledger.fence_check(bigint, bigint) TO ledger_ingest;
+
 -- +goose Down
 DROP FUNCTION ledger.fence_check(bigint, bigint);

@@ -164,6 +164,10 @@ func TestIngestUserRunsTheFence(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	// A hardened deployment takes EXECUTE on functions away from PUBLIC;
+	// the fenced insert's ledger.fence_check must still be callable.
+	_, err := db.Pool.Exec(ctx, `REVOKE EXECUTE ON FUNCTION ledger.fence_check(bigint, bigint) FROM PUBLIC`)
+	require.NoError(t, err)
 	pool := openPool(t, loginUser(t, db, roleIngest))
 
 	applied, err := migrations.Up(ctx, pool, nil)
