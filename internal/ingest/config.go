@@ -58,7 +58,8 @@ type Config struct {
 	BatchWait time.Duration
 	// GapWindow is the gap retry window; default 30 s.
 	GapWindow time.Duration
-	// Lanes is the number of batches processed concurrently; default 4.
+	// Lanes is the number of batches processed concurrently; default
+	// LanesDefault().
 	Lanes int
 	// RetryMin and RetryMax bound the transient-failure backoff.
 	RetryMin, RetryMax time.Duration
@@ -71,6 +72,9 @@ type Config struct {
 	Version string
 	// AckWait is the ingest consumer's ack wait; default 30 s.
 	AckWait time.Duration
+	// PublishTimeout bounds the wait for a copy's publish ack before the
+	// copy is published again; default 5 s.
+	PublishTimeout time.Duration
 
 	// hooks are test seams; nil in production.
 	hooks *hooks
@@ -113,6 +117,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.NotYetDelayMin, NotYetDelayMinDefault)
 	def(&c.NotYetDelayMax, NotYetDelayMaxDefault)
 	def(&c.StopTimeout, StopTimeoutDefault)
+	def(&c.PublishTimeout, PublishTimeoutDefault)
 	return c
 }
 
@@ -126,8 +131,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("ingest: batch size must be 1..10000, got %d", c.BatchSize)
 	case c.Lanes < 1 || c.Lanes > 256:
 		return fmt.Errorf("ingest: lanes must be 1..256, got %d", c.Lanes)
-	case c.GapWindow < 0 || c.BatchWait < 0:
-		return fmt.Errorf("ingest: gap window and batch wait must not be negative")
+	case c.GapWindow < 0 || c.BatchWait < 0 || c.PublishTimeout < 0:
+		return fmt.Errorf("ingest: gap window, batch wait and publish timeout must not be negative")
 	case c.RetryMin > c.RetryMax || c.NotYetDelayMin > c.NotYetDelayMax:
 		return fmt.Errorf("ingest: a minimum delay is above its maximum")
 	}

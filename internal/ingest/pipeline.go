@@ -115,7 +115,7 @@ const finishQueue = 4
 type committedBatch struct {
 	batch   []*inbound
 	out     []*nats.Msg
-	futures []jetstream.PubAckFuture
+	copies  *copySet
 	started time.Time
 }
 
@@ -166,11 +166,8 @@ func (s *Service) commit(batch []*inbound) *committedBatch {
 		cb.out = append(cb.out, s.logCopy(c))
 	}
 	cb.out = append(cb.out, letters...)
-	cb.futures = make([]jetstream.PubAckFuture, len(cb.out))
-	for i, m := range cb.out {
-		// A failure here is retried by finish.
-		cb.futures[i], _ = s.js.PublishMsgAsync(m)
-	}
+	// A copy that fails here is published again by finish.
+	cb.copies = s.copies.publish(cb.out)
 	return cb
 }
 
@@ -229,43 +226,24 @@ func (s *Service) appendWithRetry(ctx context.Context, events []fence.Event, bat
 func (s *Service) awaitCopies(ctx context.Context, cb *committedBatch) bool {
 	delay := s.cfg.RetryMin
 	lastProgress := cb.started
-	msgs, futures := cb.out, cb.futures
-	for attempt := 1; len(msgs) > 0; attempt++ {
-		var failed []*nats.Msg
-		var lastErr error
-		for i, f := range futures {
-			if f == nil {
-				failed = append(failed, msgs[i])
-				continue
-			}
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				failed, lastErr = append(failed, msgs[i]), err
-			case <-ctx.Done():
-				return false
-			}
+	set := cb.copies
+	for attempt := 1; ; attempt++ {
+		failed, lastErr, ok := s.copies.wait(ctx, set, s.cfg.PublishTimeout)
+		if !ok {
+			return false
 		}
 		if len(failed) == 0 {
 			return true
 		}
 		s.metrics.retry("publish")
-		errText := "publish refused"
-		if lastErr != nil {
-			errText = lastErr.Error()
-		}
 		s.log.Warn("storing log/dead-letter copies failed; retrying", slog.Int("failed", len(failed)),
-			slog.Int("attempt", attempt), slog.String("error", errText))
+			slog.Int("attempt", attempt), slog.String("error", lastErr.Error()))
 		if !s.wait(ctx, delay, cb.batch, &lastProgress) {
 			return false
 		}
 		delay = min(delay*2, s.cfg.RetryMax)
-		msgs, futures = failed, make([]jetstream.PubAckFuture, len(failed))
-		for i, m := range msgs {
-			futures[i], _ = s.js.PublishMsgAsync(m)
-		}
+		set = s.copies.publish(failed)
 	}
-	return true
 }
 
 // wait sleeps for d, sending progress acks for the batch so that JetStream

@@ -47,6 +47,7 @@ type Service struct {
 	cancelWork context.CancelFunc
 	consume    jetstream.ConsumeContext
 	svc        micro.Service
+	copies     *copier
 }
 
 // Deps are what the service runs on.
@@ -74,12 +75,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
-	// Every lane may have finishQueue batches of copies in flight.
-	pending := min(max(4000, cfg.Lanes*(finishQueue+1)*cfg.BatchSize), 65536)
-	// A publish whose reply is lost (its stream leader died mid-request) must
-	// fail rather than wait for ever: it is then published again.
-	js, err := jetstream.New(d.NC, jetstream.WithPublishAsyncMaxPending(pending),
-		jetstream.WithPublishAsyncTimeout(PublishTimeoutDefault))
+	js, err := jetstream.New(d.NC)
 	if err != nil {
 		return nil, fmt.Errorf("ingest: jetstream: %w", err)
 	}
@@ -104,10 +100,14 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("ingest: consumer: %w", err)
 	}
 
+	if s.copies, err = newCopier(s.nc); err != nil {
+		return err
+	}
 	s.workCtx, s.cancelWork = context.WithCancel(context.WithoutCancel(ctx))
 	svc, err := startLeaseService(s.workCtx, s.nc, s.store, s.cfg, s.log, s.metrics)
 	if err != nil {
 		s.cancelWork()
+		s.copies.close()
 		return err
 	}
 	s.svc = svc
@@ -182,6 +182,9 @@ func (s *Service) Stop() {
 	}
 	if s.cancelWork != nil {
 		s.cancelWork()
+	}
+	if s.copies != nil {
+		s.copies.close()
 	}
 	s.log.Info("ingest stopped")
 }

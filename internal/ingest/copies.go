@@ -1,0 +1,235 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// copier stores the LEDGER_LOG and LEDGER_DLQ copies of committed batches.
+// Each copy is a JetStream publish whose reply subject names its set (one
+// publish of a batch's copies) and its index in the set; one wildcard
+// subscription takes every publish ack. jetstream's PublishMsgAsync would
+// keep a future, a timer and a decoded ack per copy; at tens of thousands of
+// copies a second that bookkeeping was a twentieth of the ingest's CPU.
+//
+// A copy whose ack does not come (a lost reply, a stream leader that died
+// mid-request), or comes as an error, counts as not stored: the caller
+// publishes it again in a new set. Copies are deduplicated by Nats-Msg-Id,
+// so publishing one twice is safe.
+type copier struct {
+	nc     *nats.Conn
+	inbox  string // the reply prefix, ending in "."
+	sub    *nats.Subscription
+	status chan nats.Status
+	ended  chan struct{}
+
+	mu   sync.Mutex
+	sets map[uint64]*copySet
+	next uint64
+}
+
+// copySet is one publish of a batch's copies.
+type copySet struct {
+	id   uint64
+	msgs []*nats.Msg
+
+	mu      sync.Mutex
+	stored  []bool
+	left    int // copies whose outcome is not known yet
+	lastErr error
+	done    chan struct{} // closed when left reaches 0
+}
+
+func newCopier(nc *nats.Conn) (*copier, error) {
+	c := &copier{nc: nc, inbox: nc.NewInbox() + ".", sets: map[uint64]*copySet{}}
+	sub, err := nc.Subscribe(c.inbox+"*.*", c.onAck)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: publish-ack subscription: %w", err)
+	}
+	// A dropped ack costs a republish after the timeout; never drop them
+	// for want of buffer.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("ingest: publish-ack subscription: %w", err)
+	}
+	c.sub = sub
+	c.status, c.ended = nc.StatusChanged(nats.RECONNECTING, nats.CLOSED), make(chan struct{})
+	go c.failOnDisconnect()
+	return c, nil
+}
+
+func (c *copier) close() {
+	_ = c.sub.Unsubscribe()
+	c.nc.RemoveStatusListener(c.status)
+	<-c.ended
+}
+
+// failOnDisconnect settles every copy still waiting for its ack as not
+// stored when the connection is lost: acks in flight then are lost with it,
+// and waiting out the publish timeout would only delay the republish.
+func (c *copier) failOnDisconnect() {
+	defer close(c.ended)
+	for st := range c.status {
+		err := fmt.Errorf("jetstream: connection %s before the publish ack", strings.ToLower(st.String()))
+		c.mu.Lock()
+		sets := make([]*copySet, 0, len(c.sets))
+		for _, set := range c.sets {
+			sets = append(sets, set)
+		}
+		c.mu.Unlock()
+		for _, set := range sets {
+			set.failPending(err)
+		}
+	}
+}
+
+// publish sends msgs, each with a reply subject of the new set.
+func (c *copier) publish(msgs []*nats.Msg) *copySet {
+	c.mu.Lock()
+	c.next++
+	set := &copySet{id: c.next, msgs: msgs, stored: make([]bool, len(msgs)), left: len(msgs), done: make(chan struct{})}
+	c.sets[set.id] = set
+	c.mu.Unlock()
+	if len(msgs) == 0 {
+		close(set.done)
+		return set
+	}
+	prefix := c.inbox + strconv.FormatUint(set.id, 10) + "."
+	for i, m := range msgs {
+		m.Reply = prefix + strconv.Itoa(i)
+		if err := c.nc.PublishMsg(m); err != nil {
+			set.settle(i, err)
+		}
+	}
+	return set
+}
+
+// onAck settles the copy an ack is for; acks of sets already given up on
+// are dropped.
+func (c *copier) onAck(m *nats.Msg) {
+	rest, ok := strings.CutPrefix(m.Subject, c.inbox)
+	if !ok {
+		return
+	}
+	ids, is, ok := strings.Cut(rest, ".")
+	id, err1 := strconv.ParseUint(ids, 10, 64)
+	i, err2 := strconv.Atoi(is)
+	if !ok || err1 != nil || err2 != nil {
+		return
+	}
+	c.mu.Lock()
+	set := c.sets[id]
+	c.mu.Unlock()
+	if set == nil || i < 0 || i >= len(set.msgs) {
+		return
+	}
+	set.settle(i, pubAckError(m))
+}
+
+// settle records the outcome of copy i: stored when err is nil.
+func (s *copySet) settle(i int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.left == 0 || s.stored[i] {
+		return
+	}
+	if err != nil {
+		s.lastErr = err
+	} else {
+		s.stored[i] = true
+	}
+	// Each copy is settled once: by its ack, or by its failed publish (then
+	// no ack comes). A second reply to the same subject cannot arrive.
+	s.left--
+	if s.left == 0 {
+		close(s.done)
+	}
+}
+
+// failPending settles every copy without an outcome yet as not stored.
+func (s *copySet) failPending(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.left == 0 {
+		return
+	}
+	s.lastErr, s.left = err, 0
+	close(s.done)
+}
+
+// wait waits until every copy of set has its outcome, or timeout passes, or
+// ctx ends (ok false). It returns the copies not stored and the last error
+// seen, and forgets the set: acks arriving later are dropped.
+func (c *copier) wait(ctx context.Context, set *copySet, timeout time.Duration) (failed []*nats.Msg, lastErr error, ok bool) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-set.done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	delete(c.sets, set.id)
+	c.mu.Unlock()
+	if ctx.Err() != nil {
+		return nil, nil, false
+	}
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	for i, stored := range set.stored {
+		if !stored {
+			failed = append(failed, set.msgs[i])
+		}
+	}
+	if len(failed) > 0 && set.lastErr == nil {
+		set.lastErr = fmt.Errorf("no publish ack within %v", timeout)
+	}
+	return failed, set.lastErr, true
+}
+
+// pubAckPrefix starts every successful publish ack: the server encodes the
+// error first (and only when there is one), then the stream.
+var pubAckPrefix = []byte(`{"stream":`)
+
+// pubAckError reads a JetStream publish ack: nil when the message is stored
+// (or was already, a duplicate).
+func pubAckError(m *nats.Msg) error {
+	if len(m.Data) == 0 {
+		// A status message: 503 when no stream takes the subject or JetStream
+		// is unavailable.
+		if st := m.Header.Get("Status"); st != "" {
+			return fmt.Errorf("jetstream: status %s %s", st, m.Header.Get("Description"))
+		}
+		return errors.New("jetstream: empty publish ack")
+	}
+	if bytes.HasPrefix(m.Data, pubAckPrefix) {
+		return nil
+	}
+	var ack struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Stream string `json:"stream"`
+	}
+	if err := json.Unmarshal(m.Data, &ack); err != nil {
+		return fmt.Errorf("jetstream: unreadable publish ack %q: %w", m.Data, err)
+	}
+	if ack.Error != nil {
+		return fmt.Errorf("jetstream: %s (status %d, error code %d)", ack.Error.Description, ack.Error.Code, ack.Error.ErrCode)
+	}
+	if ack.Stream == "" {
+		return fmt.Errorf("jetstream: publish ack names no stream: %q", m.Data)
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package ingest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/natstest"
+)
+
+func copyMsg(subject, id string, hdr ...string) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Header.Set(nats.MsgIdHdr, id)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		m.Header.Set(hdr[i], hdr[i+1])
+	}
+	m.Data = []byte(`{"v":1}`)
+	return m
+}
+
+func newTestCopier(t *testing.T) (*natstest.Server, *nats.Conn, *copier, jetstream.Stream) {
+	t.Helper()
+	ns := natstest.Start(t)
+	nc := ns.Conn(t, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	js := ns.JetStream(t)
+	st, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "COPIES", Subjects: []string{"copies.>"}})
+	require.NoError(t, err)
+	c, err := newCopier(nc)
+	require.NoError(t, err)
+	t.Cleanup(c.close)
+	return ns, nc, c, st
+}
+
+// Every kind of publish ack the server sends is read right: stored,
+// duplicate, a JetStream error, no stream (503), and none at all.
+func TestCopierReadsEveryKindOfPublishAck(t *testing.T) {
+	t.Parallel()
+	_, nc, c, st := newTestCopier(t)
+	ctx := context.Background()
+
+	set := c.publish([]*nats.Msg{copyMsg("copies.a", "id-1"), copyMsg("copies.b", "id-2"), copyMsg("copies.a", "id-1")})
+	failed, err, ok := c.wait(ctx, set, 5*time.Second)
+	require.True(t, ok)
+	require.Empty(t, failed, "%v", err)
+	info, infoErr := st.Info(ctx)
+	require.NoError(t, infoErr)
+	require.EqualValues(t, 2, info.State.Msgs, "the duplicate is acked, not stored")
+
+	refused := copyMsg("copies.c", "id-3", jetstream.ExpectedLastSeqHeader, "999")
+	failed, err, ok = c.wait(ctx, c.publish([]*nats.Msg{refused}), 5*time.Second)
+	require.True(t, ok)
+	require.Equal(t, []*nats.Msg{refused}, failed)
+	require.ErrorContains(t, err, "wrong last sequence")
+
+	nowhere := copyMsg("nostream.x", "id-4")
+	failed, err, ok = c.wait(ctx, c.publish([]*nats.Msg{nowhere}), 5*time.Second)
+	require.True(t, ok)
+	require.Equal(t, []*nats.Msg{nowhere}, failed)
+	require.ErrorContains(t, err, "503")
+
+	// A subscriber that never answers: no ack within the timeout.
+	sub, subErr := nc.SubscribeSync("silent.x")
+	require.NoError(t, subErr)
+	defer sub.Unsubscribe()
+	require.NoError(t, nc.Flush())
+	lost := copyMsg("silent.x", "id-5")
+	failed, err, ok = c.wait(ctx, c.publish([]*nats.Msg{copyMsg("copies.d", "id-6"), lost}), 300*time.Millisecond)
+	require.True(t, ok)
+	require.Equal(t, []*nats.Msg{lost}, failed, "only the unanswered copy failed")
+	require.ErrorContains(t, err, "no publish ack within")
+
+	// An ack for a set already given up on is dropped; nothing breaks.
+	c.onAck(&nats.Msg{Subject: c.inbox + "1.0", Data: []byte(`{"stream":"COPIES","seq":1}`)})
+
+	ctxDone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, _, ok = c.wait(ctxDone, c.publish([]*nats.Msg{copyMsg("silent.x", "id-7")}), 5*time.Second)
+	require.False(t, ok, "a cancelled wait reports it")
+}
+
+// A lost connection fails the copies waiting for their acks at once, not
+// after the publish timeout.
+func TestCopierFailsWaitingCopiesWhenTheConnectionDrops(t *testing.T) {
+	t.Parallel()
+	ns, nc, c, _ := newTestCopier(t)
+	sub, err := nc.SubscribeSync("silent.x")
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, nc.Flush())
+
+	set := c.publish([]*nats.Msg{copyMsg("silent.x", "id-1")})
+	ns.Shutdown()
+	start := time.Now()
+	failed, werr, ok := c.wait(context.Background(), set, time.Minute)
+	require.True(t, ok)
+	require.Len(t, failed, 1)
+	require.ErrorContains(t, werr, "connection reconnecting")
+	require.Less(t, time.Since(start), 30*time.Second, "the disconnect, not the timeout, ended the wait")
+}
