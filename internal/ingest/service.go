@@ -26,6 +26,9 @@ import (
 // AckWaitDefault is the ingest consumer's ack wait: 30 s (streams/README.md).
 const AckWaitDefault = 30 * time.Second
 
+// pullExpiry is how long one pull request of the ingest consumer lasts.
+const pullExpiry = 5 * time.Second
+
 // PublishTimeoutDefault bounds the wait for one copy's publish ack: 5 s.
 const PublishTimeoutDefault = 5 * time.Second
 
@@ -125,6 +128,11 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.consume, err = cons.Consume(s.route,
 		jetstream.PullMaxMessages(min(2*s.cfg.BatchSize*s.cfg.Lanes, 4000)),
+		// A pull that expires every 5 s (heartbeats every 2.5 s) is found
+		// dead within about 5 s when its consumer's leader moves; with the
+		// default 30 s expiry the ingest stood still for up to 30 s after a
+		// node was lost. Idle, it costs a pull request every 5 s.
+		jetstream.PullExpiry(pullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			s.log.Warn("consume", slog.String("error", err.Error()))
 		}))
