@@ -290,21 +290,44 @@ func (s *Service) notYetDelay(in *inbound) time.Duration {
 }
 
 // logCopy is the LEDGER_LOG message of a committed event (CONTRACT §4).
-// The header map is built at its final size: at tens of thousands of copies
-// a second, growing it was a measurable share of the ingest's allocations.
+// It is built with few allocations: at tens of thousands of copies a second
+// they were a measurable share of the ingest's garbage. The header map is
+// made at its final size, its values share one backing array, and the
+// numbers are formatted into one buffer.
 func (s *Service) logCopy(c *fence.Committed) *nats.Msg {
+	var buf [80]byte
+	nums := strconv.AppendInt(buf[:0], c.Seq, 10)
+	seqEnd := len(nums)
+	nums = strconv.AppendInt(nums, int64(c.Partition), 10)
+	partEnd := len(nums)
+	nums = strconv.AppendInt(nums, c.Version, 10)
+	verEnd := len(nums)
+	nums = strconv.AppendInt(nums, c.Generation, 10)
+	numStr := string(nums)
+	vals := [...]string{
+		c.EventID,
+		numStr[:seqEnd],
+		c.Task,
+		numStr[seqEnd:partEnd],
+		numStr[partEnd:verEnd],
+		c.Type,
+		c.Holder,
+		numStr[verEnd:],
+		wire.FormatTime(c.CommittedAt),
+	}
+	v := vals[:] // one allocation for all nine values
 	return &nats.Msg{
 		Subject: s.subjects.Log(c.Partition, c.Task),
 		Header: nats.Header{
-			wire.HeaderMsgID:       {c.EventID},
-			wire.HeaderSeq:         {strconv.FormatInt(c.Seq, 10)},
-			wire.HeaderTask:        {c.Task},
-			wire.HeaderPartition:   {strconv.Itoa(c.Partition)},
-			wire.HeaderVersion:     {strconv.FormatInt(c.Version, 10)},
-			wire.HeaderType:        {c.Type},
-			wire.HeaderHolder:      {c.Holder},
-			wire.HeaderGeneration:  {strconv.FormatInt(c.Generation, 10)},
-			wire.HeaderCommittedAt: {wire.FormatTime(c.CommittedAt)},
+			wire.HeaderMsgID:       v[0:1:1],
+			wire.HeaderSeq:         v[1:2:2],
+			wire.HeaderTask:        v[2:3:3],
+			wire.HeaderPartition:   v[3:4:4],
+			wire.HeaderVersion:     v[4:5:5],
+			wire.HeaderType:        v[5:6:6],
+			wire.HeaderHolder:      v[6:7:7],
+			wire.HeaderGeneration:  v[7:8:8],
+			wire.HeaderCommittedAt: v[8:9:9],
 		},
 		Data: c.Payload,
 	}
