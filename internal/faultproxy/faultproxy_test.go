@@ -13,19 +13,7 @@ import (
 
 func TestCutDropsAndRefusesUntilRestore(t *testing.T) {
 	t.Parallel()
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer echo.Close()
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = bufio.NewReader(c).WriteTo(c) }()
-		}
-	}()
-	p := faultproxy.Start(t, echo.Addr().String())
+	p := faultproxy.Start(t, startEcho(t))
 
 	roundTrip := func() error {
 		c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
@@ -49,19 +37,7 @@ func TestCutDropsAndRefusesUntilRestore(t *testing.T) {
 
 func TestSilenceDropsTrafficButKeepsConnectionsUntilRestore(t *testing.T) {
 	t.Parallel()
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer echo.Close()
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = bufio.NewReader(c).WriteTo(c) }()
-		}
-	}()
-	p := faultproxy.Start(t, echo.Addr().String())
+	p := faultproxy.Start(t, startEcho(t))
 	c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
 	require.NoError(t, err)
 	defer c.Close()
@@ -95,4 +71,23 @@ func TestSilenceDropsTrafficButKeepsConnectionsUntilRestore(t *testing.T) {
 	p.Restore()
 	// The first connection lives on: what is sent now comes back.
 	require.NoError(t, ping())
+}
+
+// startEcho starts a TCP server that echoes what it reads, and returns its
+// address.
+func startEcho(t *testing.T) string {
+	t.Helper()
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = echo.Close() })
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = bufio.NewReader(c).WriteTo(c) }()
+		}
+	}()
+	return echo.Addr().String()
 }

@@ -1,5 +1,7 @@
 package fence
 
+import "strings"
+
 // Every statement of the package, in one place. Values are always
 // parameters; batches travel as arrays and are expanded with unnest.
 
@@ -132,24 +134,6 @@ SELECT event_id, seq, committed_at FROM ins
 UNION ALL
 SELECT NULL, NULL, NULL WHERE ledger.fence_check($9::bigint, (SELECT count(*) FROM ins))`
 
-	// sqlAppendInsertUnfenced is sqlAppendInsert without the fence predicate.
-	// It exists only for the test that proves the race checker can fail; no
-	// exported API reaches it.
-	sqlAppendInsertUnfenced = `
-WITH now AS (SELECT clock_timestamp() AS t),
-ins AS (
-    INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
-    SELECT i.event_id, i.partition, i.task_id, i.version, i.type, i.payload::jsonb, i.holder, i.generation, now.t
-    FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[])
-         WITH ORDINALITY AS i(event_id, partition, task_id, version, type, payload, holder, generation, ord)
-    CROSS JOIN now
-    ORDER BY i.ord
-    RETURNING event_id, seq, committed_at
-)
-SELECT event_id, seq, committed_at FROM ins
-UNION ALL
-SELECT NULL, NULL, NULL WHERE ledger.fence_check($9::bigint, (SELECT count(*) FROM ins))`
-
 	sqlAppendRejections = `
 INSERT INTO ledger.rejections
     (event_id, partition, task_id, version, holder, generation, verdict, reason, current_generation)
@@ -160,3 +144,21 @@ SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[]
 	// checks let through, to find which one.
 	sqlCheckPayload = `SELECT $1::text::jsonb IS NOT NULL`
 )
+
+// appendFencePredicate is the fence's line of sqlAppendInsert.
+const appendFencePredicate = `
+    WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > now.t`
+
+// sqlAppendInsertUnfenced is sqlAppendInsert without the fence: no join to
+// the leases, no predicate. It exists only for the test that proves the race
+// checker can fail; no exported API reaches it.
+var sqlAppendInsertUnfenced = withoutFence(sqlAppendInsert)
+
+func withoutFence(sql string) string {
+	const join = `
+    JOIN ledger.leases l ON l.partition = i.partition`
+	if strings.Count(sql, join) != 1 || strings.Count(sql, appendFencePredicate) != 1 {
+		panic("fence: sqlAppendInsert no longer has the join and predicate withoutFence removes")
+	}
+	return strings.Replace(strings.Replace(sql, appendFencePredicate, "", 1), join, "", 1)
+}
