@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,6 +39,8 @@ type Event struct {
 	// Final marks an event whose gap window has closed: if its version is
 	// still ahead of head + 1 it gets the gap verdict instead of NotYet.
 	Final bool
+	// GapReason is the reason of that gap verdict; default gap_timeout.
+	GapReason string
 }
 
 // Committed is an event as the ledger stored it.
@@ -493,8 +496,11 @@ func (s *Store) classify(b *batch, leases map[int]leaseState, stored map[string]
 		case x.byTV != nil || inTV:
 			r.Verdict, r.Reason = wire.VerdictConflict, wire.ReasonVersionTaken
 			p.rejects = append(p.rejects, i)
+		case e.Version > h.version+int64(s.cfg.MaxAhead):
+			r.Verdict, r.Reason = wire.VerdictGap, wire.ReasonTooFarAhead
+			p.rejects = append(p.rejects, i)
 		case e.Version > h.version+1 && e.Final:
-			r.Verdict, r.Reason = wire.VerdictGap, wire.ReasonGapTimeout
+			r.Verdict, r.Reason = wire.VerdictGap, cmp.Or(e.GapReason, wire.ReasonGapTimeout)
 			p.rejects = append(p.rejects, i)
 		case e.Version > h.version+1:
 			r.Verdict = NotYet

@@ -19,6 +19,11 @@ const (
 	// that is accepted; PostgreSQL's parser is recursive, and a deeper
 	// document would fail the whole batch instead of one event.
 	MaxPayloadDepth = 512
+	// MaxAheadDefault is how far ahead of its task's head a version may be
+	// and still wait for the versions between: 4096, four times the Go SDK's
+	// in-flight limit per lease. A version further ahead is judged gap
+	// (too_far_ahead) at once.
+	MaxAheadDefault = 4096
 )
 
 // TTL bounds a request may ask for.
@@ -38,6 +43,9 @@ type Config struct {
 	// HeadCacheSize is how many task heads the store remembers between
 	// batches; default 100,000. -1 disables the cache.
 	HeadCacheSize int
+	// MaxAhead is how far ahead of its head a version may wait; default
+	// 4096.
+	MaxAhead int
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -54,6 +62,9 @@ func (c Config) WithDefaults() Config {
 	if c.HeadCacheSize == 0 {
 		c.HeadCacheSize = HeadCacheSizeDefault
 	}
+	if c.MaxAhead == 0 {
+		c.MaxAhead = MaxAheadDefault
+	}
 	return c
 }
 
@@ -66,6 +77,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxPayload < 1 {
 		return fmt.Errorf("fence: max payload must be positive, got %d", c.MaxPayload)
+	}
+	if c.MaxAhead < 1 {
+		return fmt.Errorf("fence: max ahead must be at least 1, got %d", c.MaxAhead)
 	}
 	return nil
 }

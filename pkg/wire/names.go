@@ -47,6 +47,29 @@ const (
 	HeaderCurrentHolder     = "Ledger-Current-Holder"
 	HeaderRejectedAt        = "Ledger-Rejected-At"
 	HeaderSourceSeq         = "Ledger-Source-Seq"
+	// HeaderTruncated is set on a dead letter whose original body was cut
+	// to fit the stream; its value is the original body's size in bytes.
+	HeaderTruncated = "Ledger-Truncated"
+	// HeaderHeadersDropped is set on a dead letter whose original headers
+	// were too large to carry; its value is their size in bytes.
+	HeaderHeadersDropped = "Ledger-Headers-Dropped"
+)
+
+// DeadLetterHeaders are the headers only the ledger writes on a dead
+// letter; a worker's own headers of these names are not carried over.
+var DeadLetterHeaders = []string{HeaderVerdict, HeaderReason, HeaderCurrentGeneration, HeaderCurrentHolder,
+	HeaderRejectedAt, HeaderSourceSeq, HeaderTruncated, HeaderHeadersDropped}
+
+// Limits on an inbound message's headers (CONTRACT §3: oversized headers
+// are invalid). They keep every dead letter within the stream's message
+// size, whatever a worker sends: the contract's headers need a few hundred
+// bytes.
+const (
+	// MaxHeaderBytes is the most header bytes (names, values and their
+	// framing, as NATS sends them) an inbound event may carry: 8 KiB.
+	MaxHeaderBytes = 8 << 10
+	// MaxHeaderValues is the most header values an inbound event may carry.
+	MaxHeaderValues = 64
 )
 
 // Subjects builds and parses the contract's subjects under one prefix.

@@ -41,7 +41,9 @@ const (
 	ReasonSameContent = "same_content"  // (task, version) is committed with identical content
 
 	// Gap.
-	ReasonGapTimeout = "gap_timeout" // the missing versions did not arrive within the window
+	ReasonGapTimeout     = "gap_timeout"      // the missing versions did not arrive within the window
+	ReasonTooFarAhead    = "too_far_ahead"    // the version is so far ahead of the head that it is judged at once
+	ReasonTooManyWaiting = "too_many_waiting" // the holder already has the most events allowed waiting for earlier versions
 
 	// Invalid.
 	ReasonWrongPartition   = "wrong_partition"
@@ -61,4 +63,5 @@ const (
 	ReasonBadPayload       = "bad_payload"
 	ReasonPayloadTooLarge  = "payload_too_large"
 	ReasonDuplicateHeaders = "repeated_header"
+	ReasonHeadersTooLarge  = "headers_too_large"
 )
