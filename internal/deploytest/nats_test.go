@@ -34,6 +34,9 @@ func startAuthServer(t testing.TB) *natstest.Server {
 	conf := loadNATSConf(t, "deploy/nats/auth.conf")
 	return natstest.Start(t, natstest.WithOptions(func(o *server.Options) {
 		o.Accounts, o.Users, o.Nkeys, o.NoAuthUser = conf.Accounts, conf.Users, conf.Nkeys, conf.NoAuthUser
+		// The account's limits are reservations: the server must be able
+		// to grant them, as a production server with its disk would.
+		o.JetStreamMaxStore = 128 << 30
 	}))
 }
 

@@ -1,9 +1,13 @@
 package ingest
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"runtime"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -24,12 +28,16 @@ const (
 	RetryMinDefault = 100 * time.Millisecond
 	RetryMaxDefault = 5 * time.Second
 	// NotYetDelayMinDefault is the first redelivery delay of a "not yet"
-	// event: 10 ms, doubling to NotYetDelayMaxDefault, 250 ms. The missing
+	// event: 10 ms, doubling to NotYetDelayMaxDefault, 1 s. The missing
 	// version is usually in flight in another batch or process, so the
-	// first retries come quickly; a real gap costs about four redeliveries a
-	// second per waiting event until its window closes.
+	// first retries come quickly; a real gap costs one redelivery a second
+	// per waiting event until its window closes.
 	NotYetDelayMinDefault = 10 * time.Millisecond
-	NotYetDelayMaxDefault = 250 * time.Millisecond
+	NotYetDelayMaxDefault = time.Second
+	// MaxWaitingPerHolderDefault is how many of one holder's events may
+	// wait here for an earlier version at once: 2048, twice the SDK's
+	// in-flight limit per lease.
+	MaxWaitingPerHolderDefault = 2048
 	// StopTimeoutDefault bounds how long Stop waits for batches in hand: 10 s.
 	StopTimeoutDefault = 10 * time.Second
 )
@@ -70,8 +78,14 @@ type Config struct {
 	StopTimeout time.Duration
 	// Version is reported by the lease micro service; default "1.0.0".
 	Version string
-	// AckWait is the ingest consumer's ack wait; default 30 s.
+	// AckWait is the ingest consumer's ack wait; default 10 s. Keep it well
+	// below GapWindow: it is how long the messages of a crashed ingest wait
+	// before another takes them, and their successors wait for them.
 	AckWait time.Duration
+	// MaxWaitingPerHolder caps one holder's events waiting here for an
+	// earlier version; beyond it an event ahead of its head is judged gap
+	// (too_many_waiting) at once. Default 2048.
+	MaxWaitingPerHolder int
 	// PublishTimeout bounds the wait for a copy's publish ack before the
 	// copy is published again; default 5 s.
 	PublishTimeout time.Duration
@@ -86,6 +100,19 @@ type hooks struct {
 	// stored and before any inbound message is acked. Returning false
 	// abandons the batch there, as a crash would.
 	afterPublish func() bool
+	// beforeAppend runs before each batch's fenced append.
+	beforeAppend func(ctx context.Context)
+	// noEarlierCheck switches off the LEDGER_IN lookup that keeps an event
+	// from its gap verdict while an earlier message of its task is queued.
+	noEarlierCheck bool
+	// noKeepAlive switches off the progress acks of held messages.
+	noKeepAlive bool
+	// dropCopy keeps the copies it returns true for from being sent.
+	dropCopy func(m *nats.Msg) bool
+	// noWaitingCap switches off MaxWaitingPerHolder.
+	noWaitingCap bool
+	// blockingRoute makes route wait for room in its lane for ever.
+	blockingRoute bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -118,6 +145,8 @@ func (c Config) WithDefaults() Config {
 	def(&c.NotYetDelayMax, NotYetDelayMaxDefault)
 	def(&c.StopTimeout, StopTimeoutDefault)
 	def(&c.PublishTimeout, PublishTimeoutDefault)
+	def(&c.AckWait, AckWaitDefault)
+	c.MaxWaitingPerHolder = cmp.Or(c.MaxWaitingPerHolder, MaxWaitingPerHolderDefault)
 	return c
 }
 
@@ -135,6 +164,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("ingest: gap window, batch wait and publish timeout must not be negative")
 	case c.RetryMin > c.RetryMax || c.NotYetDelayMin > c.NotYetDelayMax:
 		return fmt.Errorf("ingest: a minimum delay is above its maximum")
+	case c.AckWait < 100*time.Millisecond:
+		return fmt.Errorf("ingest: ack wait must be at least 100ms, got %v", c.AckWait)
+	case c.MaxWaitingPerHolder < 1:
+		return fmt.Errorf("ingest: max waiting per holder must be at least 1, got %d", c.MaxWaitingPerHolder)
 	}
 	return nil
 }

@@ -35,6 +35,8 @@ type copier struct {
 	mu   sync.Mutex
 	sets map[uint64]*copySet
 	next uint64
+	// drop is a test seam: a copy it returns true for is not sent.
+	drop func(*nats.Msg) bool
 }
 
 // copySet is one publish of a batch's copies.
@@ -44,9 +46,16 @@ type copySet struct {
 
 	mu      sync.Mutex
 	stored  []bool
-	left    int // copies whose outcome is not known yet
+	errs    []error // why copy i was not stored, where known
+	left    int     // copies whose outcome is not known yet
 	lastErr error
 	done    chan struct{} // closed when left reaches 0
+}
+
+// failedCopy is a copy that was not stored, and why (nil: no ack came).
+type failedCopy struct {
+	msg *nats.Msg
+	err error
 }
 
 func newCopier(nc *nats.Conn) (*copier, error) {
@@ -96,7 +105,8 @@ func (c *copier) failOnDisconnect() {
 func (c *copier) publish(msgs []*nats.Msg) *copySet {
 	c.mu.Lock()
 	c.next++
-	set := &copySet{id: c.next, msgs: msgs, stored: make([]bool, len(msgs)), left: len(msgs), done: make(chan struct{})}
+	set := &copySet{id: c.next, msgs: msgs, stored: make([]bool, len(msgs)), errs: make([]error, len(msgs)),
+		left: len(msgs), done: make(chan struct{})}
 	c.sets[set.id] = set
 	c.mu.Unlock()
 	if len(msgs) == 0 {
@@ -106,6 +116,9 @@ func (c *copier) publish(msgs []*nats.Msg) *copySet {
 	prefix := c.inbox + strconv.FormatUint(set.id, 10) + "."
 	for i, m := range msgs {
 		m.Reply = prefix + strconv.Itoa(i)
+		if c.drop != nil && c.drop(m) {
+			continue
+		}
 		if err := c.nc.PublishMsg(m); err != nil {
 			set.settle(i, err)
 		}
@@ -143,7 +156,7 @@ func (s *copySet) settle(i int, err error) {
 		return
 	}
 	if err != nil {
-		s.lastErr = err
+		s.lastErr, s.errs[i] = err, err
 	} else {
 		s.stored[i] = true
 	}
@@ -169,7 +182,7 @@ func (s *copySet) failPending(err error) {
 // wait waits until every copy of set has its outcome, or timeout passes, or
 // ctx ends (ok false). It returns the copies not stored and the last error
 // seen, and forgets the set: acks arriving later are dropped.
-func (c *copier) wait(ctx context.Context, set *copySet, timeout time.Duration) (failed []*nats.Msg, lastErr error, ok bool) {
+func (c *copier) wait(ctx context.Context, set *copySet, timeout time.Duration) (failed []failedCopy, lastErr error, ok bool) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -187,13 +200,26 @@ func (c *copier) wait(ctx context.Context, set *copySet, timeout time.Duration) 
 	defer set.mu.Unlock()
 	for i, stored := range set.stored {
 		if !stored {
-			failed = append(failed, set.msgs[i])
+			failed = append(failed, failedCopy{msg: set.msgs[i], err: set.errs[i]})
 		}
 	}
 	if len(failed) > 0 && set.lastErr == nil {
 		set.lastErr = fmt.Errorf("no publish ack within %v", timeout)
 	}
 	return failed, set.lastErr, true
+}
+
+// jsErrCodeMessageTooLarge is JetStream's error code for a message above
+// the stream's max_msg_size (JSStreamMessageExceedsMaximumErr).
+const jsErrCodeMessageTooLarge = 10054
+
+// errTooLarge marks a copy that can never be stored as it is: the server
+// or the stream refuses its size. Publishing it again cannot help.
+var errTooLarge = errors.New("message too large")
+
+// isTooLarge reports whether a copy failed for its size.
+func isTooLarge(err error) bool {
+	return errors.Is(err, errTooLarge) || errors.Is(err, nats.ErrMaxPayload)
 }
 
 // pubAckPrefix starts every successful publish ack: the server encodes the
@@ -226,7 +252,11 @@ func pubAckError(m *nats.Msg) error {
 		return fmt.Errorf("jetstream: unreadable publish ack %q: %w", m.Data, err)
 	}
 	if ack.Error != nil {
-		return fmt.Errorf("jetstream: %s (status %d, error code %d)", ack.Error.Description, ack.Error.Code, ack.Error.ErrCode)
+		err := fmt.Errorf("jetstream: %s (status %d, error code %d)", ack.Error.Description, ack.Error.Code, ack.Error.ErrCode)
+		if ack.Error.ErrCode == jsErrCodeMessageTooLarge {
+			err = fmt.Errorf("%w: %w", errTooLarge, err)
+		}
+		return err
 	}
 	if ack.Stream == "" {
 		return fmt.Errorf("jetstream: publish ack names no stream: %q", m.Data)

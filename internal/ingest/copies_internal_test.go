@@ -22,12 +22,20 @@ func copyMsg(subject, id string, hdr ...string) *nats.Msg {
 	return m
 }
 
+func msgsOf(failed []failedCopy) []*nats.Msg {
+	out := make([]*nats.Msg, len(failed))
+	for i, f := range failed {
+		out[i] = f.msg
+	}
+	return out
+}
+
 func newTestCopier(t *testing.T) (*natstest.Server, *nats.Conn, *copier, jetstream.Stream) {
 	t.Helper()
 	ns := natstest.Start(t)
 	nc := ns.Conn(t, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	js := ns.JetStream(t)
-	st, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "COPIES", Subjects: []string{"copies.>"}})
+	st, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "COPIES", Subjects: []string{"copies.>"}, MaxMsgSize: 4096})
 	require.NoError(t, err)
 	c, err := newCopier(nc)
 	require.NoError(t, err)
@@ -53,13 +61,21 @@ func TestCopierReadsEveryKindOfPublishAck(t *testing.T) {
 	refused := copyMsg("copies.c", "id-3", jetstream.ExpectedLastSeqHeader, "999")
 	failed, err, ok = c.wait(ctx, c.publish([]*nats.Msg{refused}), 5*time.Second)
 	require.True(t, ok)
-	require.Equal(t, []*nats.Msg{refused}, failed)
+	require.Equal(t, []*nats.Msg{refused}, msgsOf(failed))
 	require.ErrorContains(t, err, "wrong last sequence")
+	require.False(t, isTooLarge(failed[0].err), "a refused expectation is not a size error")
+
+	big := copyMsg("copies.e", "id-8")
+	big.Data = make([]byte, 8192)
+	failed, _, ok = c.wait(ctx, c.publish([]*nats.Msg{big}), 5*time.Second)
+	require.True(t, ok)
+	require.Len(t, failed, 1)
+	require.True(t, isTooLarge(failed[0].err), "the stream's size limit is a permanent error: %v", failed[0].err)
 
 	nowhere := copyMsg("nostream.x", "id-4")
 	failed, err, ok = c.wait(ctx, c.publish([]*nats.Msg{nowhere}), 5*time.Second)
 	require.True(t, ok)
-	require.Equal(t, []*nats.Msg{nowhere}, failed)
+	require.Equal(t, []*nats.Msg{nowhere}, msgsOf(failed))
 	require.ErrorContains(t, err, "503")
 
 	// A subscriber that never answers: no ack within the timeout.
@@ -70,7 +86,7 @@ func TestCopierReadsEveryKindOfPublishAck(t *testing.T) {
 	lost := copyMsg("silent.x", "id-5")
 	failed, err, ok = c.wait(ctx, c.publish([]*nats.Msg{copyMsg("copies.d", "id-6"), lost}), 300*time.Millisecond)
 	require.True(t, ok)
-	require.Equal(t, []*nats.Msg{lost}, failed, "only the unanswered copy failed")
+	require.Equal(t, []*nats.Msg{lost}, msgsOf(failed), "only the unanswered copy failed")
 	require.ErrorContains(t, err, "no publish ack within")
 
 	// An ack for a set already given up on is dropped; nothing breaks.

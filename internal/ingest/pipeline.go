@@ -4,10 +4,13 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,28 +22,14 @@ import (
 
 type jsMsg = jetstream.Msg
 
-// handle is the Consume callback: it routes a message to the lane of its
-// partition, so that one partition's events are appended in arrival order.
-func (s *Service) handle(m jetstream.Msg) {
-	in := &inbound{msg: m}
-	if meta, err := m.Metadata(); err == nil {
-		in.sourceSeq, in.delivered = meta.Sequence.Stream, meta.NumDelivered
-		in.event.Final = time.Since(meta.Timestamp) >= s.cfg.GapWindow
-	}
-	lane := 0
-	if p, _, err := s.subjects.ParseIn(m.Subject()); err == nil {
-		lane = p % len(s.lanes)
-	}
-	s.lanes[lane] <- in
-}
-
 // runLane takes batches off its channel until the channel is closed: the
 // first message, then whatever arrives within BatchWait, up to BatchSize.
 // Each batch is committed here and finished (copies stored, receipts sent,
 // acks) by the lane's finisher, so that the next batch's append overlaps the
 // previous batch's publish acks. The finisher takes batches in order, and at
 // most finishQueue of them wait for it.
-func (s *Service) runLane(ch <-chan *inbound) {
+func (s *Service) runLane(l *lane) {
+	ch := l.ch
 	defer s.wg.Done()
 	done := make(chan *committedBatch, finishQueue)
 	finished := make(chan struct{})
@@ -55,12 +44,22 @@ func (s *Service) runLane(ch <-chan *inbound) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		first, ok := <-ch
-		if !ok {
-			return
+		var first *inbound
+		select {
+		case first = <-ch:
+		case <-s.stopping:
+			// Finish what is queued; Stop hands back whatever comes later.
+			select {
+			case first = <-ch:
+			default:
+				return
+			}
 		}
 		batch := append(make([]*inbound, 0, s.cfg.BatchSize), first)
 		batch = drain(ch, batch, s.cfg.BatchSize)
+		if len(ch) < cap(ch)/2 {
+			l.stuck.Store(false)
+		}
 		// Linger only when the lane was idle: a backlog already makes a
 		// batch, and waiting would only add to its latency.
 		if len(batch) == 1 {
@@ -68,12 +67,11 @@ func (s *Service) runLane(ch <-chan *inbound) {
 		fill:
 			for len(batch) < s.cfg.BatchSize {
 				select {
-				case in, ok := <-ch:
-					if !ok {
-						break fill
-					}
+				case in := <-ch:
 					batch = append(batch, in)
 				case <-timer.C:
+					break fill
+				case <-s.stopping:
 					break fill
 				}
 			}
@@ -90,14 +88,19 @@ func (s *Service) runLane(ch <-chan *inbound) {
 	}
 }
 
+// lane is the queue of one share of the partitions.
+type lane struct {
+	ch chan *inbound
+	// stuck is set when a route waited too long for room in ch; until
+	// the lane drains, its new messages are handed back.
+	stuck atomic.Bool
+}
+
 // drain appends what is already waiting on ch, up to max messages.
 func drain(ch <-chan *inbound, batch []*inbound, max int) []*inbound {
 	for len(batch) < max {
 		select {
-		case in, ok := <-ch:
-			if !ok {
-				return batch
-			}
+		case in := <-ch:
 			batch = append(batch, in)
 		default:
 			return batch
@@ -111,41 +114,49 @@ func drain(ch <-chan *inbound, batch []*inbound, max int) []*inbound {
 const finishQueue = 4
 
 // committedBatch is a batch whose outcomes are durable in Postgres and whose
-// LEDGER_LOG / LEDGER_DLQ copies are on their way.
+// LEDGER_LOG / LEDGER_DLQ copies are to be stored.
 type committedBatch struct {
 	batch   []*inbound
 	out     []*nats.Msg
-	copies  *copySet
+	letters int // the last letters messages of out are dead letters
 	started time.Time
 }
 
-// commit gives every message of the batch its outcome and sends the copies.
-// The order of a batch's life is what makes "nothing lost" hold: commit in
-// Postgres (here), then store the LEDGER_LOG and LEDGER_DLQ copies and wait
-// for their acks, then send receipts, and only then ack the inbound messages
-// (finish). A crash anywhere before the ack redelivers the message, and every
-// step is idempotent.
+// commit gives every message of the batch its outcome. The order of a
+// batch's life is what makes "nothing lost" hold: commit in Postgres (here),
+// then store the LEDGER_LOG and LEDGER_DLQ copies and wait for their acks,
+// then send receipts, and only then ack the inbound messages (finish). A
+// crash anywhere before the ack redelivers the message, and every step is
+// idempotent.
 func (s *Service) commit(batch []*inbound) *committedBatch {
 	ctx := s.workCtx
 	cb := &committedBatch{batch: batch, started: time.Now()}
 	events := make([]fence.Event, 0, len(batch))
 	pos := make([]int, 0, len(batch))
 	for i, in := range batch {
-		final := in.event.Final
 		if decode(in, s.subjects) {
-			in.event.Final = final
-			events = append(events, in.event)
 			pos = append(pos, i)
 		}
 	}
+	s.markFinal(ctx, batch, pos, cb.started)
+	if h := s.cfg.hooks; h != nil && h.beforeAppend != nil {
+		h.beforeAppend(ctx)
+	}
+	for _, i := range pos {
+		events = append(events, batch[i].event)
+	}
 	if len(events) > 0 {
-		results, ok := s.appendWithRetry(ctx, events, batch)
+		results, ok := s.appendWithRetry(ctx, events)
 		if !ok {
 			s.abandon(batch)
 			return nil
 		}
 		for k, i := range pos {
 			batch[i].result = results[k]
+		}
+		if !s.capWaiting(ctx, batch, pos, cb.started) {
+			s.abandon(batch)
+			return nil
 		}
 	}
 	// Log copies go out in commit order (a batch may hold a task's v2
@@ -166,29 +177,126 @@ func (s *Service) commit(batch []*inbound) *committedBatch {
 		cb.out = append(cb.out, s.logCopy(c))
 	}
 	cb.out = append(cb.out, letters...)
-	// A copy that fails here is published again by finish.
-	cb.copies = s.copies.publish(cb.out)
+	cb.letters = len(letters)
 	return cb
 }
 
-// finish waits until the batch's copies are stored, then sends receipts and
-// acks (or, for events that wait for an earlier version, naks with a delay).
+// markFinal decides which events of the batch may be judged gap if their
+// version is still ahead of the head: the ones whose gap window has closed
+// (counted from when JetStream stored them), unless LEDGER_IN still holds an
+// earlier message of the same task. Such a message is a predecessor that
+// was published and acknowledged before the event and has no verdict yet
+// (it waits in a crashed or paused ingest until AckWait hands it on, or in a
+// queue while the database was away): judging the event now would turn a
+// fault into a verdict.
+func (s *Service) markFinal(ctx context.Context, batch []*inbound, pos []int, now time.Time) {
+	var check []*inbound
+	for _, i := range pos {
+		in := batch[i]
+		if !in.published.IsZero() && now.Sub(in.published) >= s.cfg.GapWindow {
+			check = append(check, in)
+		}
+	}
+	if len(check) == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, in := range check {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			in.event.Final = !s.earlierPending(ctx, in)
+		}()
+	}
+	wg.Wait()
+}
+
+// capWaiting counts the batch's "not yet" events against their holders'
+// MaxWaitingPerHolder, and appends again, judged at once (gap,
+// too_many_waiting), the ones beyond it. It is false if the service stopped
+// before that second append was done.
+func (s *Service) capWaiting(ctx context.Context, batch []*inbound, pos []int, now time.Time) bool {
+	if h := s.cfg.hooks; h != nil && h.noWaitingCap {
+		return true
+	}
+	var over []int
+	for _, i := range pos {
+		in := batch[i]
+		if in.result.Verdict != fence.NotYet {
+			continue
+		}
+		if !s.waiting.reserve(in.event.Holder, in.sourceSeq, s.cfg.MaxWaitingPerHolder, now.Add(s.cfg.NotYetDelayMax+s.cfg.AckWait)) {
+			in.event.Final, in.event.GapReason = true, wire.ReasonTooManyWaiting
+			over = append(over, i)
+		}
+	}
+	if len(over) == 0 {
+		return true
+	}
+	events := make([]fence.Event, len(over))
+	for k, i := range over {
+		events[k] = batch[i].event
+	}
+	results, ok := s.appendWithRetry(ctx, events)
+	if !ok {
+		return false
+	}
+	for k, i := range over {
+		batch[i].result = results[k]
+	}
+	return true
+}
+
+// earlierPending reports whether LEDGER_IN holds a message on in's subject
+// (its task's) that was stored before in, or whether that cannot be told
+// now: a fault is never turned into a verdict.
+func (s *Service) earlierPending(ctx context.Context, in *inbound) bool {
+	if h := s.cfg.hooks; h != nil && h.noEarlierCheck {
+		return false
+	}
+	if in.sourceSeq == 0 {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	defer cancel()
+	first, err := s.inStream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(in.msg.Subject()))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false // not even in itself: another copy of it was acked
+	case err != nil:
+		s.log.Warn("cannot tell whether an earlier version is still queued; the gap verdict waits",
+			slog.Uint64("source_seq", in.sourceSeq), slog.String("error", err.Error()))
+		return true
+	}
+	return first.Sequence < in.sourceSeq
+}
+
+// finish stores the batch's copies, then sends receipts and acks (or, for
+// events that wait for an earlier version, naks with a delay). A lane's
+// batches are finished one after another, so a batch's copies are
+// published only once every earlier batch's copies are stored: a copy
+// published again after a 503 or a reconnect is never overtaken by a later
+// commit of its task.
 func (s *Service) finish(cb *committedBatch) {
-	if !s.awaitCopies(s.workCtx, cb) {
+	if !s.storeCopies(s.workCtx, cb) {
 		s.abandon(cb.batch)
 		return
 	}
 	if h := s.cfg.hooks; h != nil && h.afterPublish != nil && !h.afterPublish() {
 		return // a simulated crash: nothing acked
 	}
+	now := time.Now()
 	for _, in := range cb.batch {
+		s.held.release(in)
 		if in.result.Verdict == fence.NotYet {
-			_ = in.msg.NakWithDelay(s.notYetDelay(in))
+			_ = in.msg.NakWithDelay(s.notYetDelay(in, now))
 			continue
 		}
 		s.sendReceipt(in)
 		if err := in.msg.Ack(); err != nil {
-			s.log.Warn("ack failed; the message will be redelivered and get a duplicate verdict",
+			s.log.Warn("ack failed; the message will be redelivered and get the same verdict",
 				slog.Uint64("source_seq", in.sourceSeq), slog.String("error", err.Error()))
 		}
 		s.metrics.verdict(in.result.Verdict, in.result.Reason)
@@ -199,9 +307,8 @@ func (s *Service) finish(cb *committedBatch) {
 // appendWithRetry calls fence.Append until it succeeds or the service stops.
 // A failure is never a verdict: the batch stays in hand, its messages kept
 // from redelivery by progress acks, while the database is away.
-func (s *Service) appendWithRetry(ctx context.Context, events []fence.Event, batch []*inbound) ([]fence.Result, bool) {
+func (s *Service) appendWithRetry(ctx context.Context, events []fence.Event) ([]fence.Result, bool) {
 	delay := s.cfg.RetryMin
-	lastProgress := time.Now()
 	for attempt := 1; ; attempt++ {
 		res, err := s.store.Append(ctx, events)
 		if err == nil {
@@ -213,21 +320,22 @@ func (s *Service) appendWithRetry(ctx context.Context, events []fence.Event, bat
 		s.metrics.retry("append")
 		s.log.Warn("fenced append failed; retrying", slog.Int("events", len(events)), slog.Int("attempt", attempt),
 			slog.Bool("transient", fence.IsTransient(err)), slog.Duration("backoff", delay), slog.String("error", err.Error()))
-		if !s.wait(ctx, delay, batch, &lastProgress) {
+		if !s.sleep(ctx, delay) {
 			return nil, false
 		}
 		delay = min(delay*2, s.cfg.RetryMax)
 	}
 }
 
-// awaitCopies waits for every publish ack of the batch's copies and
-// publishes again the ones that failed, until all are stored or the service
-// stops.
-func (s *Service) awaitCopies(ctx context.Context, cb *committedBatch) bool {
+// storeCopies publishes the batch's copies and waits for their publish
+// acks, publishing again the ones that failed, until all are stored or the
+// service stops. A dead letter refused for its size is published again
+// without its body: no single message can wedge the lane.
+func (s *Service) storeCopies(ctx context.Context, cb *committedBatch) bool {
 	delay := s.cfg.RetryMin
-	lastProgress := cb.started
-	set := cb.copies
+	pending := cb.out
 	for attempt := 1; ; attempt++ {
+		set := s.copies.publish(pending)
 		failed, lastErr, ok := s.copies.wait(ctx, set, s.cfg.PublishTimeout)
 		if !ok {
 			return false
@@ -235,26 +343,28 @@ func (s *Service) awaitCopies(ctx context.Context, cb *committedBatch) bool {
 		if len(failed) == 0 {
 			return true
 		}
+		for i, f := range failed {
+			if isTooLarge(f.err) && f.msg.Header.Get(wire.HeaderVerdict) != "" {
+				failed[i].msg = s.shrinkLetter(f.msg)
+			}
+		}
 		s.metrics.retry("publish")
 		s.log.Warn("storing log/dead-letter copies failed; retrying", slog.Int("failed", len(failed)),
 			slog.Int("attempt", attempt), slog.String("error", lastErr.Error()))
-		if !s.wait(ctx, delay, cb.batch, &lastProgress) {
+		if !s.sleep(ctx, delay) {
 			return false
 		}
 		delay = min(delay*2, s.cfg.RetryMax)
-		set = s.copies.publish(failed)
+		pending = pending[:0:0]
+		for _, f := range failed {
+			pending = append(pending, f.msg)
+		}
 	}
 }
 
-// wait sleeps for d, sending progress acks for the batch so that JetStream
-// does not redeliver it elsewhere while it is in hand.
-func (s *Service) wait(ctx context.Context, d time.Duration, batch []*inbound, last *time.Time) bool {
-	if time.Since(*last) > s.cfg.AckWait/3 {
-		for _, in := range batch {
-			_ = in.msg.InProgress()
-		}
-		*last = time.Now()
-	}
+// sleep waits for d, or until the service stops working (false). The
+// batch in hand keeps its progress acks meanwhile (heldSet).
+func (s *Service) sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -268,6 +378,7 @@ func (s *Service) wait(ctx context.Context, d time.Duration, batch []*inbound, l
 // abandon hands the batch back to JetStream for redelivery, at once.
 func (s *Service) abandon(batch []*inbound) {
 	for _, in := range batch {
+		s.held.release(in)
 		_ = in.msg.Nak()
 	}
 }
@@ -275,14 +386,14 @@ func (s *Service) abandon(batch []*inbound) {
 // notYetDelay is the redelivery delay of an event ahead of its head: it
 // doubles with each delivery and never passes the end of the gap window by
 // much, so the event is back for its gap verdict on time.
-func (s *Service) notYetDelay(in *inbound) time.Duration {
+func (s *Service) notYetDelay(in *inbound, now time.Time) time.Duration {
 	d := s.cfg.NotYetDelayMin
 	for n := uint64(1); n < in.delivered && d < s.cfg.NotYetDelayMax; n++ {
 		d *= 2
 	}
 	d = min(d, s.cfg.NotYetDelayMax)
-	if meta, err := in.msg.Metadata(); err == nil {
-		if left := s.cfg.GapWindow - time.Since(meta.Timestamp); left+time.Millisecond < d {
+	if !in.published.IsZero() {
+		if left := s.cfg.GapWindow - now.Sub(in.published); left+time.Millisecond < d {
 			d = max(left+time.Millisecond, time.Millisecond)
 		}
 	}
@@ -334,23 +445,30 @@ func (s *Service) logCopy(c *fence.Committed) *nats.Msg {
 }
 
 // deadLetter is the LEDGER_DLQ copy of a rejected message (CONTRACT §5):
-// the original body and headers plus the verdict.
+// the original body and headers plus the verdict. It always fits the
+// stream: headers beyond the inbound limits are dropped (their size is
+// recorded), and a body that would not fit is cut (its size is recorded).
 func (s *Service) deadLetter(in *inbound) *nats.Msg {
 	subject := s.subjects.DLQInvalid()
 	if in.subjectOK {
 		subject = s.subjects.DLQ(in.event.Partition, in.event.Task)
 	}
 	m := nats.NewMsg(subject)
-	for k, vs := range in.msg.Headers() {
-		// A publisher's expectations (Nats-Expected-Stream: LEDGER_IN, ...)
-		// were about its own publish; carried over, they would make the
-		// dead letter's publish fail for ever.
-		if strings.HasPrefix(k, "Nats-Expected-") {
-			continue
+	if in.headerBytes <= wire.MaxHeaderBytes {
+		for k, vs := range in.msg.Headers() {
+			// A publisher's expectations (Nats-Expected-Stream: LEDGER_IN, ...)
+			// were about its own publish; carried over, they would make the
+			// dead letter's publish fail for ever. The ledger's own headers
+			// are the ledger's to write.
+			if strings.HasPrefix(k, "Nats-Expected-") || slices.Contains(wire.DeadLetterHeaders, k) {
+				continue
+			}
+			for _, v := range vs {
+				m.Header.Add(k, v)
+			}
 		}
-		for _, v := range vs {
-			m.Header.Add(k, v)
-		}
+	} else {
+		m.Header.Set(wire.HeaderHeadersDropped, strconv.Itoa(in.headerBytes))
 	}
 	r := in.result
 	m.Header.Set(wire.HeaderVerdict, string(r.Verdict))
@@ -362,7 +480,40 @@ func (s *Service) deadLetter(in *inbound) *nats.Msg {
 	m.Header.Set(wire.HeaderRejectedAt, wire.FormatTime(time.Now()))
 	m.Header.Set(wire.HeaderSourceSeq, strconv.FormatUint(in.sourceSeq, 10))
 	m.Data = in.msg.Data()
+	fitLetter(m, s.letterMax)
 	return m
+}
+
+// letterSlack is room left below the size limit for what the server adds
+// when it frames a message.
+const letterSlack = 512
+
+// fitLetter cuts m's body so that headers and body fit in max bytes, and
+// records the original size in Ledger-Truncated.
+func fitLetter(m *nats.Msg, limit int) {
+	hdr, _ := headerSize(m.Header)
+	if hdr+len(m.Data)+letterSlack <= limit {
+		return
+	}
+	m.Header.Set(wire.HeaderTruncated, strconv.Itoa(len(m.Data)))
+	hdr, _ = headerSize(m.Header)
+	keep := max(0, limit-hdr-letterSlack)
+	m.Data = m.Data[:min(keep, len(m.Data))]
+}
+
+// shrinkLetter is a dead letter the stream refused for its size (its limit
+// was lowered under us): the same letter without a body.
+func (s *Service) shrinkLetter(m *nats.Msg) *nats.Msg {
+	s.log.Error("a dead letter was refused for its size; storing it without its body",
+		slog.String("subject", m.Subject), slog.Int("body_bytes", len(m.Data)))
+	out := nats.NewMsg(m.Subject)
+	for k, vs := range m.Header {
+		out.Header[k] = vs
+	}
+	if out.Header.Get(wire.HeaderTruncated) == "" {
+		out.Header.Set(wire.HeaderTruncated, strconv.Itoa(len(m.Data)))
+	}
+	return out
 }
 
 // sendReceipt tells the holder its event's verdict on core NATS. Receipts

@@ -23,8 +23,12 @@ import (
 	"github.com/flowness/ledger/streams"
 )
 
-// AckWaitDefault is the ingest consumer's ack wait: 30 s (streams/README.md).
-const AckWaitDefault = 30 * time.Second
+// AckWaitDefault is the ingest consumer's ack wait: 10 s. A message in hand
+// gets a progress ack every AckWait/3, so this is how long the messages of a
+// crashed or paused ingest wait before another one takes them; it is well
+// below the gap window, so their successors never wait out their window
+// behind them (streams/README.md).
+const AckWaitDefault = 10 * time.Second
 
 // pullExpiry is how long one pull request of the ingest consumer lasts.
 const pullExpiry = 5 * time.Second
@@ -42,13 +46,17 @@ type Service struct {
 	subjects wire.Subjects
 	metrics  *metrics
 
-	lanes      []chan *inbound
-	closeMu    sync.RWMutex
-	closed     bool
+	lanes      []*lane
+	held       *heldSet
+	inStream   jetstream.Stream
+	waiting    *waitingSet
+	stopping   chan struct{} // closed when Stop begins
+	stopOnce   sync.Once
 	wg         sync.WaitGroup
 	workCtx    context.Context
 	cancelWork context.CancelFunc
 	consume    jetstream.ConsumeContext
+	letterMax  int // the largest dead letter the server and LEDGER_DLQ take
 	svc        micro.Service
 	copies     *copier
 }
@@ -66,9 +74,6 @@ type Deps struct {
 // New checks cfg and returns a service that is not yet started.
 func New(cfg Config, d Deps) (*Service, error) {
 	cfg = cfg.WithDefaults()
-	if cfg.AckWait == 0 {
-		cfg.AckWait = AckWaitDefault
-	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -83,7 +88,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 		return nil, fmt.Errorf("ingest: jetstream: %w", err)
 	}
 	return &Service{cfg: cfg, nc: d.NC, js: js, store: d.Store, log: d.Logger,
-		subjects: wire.Subjects{Prefix: cfg.Prefix}, metrics: newMetrics(d.Registerer)}, nil
+		subjects: wire.Subjects{Prefix: cfg.Prefix}, metrics: newMetrics(d.Registerer),
+		held: newHeldSet(), waiting: newWaitingSet(), stopping: make(chan struct{})}, nil
 }
 
 // Start applies the streams and the consumer, starts the lease service and
@@ -102,9 +108,23 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ingest: consumer: %w", err)
 	}
+	if s.inStream, err = s.js.Stream(ctx, wire.StreamIn); err != nil {
+		return fmt.Errorf("ingest: stream %s: %w", wire.StreamIn, err)
+	}
+	dlq, err := s.js.Stream(ctx, wire.StreamDLQ)
+	if err != nil {
+		return fmt.Errorf("ingest: stream %s: %w", wire.StreamDLQ, err)
+	}
+	s.letterMax = int(s.nc.MaxPayload())
+	if limit := dlq.CachedInfo().Config.MaxMsgSize; limit > 0 {
+		s.letterMax = min(s.letterMax, int(limit))
+	}
 
 	if s.copies, err = newCopier(s.nc); err != nil {
 		return err
+	}
+	if h := s.cfg.hooks; h != nil {
+		s.copies.drop = h.dropCopy
 	}
 	s.workCtx, s.cancelWork = context.WithCancel(context.WithoutCancel(ctx))
 	svc, err := startLeaseService(s.workCtx, s.nc, s.store, s.cfg, s.log, s.metrics)
@@ -120,12 +140,14 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("ingest: flush: %w", err)
 	}
 
-	s.lanes = make([]chan *inbound, s.cfg.Lanes)
+	s.lanes = make([]*lane, s.cfg.Lanes)
 	for i := range s.lanes {
-		s.lanes[i] = make(chan *inbound, s.cfg.BatchSize)
+		s.lanes[i] = &lane{ch: make(chan *inbound, s.cfg.BatchSize)}
 		s.wg.Add(1)
 		go s.runLane(s.lanes[i])
 	}
+	s.held.off = s.cfg.hooks != nil && s.cfg.hooks.noKeepAlive
+	go s.held.keepAlive(s.cfg.AckWait/3, s.stopping)
 	s.consume, err = cons.Consume(s.route,
 		jetstream.PullMaxMessages(min(2*s.cfg.BatchSize*s.cfg.Lanes, 4000)),
 		// A pull that expires every 5 s (heartbeats every 2.5 s) is found
@@ -145,45 +167,105 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// route hands a message to its lane, or back to JetStream once stopping.
+// route hands a message to the lane of its partition, so that one
+// partition's events are appended in arrival order. From then on the
+// message is held: it gets progress acks until it is acked or handed back.
+//
+// A lane that stays full (its database is away, say) would block this
+// callback, and the messages JetStream has already sent behind it would sit
+// in the client's buffer without progress acks until AckWait handed them to
+// another ingest. So a route that waits AckWait/4 for room marks the lane
+// stuck, and while it is stuck the lane's messages are handed back at once
+// for another ingest (or this one, later) to take. Once Stop has begun,
+// every message is handed back.
 func (s *Service) route(m jetstream.Msg) {
-	s.closeMu.RLock()
-	defer s.closeMu.RUnlock()
-	if s.closed {
+	in := &inbound{msg: m, received: time.Now()}
+	if meta, err := m.Metadata(); err == nil {
+		in.sourceSeq, in.delivered, in.published = meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp
+	}
+	s.waiting.back(in.sourceSeq)
+	l := s.lanes[0]
+	if p, _, err := s.subjects.ParseIn(m.Subject()); err == nil {
+		l = s.lanes[p%len(s.lanes)]
+	}
+	select {
+	case <-s.stopping:
 		_ = m.Nak()
 		return
+	default:
 	}
-	s.handle(m)
+	s.held.add(in)
+	select {
+	case l.ch <- in:
+		return
+	default:
+	}
+	if h := s.cfg.hooks; h != nil && h.blockingRoute {
+		select {
+		case l.ch <- in:
+		case <-s.stopping:
+			s.held.release(in)
+			_ = m.Nak()
+		}
+		return
+	}
+	if !l.stuck.Load() {
+		t := time.NewTimer(s.cfg.AckWait / 4)
+		defer t.Stop()
+		select {
+		case l.ch <- in:
+			return
+		case <-s.stopping:
+			s.held.release(in)
+			_ = m.Nak()
+			return
+		case <-t.C:
+			l.stuck.Store(true)
+			s.log.Warn("a lane stays full; handing its new messages back until it drains")
+		}
+	}
+	s.held.release(in)
+	_ = m.NakWithDelay(s.cfg.NotYetDelayMax)
 }
 
-// Stop stops fetching, finishes the batches in hand (for at most
-// StopTimeout; what is left is handed back for redelivery) and stops the
-// lease service.
+// Stop stops fetching, finishes the batches in hand and stops the lease
+// service. It returns within StopTimeout (plus the time a cancelled
+// database call takes to return): what is not finished by then is handed
+// back to JetStream for redelivery, at once. Stop is safe to call without
+// Start and more than once.
 func (s *Service) Stop() {
+	first := false
+	s.stopOnce.Do(func() { first = true })
+	if !first {
+		return
+	}
+	deadline := time.NewTimer(s.cfg.StopTimeout)
+	defer deadline.Stop()
+	close(s.stopping)
 	if s.consume != nil {
 		s.consume.Drain()
 		select {
 		case <-s.consume.Closed():
-		case <-time.After(s.cfg.StopTimeout):
+		case <-deadline.C:
+			deadline.Reset(0)
 		}
 	}
-	s.closeMu.Lock()
-	if !s.closed {
-		s.closed = true
-		for _, ch := range s.lanes {
-			close(ch)
-		}
-	}
-	s.closeMu.Unlock()
-
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(s.cfg.StopTimeout):
-		s.log.Warn("stop: batches still in hand after the stop timeout; handing them back")
-		s.cancelWork()
+	case <-deadline.C:
+		s.log.Warn("stop: batches still in hand after the stop timeout; handing them back",
+			slog.Duration("stop_timeout", s.cfg.StopTimeout))
+		if s.cancelWork != nil {
+			s.cancelWork()
+		}
 		<-done
+	}
+	// Whatever a lane did not take (it stopped first) goes back now.
+	for _, in := range s.held.snapshot() {
+		s.held.release(in)
+		_ = in.msg.Nak()
 	}
 	if s.svc != nil {
 		_ = s.svc.Stop()

@@ -48,7 +48,7 @@ const (
 	// Default JetStream limits. They are explicit so that the server does not
 	// size them from the machine's free memory and disk.
 	defaultMaxMemory = 256 << 20 // 256 MiB
-	defaultMaxStore  = 1 << 30   // 1 GiB
+	defaultMaxStore  = 8 << 30   // 8 GiB: room for the streams' reservations (LEDGER_DLQ takes 1 GiB)
 )
 
 // Option configures the servers started by Start and StartCluster.
@@ -123,7 +123,7 @@ func WithUserPassword(user, password string) Option {
 }
 
 // WithOptions lets a test change server options not covered by the other
-// Options, e.g. JetStreamMaxStore (default 1 GiB) or JetStreamMaxMemory
+// Options, e.g. JetStreamMaxStore (default 8 GiB) or JetStreamMaxMemory
 // (default 256 MiB). fn runs once per server, after the defaults. The
 // package still sets ServerName, Host, Port, NoSigs, JetStream and
 // StoreDir, and for cluster nodes Cluster.Name, Cluster.Host, Cluster.Port

@@ -1,0 +1,337 @@
+package ingest_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/faultproxy"
+	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/natstest"
+	"github.com/flowness/ledger/pkg/fence"
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// startIngestOn starts one more ingest process on its own connection and
+// store, and returns the connection so that a test can cut it.
+func (e *env) startIngestOn(cfg ingest.Config, store *fence.Store) (*ingest.Service, *nats.Conn) {
+	e.t.Helper()
+	nc := e.ns.Conn(e.t)
+	svc, err := ingest.New(cfg, ingest.Deps{NC: nc, Store: store, Logger: testLogger(e.t)})
+	require.NoError(e.t, err)
+	require.NoError(e.t, svc.Start(context.Background()))
+	e.t.Cleanup(svc.Stop)
+	return svc, nc
+}
+
+// newBareEnv is a test's database and NATS server with no ingest yet.
+func newBareEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, db: dbtest.New(t), ns: natstest.Start(t)}
+	var err error
+	e.store, err = fence.New(e.db.Pool, fence.Config{})
+	require.NoError(t, err)
+	e.nc, e.js = e.ns.Conn(t), e.ns.JetStream(t)
+	return e
+}
+
+// An ingest dies (kill -9) holding version 1 of a task. Versions 2 and 3,
+// published after it, reach the other ingest and wait. Their gap window
+// (1 s) closes before AckWait (2 s) hands version 1 on: they must still not
+// be judged gap, since version 1 was published and acknowledged before them
+// and is still queued. All three commit.
+func TestCrashedIngestsPredecessorIsNotTurnedIntoGap(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	holding := make(chan struct{}, 1)
+	p1cfg := ingest.WithTestHooks(ingest.Config{AckWait: 2 * time.Second, GapWindow: time.Second, StopTimeout: time.Second},
+		ingest.TestHooks{BeforeAppend: func(ctx context.Context) {
+			select {
+			case holding <- struct{}{}:
+			default:
+			}
+			<-ctx.Done() // frozen until the test ends
+		}})
+	_, p1conn := e.startIngestOn(p1cfg, e.store)
+	rc := e.receipts("worker-a")
+	l := e.acquire(0, "worker-a", 120000)
+
+	ev := func(v int64) event {
+		return event{id: newID(), partition: 0, task: "crash", holder: "worker-a", generation: l.Generation,
+			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+	}
+	v1 := ev(1)
+	e.publish(v1)
+	select {
+	case <-holding:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first ingest never took version 1")
+	}
+	p1conn.Close() // kill -9: no ack, no nak, no progress from it again
+
+	e.startIngestOn(ingest.Config{AckWait: 2 * time.Second, GapWindow: time.Second}, e.store)
+	v2, v3 := ev(2), ev(3)
+	e.publish(v2)
+	e.publish(v3)
+
+	for _, x := range []event{v1, v2, v3} {
+		r := receiptFor(t, rc, x.id)
+		require.Equal(t, wire.VerdictCommitted, r.Verdict, "version %d: %+v", x.version, r)
+	}
+	require.Zero(t, e.count(`SELECT count(*) FROM ledger.rejections`))
+}
+
+// An ingest whose database is cut holds a batch, a full lane and more
+// messages JetStream already sent it. Nothing of it may reach the other
+// ingest by redelivery (its held messages get progress acks; the ones it
+// cannot queue it hands back at once), so when the database returns every
+// event has exactly one receipt, committed, and no event was judged gap
+// while its predecessor was in hand.
+func TestStalledIngestKeepsItsMessagesAndEveryEventGetsOneVerdict(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	proxy := faultproxy.Start(t, "127.0.0.1:5432")
+	p1store, err := fence.New(e.db.PoolVia(t, proxy.Addr()), fence.Config{})
+	require.NoError(t, err)
+	cfg := ingest.Config{AckWait: 1500 * time.Millisecond, GapWindow: 2 * time.Second, BatchSize: 4, Lanes: 1,
+		RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond}
+	e.startIngestOn(cfg, p1store)
+	rc := e.receipts("worker-a")
+	l := e.acquire(2, "worker-a", 120000)
+
+	proxy.Cut()
+	var ids []string
+	for v := int64(1); v <= 24; v++ {
+		x := event{id: newID(), partition: 2, task: "stall", holder: "worker-a", generation: l.Generation,
+			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+		ids = append(ids, x.id)
+		e.msgAsync(x)
+	}
+	e.waitAsync()
+	time.Sleep(500 * time.Millisecond) // the first ingest has taken what it can
+	e.startIngestOn(cfg, e.store)
+	time.Sleep(5 * time.Second) // > 3 AckWaits and > the gap window
+	proxy.Restore()
+
+	for i, id := range ids {
+		r := receiptFor(t, rc, id)
+		require.Equal(t, wire.VerdictCommitted, r.Verdict, "version %d: %+v", i+1, r)
+	}
+	require.Eventually(t, func() bool { return e.streamPending(wire.StreamIn) == 0 }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // late receipts of a second delivery would arrive by now
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for i, id := range ids {
+		require.Len(t, rc.byID[id], 1, "version %d got %d receipts: %+v", i+1, len(rc.byID[id]), rc.byID[id])
+	}
+	require.Equal(t, 24, e.count(`SELECT count(*) FROM ledger.events`))
+}
+
+// Stop returns within its timeout even when the database is away and the
+// lanes and the client's buffer are full; what is in hand goes back.
+func TestStopReturnsWhileTheDatabaseIsAway(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	proxy := faultproxy.Start(t, "127.0.0.1:5432")
+	store, err := fence.New(e.db.PoolVia(t, proxy.Addr()), fence.Config{})
+	require.NoError(t, err)
+	svc, _ := e.startIngestOn(ingest.Config{BatchSize: 2, Lanes: 1, StopTimeout: time.Second}, store)
+	l := e.acquire(1, "worker-a", 120000)
+	proxy.Cut()
+	for v := int64(1); v <= 200; v++ {
+		e.msgAsync(event{id: newID(), partition: 1, task: "stop", holder: "worker-a", generation: l.Generation,
+			version: v, typ: "step", payload: `{}`})
+	}
+	e.waitAsync()
+	time.Sleep(300 * time.Millisecond)
+
+	stopped := make(chan struct{})
+	go func() { svc.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Stop did not return with the database away")
+	}
+	svc.Stop() // a second Stop returns at once
+	proxy.Restore()
+
+	// The messages it handed back are committed by the next ingest.
+	e.startIngestOn(ingest.Config{}, e.store)
+	require.Eventually(t, func() bool { return e.count(`SELECT count(*) FROM ledger.events`) == 200 }, 30*time.Second, 50*time.Millisecond)
+}
+
+// Stop without Start returns, and so does a second Stop.
+func TestStopWithoutStart(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	svc, err := ingest.New(ingest.Config{}, ingest.Deps{NC: e.nc, Store: e.store, Logger: testLogger(t)})
+	require.NoError(t, err)
+	svc.Stop()
+	svc.Stop()
+}
+
+// A message at NATS's size limit, and one with 60 KB of headers, are valid
+// on LEDGER_IN but would make dead letters too large to store. Each gets its
+// verdict and a dead letter that fits (body cut, headers dropped, each
+// recorded), and a valid event behind them in the same lane commits.
+func TestOversizedMessagesGetDeadLettersThatFit(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	e.svc, _ = e.startIngestOn(ingest.Config{Lanes: 1}, e.store)
+	rc := e.receipts("worker-a")
+	l := e.acquire(3, "worker-a", 120000)
+
+	bigBody := event{id: newID(), partition: 3, task: "big", holder: "worker-a", generation: l.Generation,
+		version: 1, typ: "bad type!", payload: ""}
+	m := e.msg(bigBody)
+	hdr := 0
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			hdr += len(k) + len(v) + 4
+		}
+	}
+	m.Data = make([]byte, int(e.nc.MaxPayload())-hdr-64)
+	e.publishMsg(m)
+
+	bigHeader := event{id: newID(), partition: 3, task: "bighdr", holder: "worker-a", generation: l.Generation,
+		version: 1, typ: "step", payload: `{}`}
+	m = e.msg(bigHeader)
+	m.Header.Set("X-Padding", strings.Repeat("h", 60<<10)) // JetStream takes at most 64 KiB of headers
+	e.publishMsg(m)
+
+	ok := event{id: newID(), partition: 3, task: "after", holder: "worker-a", generation: l.Generation,
+		version: 1, typ: "step", payload: `{"ok":true}`}
+	e.publish(ok)
+
+	r := receiptFor(t, rc, ok.id)
+	require.Equal(t, wire.VerdictCommitted, r.Verdict)
+	r = receiptFor(t, rc, bigBody.id)
+	require.Equal(t, wire.VerdictInvalid, r.Verdict)
+	r = receiptFor(t, rc, bigHeader.id)
+	require.Equal(t, wire.VerdictInvalid, r.Verdict)
+	require.Equal(t, wire.ReasonHeadersTooLarge, r.Reason)
+
+	letters := e.streamMsgs(wire.StreamDLQ, "")
+	require.Len(t, letters, 2)
+	byTask := map[string]nats.Header{}
+	for _, lm := range letters {
+		task := strings.TrimPrefix(lm.Subject(), e.subj.DLQ(3, ""))
+		byTask[task] = lm.Headers()
+		if task == "big" {
+			n, err := strconv.Atoi(lm.Headers().Get(wire.HeaderTruncated))
+			require.NoError(t, err)
+			require.Greater(t, n, len(lm.Data()), "the body was cut and its size recorded")
+		}
+	}
+	require.Equal(t, bigBody.id, byTask["big"].Get(wire.HeaderMsgID))
+	require.NotEmpty(t, byTask["bighdr"].Get(wire.HeaderHeadersDropped))
+	require.Empty(t, byTask["bighdr"].Get("X-Padding"))
+}
+
+// A dead letter never carries a worker's own Ledger-Verdict or
+// Ledger-Current-* headers as if the ledger had written them.
+func TestDeadLetterDoesNotCarryForgedLedgerHeaders(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	e.svc, _ = e.startIngestOn(ingest.Config{}, e.store)
+	rc := e.receipts("worker-a")
+	x := event{id: newID(), partition: 4, task: "forged", holder: "worker-a", generation: 7, version: 1, typ: "step", payload: `{}`}
+	m := e.msg(x)
+	m.Header.Set(wire.HeaderVerdict, "committed")
+	m.Header.Set(wire.HeaderCurrentHolder, "somebody-else")
+	m.Header.Set(wire.HeaderCurrentGeneration, "99")
+	e.publishMsg(m)
+	require.Equal(t, wire.VerdictStale, receiptFor(t, rc, x.id).Verdict)
+	letters := e.streamMsgs(wire.StreamDLQ, "")
+	require.Len(t, letters, 1)
+	h := letters[0].Headers()
+	require.Equal(t, []string{"stale"}, h.Values(wire.HeaderVerdict))
+	require.Empty(t, h.Values(wire.HeaderCurrentHolder), "no lease: the ledger wrote none")
+	require.Empty(t, h.Values(wire.HeaderCurrentGeneration))
+}
+
+// One holder floods the ledger with events far ahead of their heads. Those
+// beyond MaxAhead, and those beyond the holder's cap of waiting events, are
+// judged at once; only the capped number waits for the window, and another
+// holder's event commits meanwhile.
+func TestGapFloodIsBounded(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	e.svc, _ = e.startIngestOn(ingest.Config{MaxWaitingPerHolder: 4, GapWindow: time.Minute, Lanes: 1}, e.store)
+	flood := e.receipts("flooder")
+	honest := e.receipts("worker-b")
+	lf := e.acquire(5, "flooder", 120000)
+	lh := e.acquire(6, "worker-b", 120000)
+
+	far := event{id: newID(), partition: 5, task: "far", holder: "flooder", generation: lf.Generation,
+		version: fence.MaxAheadDefault + 2, typ: "step", payload: `{}`}
+	e.publish(far)
+	r := receiptFor(t, flood, far.id)
+	require.Equal(t, wire.VerdictGap, r.Verdict)
+	require.Equal(t, wire.ReasonTooFarAhead, r.Reason)
+
+	var ids []string
+	for i := range 40 {
+		x := event{id: newID(), partition: 5, task: fmt.Sprintf("ahead-%d", i), holder: "flooder", generation: lf.Generation,
+			version: 2, typ: "step", payload: `{}`}
+		ids = append(ids, x.id)
+		e.msgAsync(x)
+	}
+	e.waitAsync()
+	ok := event{id: newID(), partition: 6, task: "honest", holder: "worker-b", generation: lh.Generation, version: 1, typ: "step", payload: `{}`}
+	e.publish(ok)
+	require.Equal(t, wire.VerdictCommitted, receiptFor(t, honest, ok.id).Verdict)
+
+	// All but the capped few are judged well within the minute's window.
+	require.Eventually(t, func() bool { return flood.count() >= 1+40-4 }, 20*time.Second, 20*time.Millisecond,
+		"the flood's events beyond the cap were not judged at once")
+	flood.mu.Lock()
+	defer flood.mu.Unlock()
+	for _, id := range ids {
+		for _, r := range flood.byID[id] {
+			require.Equal(t, wire.VerdictGap, r.Verdict)
+			require.Equal(t, wire.ReasonTooManyWaiting, r.Reason)
+		}
+	}
+}
+
+// A batch's log copy whose publish is lost is published again; the next
+// batch's copy of the same task must not be stored before it, so LEDGER_LOG
+// keeps the task's commit order.
+func TestLogCopiesKeepCommitOrderAcrossARepublish(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	var dropped atomic.Bool
+	cfg := ingest.WithTestHooks(ingest.Config{Lanes: 1, BatchSize: 1, PublishTimeout: 500 * time.Millisecond},
+		ingest.TestHooks{DropCopy: func(m *nats.Msg) bool {
+			return m.Header.Get(wire.HeaderVersion) == "1" && dropped.CompareAndSwap(false, true)
+		}})
+	e.svc, _ = e.startIngestOn(cfg, e.store)
+	rc := e.receipts("worker-a")
+	l := e.acquire(7, "worker-a", 120000)
+	var ids []string
+	for v := int64(1); v <= 3; v++ {
+		x := event{id: newID(), partition: 7, task: "order", holder: "worker-a", generation: l.Generation,
+			version: v, typ: "step", payload: `{}`}
+		ids = append(ids, x.id)
+		e.msgAsync(x)
+	}
+	e.waitAsync()
+	for _, id := range ids {
+		require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, id).Verdict)
+	}
+	require.True(t, dropped.Load())
+	var versions []string
+	for _, m := range e.streamMsgs(wire.StreamLog, e.subj.Log(7, "order")) {
+		versions = append(versions, m.Headers().Get(wire.HeaderVersion))
+	}
+	require.Equal(t, []string{"1", "2", "3"}, versions)
+}
