@@ -2,18 +2,27 @@
 GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: test vet bench demo build
+.PHONY: test vet bench demo build fuzz
 
 # demo: the whole ledger in one process (NATS embedded; PostgreSQL from
 # DATABASE_URL, or a throwaway cluster), playing the two seed stories.
 demo:
 	$(GO) run ./cmd/ledgerctl demo
 
-# test: vet, formatting, then every package with the race detector.
+# test: vet, formatting, every package with the race detector, then every
+# fuzz target for a few seconds.
 test: vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) test -race -count=1 -timeout 9m ./...
+	FUZZTIME=$(FUZZTIME_CI) bash .ci/fuzz
+
+# fuzz: every fuzz target for FUZZTIME each (default 1m); `make test` runs
+# each for a few seconds.
+FUZZTIME ?= 1m
+FUZZTIME_CI ?= 3s
+fuzz:
+	FUZZTIME=$(FUZZTIME) bash .ci/fuzz
 
 vet:
 	$(GO) vet ./...

@@ -156,9 +156,11 @@ func (s Subjects) parse(subject, kind string) (int, string, error) {
 	if !ok || strings.Contains(task, ".") {
 		return 0, "", fmt.Errorf("subject %q is not %s.%s.<partition>.<task>", subject, s.p(), kind)
 	}
+	// One partition has one spelling: "03" would be a second subject for
+	// the same task, past the filters and permissions written for "3".
 	p, err := ParseInt(ps)
-	if err != nil || p > 1<<30 {
-		return 0, "", fmt.Errorf("subject %q: partition %q is not a non-negative integer", subject, ps)
+	if err != nil || p > 1<<30 || len(ps) > 1 && ps[0] == '0' {
+		return 0, "", fmt.Errorf("subject %q: partition %q is not a non-negative integer without leading zeros", subject, ps)
 	}
 	if !ValidID(task) {
 		return 0, "", fmt.Errorf("subject %q: task id %q is not 1..128 of [A-Za-z0-9_-]", subject, task)

@@ -28,6 +28,9 @@ func TestParseInSplitsOnlyWellFormedSubjects(t *testing.T) {
 		{"ledger.log.3.task", 0, "", false},
 		{"other.in.3.task", 0, "", false},
 		{"ledger.in.3." + strings.Repeat("t", 129), 0, "", false},
+		{"ledger.in.003.task", 0, "", false},
+		{"ledger.in.00.task", 0, "", false},
+		{"ledger.in.10.task", 10, "task", true},
 	} {
 		p, task, err := s.ParseIn(c.subject)
 		if !c.ok {
