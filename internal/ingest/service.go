@@ -3,6 +3,29 @@
 // copies in LEDGER_LOG and the rejected ones in LEDGER_DLQ, sends each
 // holder its receipts, and only then acks. It also serves the lease micro
 // service of CONTRACT §1.
+//
+// Faults are never verdicts. The rules that make it so:
+//
+//   - A message in hand is kept alive. Every message this process was handed
+//     gets a progress ack every AckWait/3 until it is acked or handed back;
+//     a lane that stays full hands its new messages back at once. Only a
+//     process that stops (killed, paused, cut off) lets its messages go to
+//     another ingest, after AckWait.
+//   - A gap verdict waits for the task's earlier messages. An event whose
+//     version is ahead of its head is judged gap only after its gap window
+//     (from its arrival in LEDGER_IN) and only if LEDGER_IN holds no earlier
+//     message on its subject; an earlier one, if it is the missing version,
+//     was published and acknowledged first and has no verdict yet.
+//   - Failures of PostgreSQL or NATS are retried with backoff, the batch
+//     kept in hand; they never produce a verdict.
+//   - One event id has one final verdict: the fence makes a recorded
+//     rejection final (pkg/fence), so a redelivered copy gets the same
+//     verdict, or duplicate if it was committed.
+//
+// Hostile input is bounded: headers over wire.MaxHeaderBytes are invalid, a
+// dead letter always fits LEDGER_DLQ, a version more than MaxAhead ahead is
+// judged at once, and at most MaxWaitingPerHolder of a holder's events wait
+// here, so no single message or holder can stop the service for anyone else.
 package ingest
 
 import (
