@@ -335,3 +335,33 @@ func TestLogCopiesKeepCommitOrderAcrossARepublish(t *testing.T) {
 	}
 	require.Equal(t, []string{"1", "2", "3"}, versions)
 }
+
+// An ingest commits version 1 of a task and dies before its log copy is
+// stored. Version 2 reaches the other ingest and commits at once: its copy
+// must not be stored before version 1's, so that ingest stores version 1's
+// copy (read from PostgreSQL) first.
+func TestLogCopiesKeepCommitOrderAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	cfg := ingest.Config{AckWait: 5 * time.Second, StopTimeout: time.Second}
+	_, p1conn := e.startIngestOn(ingest.WithTestHooks(cfg, ingest.TestHooks{DropCopy: func(*nats.Msg) bool { return true }}), e.store)
+	rc := e.receipts("worker-a")
+	l := e.acquire(8, "worker-a", 120000)
+	ev := func(v int64) event {
+		return event{id: newID(), partition: 8, task: "handover", holder: "worker-a", generation: l.Generation,
+			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+	}
+	e.publish(ev(1))
+	require.Eventually(t, func() bool { return e.count(`SELECT count(*) FROM ledger.events`) == 1 }, 10*time.Second, 10*time.Millisecond)
+	p1conn.Close() // dies with version 1 committed and its copy not stored
+
+	e.startIngestOn(cfg, e.store)
+	v2 := ev(2)
+	e.publish(v2)
+	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, v2.id).Verdict)
+	var versions []string
+	for _, m := range e.streamMsgs(wire.StreamLog, e.subj.Log(8, "handover")) {
+		versions = append(versions, m.Headers().Get(wire.HeaderVersion))
+	}
+	require.Equal(t, []string{"1", "2"}, versions, "version 2's copy was stored before version 1's")
+}

@@ -36,7 +36,7 @@ func (s *Service) runLane(l *lane) {
 	go func() {
 		defer close(finished)
 		for cb := range done {
-			s.finish(cb)
+			s.finish(l, cb)
 		}
 	}()
 	defer func() { close(done); <-finished }()
@@ -91,6 +91,9 @@ func (s *Service) runLane(l *lane) {
 // lane is the queue of one share of the partitions.
 type lane struct {
 	ch chan *inbound
+	// stored is, per task, the highest version whose LEDGER_LOG copy this
+	// lane stored; only the lane's finisher uses it.
+	stored map[string]int64
 	// stuck is set when a route waited too long for room in ch; until
 	// the lane drains, its new messages are handed back.
 	stuck atomic.Bool
@@ -117,6 +120,7 @@ const finishQueue = 4
 // LEDGER_LOG / LEDGER_DLQ copies are to be stored.
 type committedBatch struct {
 	batch   []*inbound
+	logged  []*fence.Committed // the events whose copies out begins with, in commit order
 	out     []*nats.Msg
 	letters int // the last letters messages of out are dead letters
 	started time.Time
@@ -173,6 +177,7 @@ func (s *Service) commit(batch []*inbound) *committedBatch {
 		}
 	}
 	slices.SortFunc(copies, func(a, b *fence.Committed) int { return cmp.Compare(a.Seq, b.Seq) })
+	cb.logged = copies
 	for _, c := range copies {
 		cb.out = append(cb.out, s.logCopy(c))
 	}
@@ -279,8 +284,8 @@ func (s *Service) earlierPending(ctx context.Context, in *inbound) bool {
 // published only once every earlier batch's copies are stored: a copy
 // published again after a 503 or a reconnect is never overtaken by a later
 // commit of its task.
-func (s *Service) finish(cb *committedBatch) {
-	if !s.storeCopies(s.workCtx, cb) {
+func (s *Service) finish(l *lane, cb *committedBatch) {
+	if !s.storeCopies(s.workCtx, l, cb) {
 		s.abandon(cb.batch)
 		return
 	}
@@ -331,8 +336,26 @@ func (s *Service) appendWithRetry(ctx context.Context, events []fence.Event) ([]
 // acks, publishing again the ones that failed, until all are stored or the
 // service stops. A dead letter refused for its size is published again
 // without its body: no single message can wedge the lane.
-func (s *Service) storeCopies(ctx context.Context, cb *committedBatch) bool {
+func (s *Service) storeCopies(ctx context.Context, l *lane, cb *committedBatch) bool {
 	delay := s.cfg.RetryMin
+	for attempt := 1; ; attempt++ {
+		before, err := s.precedingCopies(ctx, l, cb.logged)
+		if err == nil {
+			cb.out = append(before, cb.out...)
+			break
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		s.metrics.retry("log_order")
+		s.log.Warn("cannot tell which earlier log copies are missing; retrying", slog.Int("attempt", attempt),
+			slog.String("error", err.Error()))
+		if !s.sleep(ctx, delay) {
+			return false
+		}
+		delay = min(delay*2, s.cfg.RetryMax)
+	}
+	delay = s.cfg.RetryMin
 	pending := cb.out
 	for attempt := 1; ; attempt++ {
 		set := s.copies.publish(pending)
@@ -341,6 +364,7 @@ func (s *Service) storeCopies(ctx context.Context, cb *committedBatch) bool {
 			return false
 		}
 		if len(failed) == 0 {
+			l.remember(cb.logged)
 			return true
 		}
 		for i, f := range failed {

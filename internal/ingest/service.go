@@ -72,6 +72,7 @@ type Service struct {
 	lanes      []*lane
 	held       *heldSet
 	inStream   jetstream.Stream
+	logStream  jetstream.Stream
 	waiting    *waitingSet
 	stopping   chan struct{} // closed when Stop begins
 	stopOnce   sync.Once
@@ -134,6 +135,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.inStream, err = s.js.Stream(ctx, wire.StreamIn); err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", wire.StreamIn, err)
 	}
+	if s.logStream, err = s.js.Stream(ctx, wire.StreamLog); err != nil {
+		return fmt.Errorf("ingest: stream %s: %w", wire.StreamLog, err)
+	}
 	dlq, err := s.js.Stream(ctx, wire.StreamDLQ)
 	if err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", wire.StreamDLQ, err)
@@ -165,7 +169,7 @@ func (s *Service) Start(ctx context.Context) error {
 
 	s.lanes = make([]*lane, s.cfg.Lanes)
 	for i := range s.lanes {
-		s.lanes[i] = &lane{ch: make(chan *inbound, s.cfg.BatchSize)}
+		s.lanes[i] = &lane{ch: make(chan *inbound, s.cfg.BatchSize), stored: map[string]int64{}}
 		s.wg.Add(1)
 		go s.runLane(s.lanes[i])
 	}

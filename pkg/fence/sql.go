@@ -162,3 +162,9 @@ func withoutFence(sql string) string {
 	}
 	return strings.Replace(strings.Replace(sql, appendFencePredicate, "", 1), join, "", 1)
 }
+
+// sqlCommittedBetween reads a task's committed events strictly between two
+// versions, in version order.
+const sqlCommittedBetween = `
+SELECT seq, event_id, partition, task_id, version, type, payload::text, holder, generation, committed_at
+FROM ledger.events WHERE task_id = $1 AND version > $2 AND version < $3 ORDER BY version`

@@ -1,0 +1,104 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowness/ledger/pkg/fence"
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// storedTasksMax bounds a lane's memory of the versions whose copies it
+// stored; past it the memory starts afresh, which costs lookups, not order.
+const storedTasksMax = 1 << 16
+
+// precedingCopies returns the LEDGER_LOG copies that must be stored before
+// the batch's own, so that LEDGER_LOG holds every task's events in commit
+// order across processes: when a batch holds version v of a task and
+// neither the batch nor this lane stored v-1, another process committed
+// v-1 and its copy may still be on its way (or died with that process). The
+// last copy of the task in LEDGER_LOG tells; the versions it lacks are read
+// from PostgreSQL and published first. A copy stored twice is deduplicated
+// by its event id.
+func (s *Service) precedingCopies(ctx context.Context, l *lane, logged []*fence.Committed) ([]*nats.Msg, error) {
+	need := map[string]*fence.Committed{}
+	seen := map[string]int64{}
+	for _, c := range logged {
+		prev, inBatch := seen[c.Task]
+		if c.Version > 1 && need[c.Task] == nil && !(inBatch && prev >= c.Version-1) && l.stored[c.Task] < c.Version-1 {
+			need[c.Task] = c
+		}
+		seen[c.Task] = max(prev, c.Version)
+	}
+	if len(need) == 0 {
+		return nil, nil
+	}
+	var (
+		mu    sync.Mutex
+		out   []*nats.Msg
+		first error
+		wg    sync.WaitGroup
+	)
+	sem := make(chan struct{}, 16)
+	for _, c := range need {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			msgs, err := s.missingBefore(ctx, c)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+			out = append(out, msgs...)
+		}()
+	}
+	wg.Wait()
+	return out, first
+}
+
+// missingBefore returns the copies of c's task that LEDGER_LOG lacks below
+// c's version, oldest first.
+func (s *Service) missingBefore(ctx context.Context, c *fence.Committed) ([]*nats.Msg, error) {
+	last, err := s.logStream.GetLastMsgForSubject(ctx, s.subjects.Log(c.Partition, c.Task))
+	var have int64
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("last log copy of task %s: %w", c.Task, err)
+	default:
+		if have, err = wire.ParseInt(last.Header.Get(wire.HeaderVersion)); err != nil {
+			return nil, fmt.Errorf("last log copy of task %s: %s: %w", c.Task, wire.HeaderVersion, err)
+		}
+	}
+	if have >= c.Version-1 {
+		return nil, nil
+	}
+	rows, err := s.store.Between(ctx, c.Task, have, c.Version)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*nats.Msg, len(rows))
+	for i := range rows {
+		out[i] = s.logCopy(&rows[i])
+	}
+	return out, nil
+}
+
+// remember notes the versions whose copies the lane stored.
+func (l *lane) remember(logged []*fence.Committed) {
+	if len(l.stored)+len(logged) > storedTasksMax {
+		clear(l.stored)
+	}
+	for _, c := range logged {
+		if c.Version > l.stored[c.Task] {
+			l.stored[c.Task] = c.Version
+		}
+	}
+}
