@@ -274,12 +274,20 @@ func (c *Client) verdictOf(p *Pending) (r wire.Receipt, found bool, err error) {
 	if err := c.request(c.ctx, c.subj.TaskHead(), req, &reply); err != nil {
 		return r, false, fmt.Errorf("worker: verdict of event %s: %w", p.id, err)
 	}
-	ev := reply.Event
-	if ev == nil {
+	return p.lookedUp(reply.Event)
+}
+
+// lookedUp turns the ledger's answer to a lookup of p into the receipt it
+// stands for; found is false for null. An answer about another event, or
+// with a verdict the contract does not have, settles nothing.
+func (p *Pending) lookedUp(ev *wire.EventVerdict) (r wire.Receipt, found bool, err error) {
+	switch {
+	case ev == nil:
 		return r, false, nil
-	}
-	if ev.EventID != p.id || !ev.Verdict.Final() {
-		return r, false, fmt.Errorf("worker: verdict of event %s: the ledger answered %+v", p.id, *ev)
+	case ev.EventID != p.id:
+		return r, false, fmt.Errorf("worker: verdict of event %s: the ledger answered for event %.40q", p.id, ev.EventID)
+	case !ev.Verdict.Final():
+		return r, false, fmt.Errorf("worker: verdict of event %s: the ledger answered verdict %.40q", p.id, ev.Verdict)
 	}
 	l := p.lease
 	return wire.Receipt{EventID: p.id, Task: p.task, Partition: l.partition, Version: p.version,
