@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -102,9 +105,17 @@ func (ls *leaseService) replyError(name string, req micro.Request, err error) {
 		}
 	case errors.Is(err, errBadRequest):
 	default:
+		// The database's own words go to the log only: they name hosts,
+		// users, databases, tables and statements, none of which is the
+		// requester's business or anything it could act on.
 		body.Error, code = wire.ErrCodeUnavailable, codeUnavailable
-		body.Message = "the ledger's database is unavailable, retry: " + err.Error()
-		ls.log.Warn("lease request failed", slog.String("endpoint", name), slog.String("error", err.Error()))
+		body.Message = unavailableMessage
+		level := slog.LevelError
+		if fence.IsTransient(err) || errors.Is(err, context.DeadlineExceeded) {
+			level = slog.LevelWarn
+		}
+		ls.log.Log(context.Background(), level, "lease request failed",
+			slog.String("endpoint", name), slog.String("error", err.Error()))
 	}
 	ls.metrics.lease(name, body.Error)
 	b, _ := json.Marshal(body)
@@ -113,35 +124,198 @@ func (ls *leaseService) replyError(name string, req micro.Request, err error) {
 	}
 }
 
+// unavailableMessage is the whole message of an unavailable reply; the
+// cause is logged.
+const unavailableMessage = "the ledger's database could not serve the request; nothing changed; retry"
+
+// errBadRequest marks a request refused before it reached the database;
+// the reply is invalid, with the error's message.
 var errBadRequest = errors.New("bad request")
 
-func decodeLeaseRequest(data []byte, needHolder, needGeneration bool) (wire.LeaseRequest, error) {
+// maxRequestBody bounds a request body: the largest valid one is about 150
+// bytes, so anything much larger is refused before it is parsed.
+const maxRequestBody = 4 << 10
+
+// Kinds of request body members.
+const (
+	memberInt = iota + 1
+	memberString
+)
+
+var (
+	leaseMembers    = map[string]int{"partition": memberInt, "holder": memberString, "generation": memberInt, "ttl_ms": memberInt}
+	taskHeadMembers = map[string]int{"task": memberString, "event_id": memberString}
+)
+
+// decodeLeaseRequest decodes and checks the body of an acquire, renew,
+// release or get request (op). It checks the members op uses (partition
+// within [0, 2^31), holder id, generation >= 1, ttl_ms within the
+// contract's bounds) and ignores the others, which the contract lets a body
+// carry. Every refusal wraps errBadRequest. The partition's upper bound,
+// the deployment's partition count, is the store's to check.
+func decodeLeaseRequest(op string, data []byte) (wire.LeaseRequest, error) {
 	var r wire.LeaseRequest
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		return r, fmt.Errorf("%w: body is not a lease request: %v", errBadRequest, err)
+	m, err := decodeFlatObject(data, leaseMembers)
+	if err != nil {
+		return r, err
 	}
+	p, ok, err := intMember(m, "partition", 0, math.MaxInt32)
 	switch {
-	case r.Partition == nil:
+	case err != nil:
+		return r, err
+	case !ok:
 		return r, fmt.Errorf("%w: partition is required", errBadRequest)
-	case needHolder && r.Holder == "":
-		return r, fmt.Errorf("%w: holder is required", errBadRequest)
-	case needGeneration && r.Generation == nil:
-		return r, fmt.Errorf("%w: generation is required", errBadRequest)
+	}
+	partition := int(p)
+	r.Partition = &partition
+	if op != "get" {
+		h, ok := m["holder"]
+		switch {
+		case !ok:
+			return r, fmt.Errorf("%w: holder is required", errBadRequest)
+		case !wire.ValidID(h):
+			return r, fmt.Errorf("%w: holder %s is not 1..128 of [A-Za-z0-9_-]", errBadRequest, quoteShort(h))
+		}
+		r.Holder = h
+	}
+	if op == "renew" || op == "release" {
+		g, ok, err := intMember(m, "generation", 1, math.MaxInt64)
+		switch {
+		case err != nil:
+			return r, err
+		case !ok:
+			return r, fmt.Errorf("%w: generation is required", errBadRequest)
+		}
+		r.Generation = &g
+	}
+	if op == "acquire" || op == "renew" {
+		ttl, ok, err := intMember(m, "ttl_ms", wire.TTLMinMillis, wire.TTLMaxMillis)
+		if err != nil {
+			return r, err
+		}
+		if ok {
+			r.TTLMillis = &ttl
+		}
 	}
 	return r, nil
 }
 
-func ttlOf(r wire.LeaseRequest) (time.Duration, error) {
+// decodeTaskHeadRequest decodes and checks the body of a task head request:
+// a valid task id and, optionally, an event id (a ULID).
+func decodeTaskHeadRequest(data []byte) (wire.TaskHeadRequest, error) {
+	var r wire.TaskHeadRequest
+	m, err := decodeFlatObject(data, taskHeadMembers)
+	if err != nil {
+		return r, err
+	}
+	r.Task = m["task"]
+	if !wire.ValidID(r.Task) {
+		return r, fmt.Errorf("%w: task %s is not 1..128 of [A-Za-z0-9_-]", errBadRequest, quoteShort(r.Task))
+	}
+	if id, ok := m["event_id"]; ok {
+		if !wire.ValidEventID(id) {
+			return r, fmt.Errorf("%w: event_id %s is not a ULID", errBadRequest, quoteShort(id))
+		}
+		r.EventID = id
+	}
+	return r, nil
+}
+
+// decodeFlatObject reads data as exactly one JSON object whose members are
+// all named in members, each at most once, each a scalar of its kind or
+// null (which counts as absent). It returns the non-null members: strings
+// unescaped, integers as their literal. It is stricter than encoding/json
+// on purpose: a repeated name, or one cased differently, could be read one
+// way by a proxy or another client and another way here; and a nested
+// value is refused at its first bracket, so no depth costs anything.
+func decodeFlatObject(data []byte, members map[string]int) (map[string]string, error) {
+	if len(data) > maxRequestBody {
+		return nil, fmt.Errorf("%w: body of %d bytes is larger than %d", errBadRequest, len(data), maxRequestBody)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, fmt.Errorf("%w: body is not a JSON object", errBadRequest)
+	}
+	out := make(map[string]string, len(members))
+	seen := make(map[string]bool, len(members))
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%w: body is not a JSON object: %v", errBadRequest, err)
+		}
+		name, _ := t.(string) // inside an object, Token yields names here
+		kind, known := members[name]
+		switch {
+		case !known:
+			return nil, fmt.Errorf("%w: unknown field %s", errBadRequest, quoteShort(name))
+		case seen[name]:
+			return nil, fmt.Errorf("%w: field %s appears twice", errBadRequest, name)
+		}
+		seen[name] = true
+		v, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%w: value of %s is not JSON: %v", errBadRequest, name, err)
+		}
+		switch v := v.(type) {
+		case nil:
+		case string:
+			if kind != memberString {
+				return nil, fmt.Errorf("%w: %s must be an integer", errBadRequest, name)
+			}
+			out[name] = v
+		case json.Number:
+			if kind != memberInt {
+				return nil, fmt.Errorf("%w: %s must be a string", errBadRequest, name)
+			}
+			// Every integer member is checked, used or not, so what is
+			// accepted reads the same to any JSON decoder that fits int64.
+			if _, err := strconv.ParseInt(v.String(), 10, 64); err != nil {
+				return nil, fmt.Errorf("%w: %s %s is not a 64-bit integer", errBadRequest, name, quoteShort(v.String()))
+			}
+			out[name] = v.String()
+		default: // a bool, or the start of an object or array
+			return nil, fmt.Errorf("%w: %s must be %s", errBadRequest, name,
+				map[int]string{memberInt: "an integer", memberString: "a string"}[kind])
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, fmt.Errorf("%w: body is not a JSON object: %v", errBadRequest, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: data after the JSON object", errBadRequest)
+	}
+	return out, nil
+}
+
+// intMember parses member name of m as an integer in [lo, hi].
+func intMember(m map[string]string, name string, lo, hi int64) (int64, bool, error) {
+	lit, ok := m[name]
+	if !ok {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseInt(lit, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, false, fmt.Errorf("%w: %s %s is not an integer in [%d, %d]", errBadRequest, name, quoteShort(lit), lo, hi)
+	}
+	return n, true, nil
+}
+
+// quoteShort quotes s for an error message, cut to 40 bytes: a reply stays
+// small whatever the request carried.
+func quoteShort(s string) string {
+	if len(s) <= 40 {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(s[:40]), len(s))
+}
+
+// ttlOf is the TTL a request asked for, or 0 for the store's default.
+func ttlOf(r wire.LeaseRequest) time.Duration {
 	if r.TTLMillis == nil {
-		return 0, nil
+		return 0
 	}
-	ms := *r.TTLMillis
-	if ms < wire.TTLMinMillis || ms > wire.TTLMaxMillis {
-		return 0, fmt.Errorf("%w: ttl_ms %d is outside [%d, %d]", errBadRequest, ms, wire.TTLMinMillis, wire.TTLMaxMillis)
-	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return time.Duration(*r.TTLMillis) * time.Millisecond
 }
 
 func leaseReply(l fence.Lease, withValid bool) wire.LeaseReply {
@@ -155,15 +329,11 @@ func leaseReply(l fence.Lease, withValid bool) wire.LeaseReply {
 }
 
 func (ls *leaseService) acquire(ctx context.Context, data []byte) (any, error) {
-	r, err := decodeLeaseRequest(data, true, false)
+	r, err := decodeLeaseRequest("acquire", data)
 	if err != nil {
 		return nil, err
 	}
-	ttl, err := ttlOf(r)
-	if err != nil {
-		return nil, err
-	}
-	l, err := ls.store.Acquire(ctx, *r.Partition, r.Holder, ttl)
+	l, err := ls.store.Acquire(ctx, *r.Partition, r.Holder, ttlOf(r))
 	if err != nil {
 		return nil, err
 	}
@@ -176,15 +346,11 @@ func (ls *leaseService) acquire(ctx context.Context, data []byte) (any, error) {
 }
 
 func (ls *leaseService) renew(ctx context.Context, data []byte) (any, error) {
-	r, err := decodeLeaseRequest(data, true, true)
+	r, err := decodeLeaseRequest("renew", data)
 	if err != nil {
 		return nil, err
 	}
-	ttl, err := ttlOf(r)
-	if err != nil {
-		return nil, err
-	}
-	l, err := ls.store.Renew(ctx, *r.Partition, r.Holder, *r.Generation, ttl)
+	l, err := ls.store.Renew(ctx, *r.Partition, r.Holder, *r.Generation, ttlOf(r))
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +358,7 @@ func (ls *leaseService) renew(ctx context.Context, data []byte) (any, error) {
 }
 
 func (ls *leaseService) release(ctx context.Context, data []byte) (any, error) {
-	r, err := decodeLeaseRequest(data, true, true)
+	r, err := decodeLeaseRequest("release", data)
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +369,7 @@ func (ls *leaseService) release(ctx context.Context, data []byte) (any, error) {
 }
 
 func (ls *leaseService) get(ctx context.Context, data []byte) (any, error) {
-	r, err := decodeLeaseRequest(data, false, false)
+	r, err := decodeLeaseRequest("get", data)
 	if err != nil {
 		return nil, err
 	}
@@ -215,9 +381,9 @@ func (ls *leaseService) get(ctx context.Context, data []byte) (any, error) {
 }
 
 func (ls *leaseService) taskHead(ctx context.Context, data []byte) (any, error) {
-	var r wire.TaskHeadRequest
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("%w: body is not {\"task\":...}: %v", errBadRequest, err)
+	r, err := decodeTaskHeadRequest(data)
+	if err != nil {
+		return nil, err
 	}
 	h, err := ls.store.TaskHead(ctx, r.Task)
 	if err != nil {
@@ -228,5 +394,17 @@ func (ls *leaseService) taskHead(ctx context.Context, data []byte) (any, error) 
 		p := h.Partition
 		reply.Partition = &p
 	}
-	return reply, nil
+	if r.EventID == "" {
+		return reply, nil
+	}
+	// A worker whose receipt was lost learns the event's verdict here.
+	rec, found, err := ls.store.Verdict(ctx, r.Task, r.EventID)
+	if err != nil {
+		return nil, err
+	}
+	out := wire.TaskHeadEventReply{TaskHeadReply: reply}
+	if found {
+		out.Event = &wire.EventVerdict{EventID: rec.EventID, Verdict: rec.Verdict, Reason: rec.Reason, Seq: rec.Seq}
+	}
+	return out, nil
 }

@@ -1,14 +1,23 @@
 package ingest_test
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/faultproxy"
 	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/natstest"
+	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -132,4 +141,176 @@ func TestLeaseServiceIsDiscoverable(t *testing.T) {
 	for _, s := range []string{"ledger.lease.acquire", "ledger.lease.renew", "ledger.lease.release", "ledger.lease.get", "ledger.task.head"} {
 		require.True(t, subjects[s], "endpoint %s", s)
 	}
+}
+
+// request sends body to subject and returns the raw reply.
+func (e *env) request(subject string, body []byte) *nats.Msg {
+	e.t.Helper()
+	resp, err := e.nc.Request(subject, body, 10*time.Second)
+	require.NoError(e.t, err, "no reply from %s", subject)
+	return resp
+}
+
+// errorReply decodes an error reply, failing the test on a success reply.
+func errorReply(t *testing.T, resp *nats.Msg) wire.ErrorReply {
+	t.Helper()
+	require.NotEmpty(t, resp.Header.Get(micro.ErrorCodeHeader), "not an error reply: %.200s", resp.Data)
+	var er wire.ErrorReply
+	require.NoError(t, json.Unmarshal(resp.Data, &er), "%.200s", resp.Data)
+	return er
+}
+
+func TestLeaseServiceRefusesHostileBodiesAndKeepsServing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, ingest.Config{})
+	big := strings.Repeat("h", 512<<10) // under NATS's 1 MiB payload limit, so it reaches the service
+	hostile := []string{
+		`{"partition":1,"partition":2,"holder":"w","generation":1}`,
+		`{"partition":1,"holder":"w","hol\u0064er":"x","generation":1}`,
+		`{"partition":99999999999999999999,"holder":"w","generation":1}`,
+		`{"partition":1e400,"holder":"w","generation":1}`,
+		`{"partition":"1","holder":"w","generation":1}`,
+		`{"partition":1,"holder":["w"],"generation":1}`,
+		`{"partition":` + strings.Repeat("[", 200000) + `}`,
+		`{"partition":1,"holder":"` + big + `","generation":1}`,
+		`{"task":"` + big + `"}`,
+		`{"` + big + `":1}`,
+		`{"partition":1,"` + strings.Repeat("f", 3<<10) + `":1}`, // under the 4 KiB limit
+		`{"partition":1,"holder":"w","generation":1} {"task":"t"}`,
+	}
+	for _, subject := range []string{e.subj.LeaseAcquire(), e.subj.LeaseRenew(), e.subj.LeaseRelease(),
+		e.subj.LeaseGet(), e.subj.TaskHead()} {
+		for _, body := range hostile {
+			resp := e.request(subject, []byte(body))
+			er := errorReply(t, resp)
+			require.Equal(t, wire.ErrCodeInvalid, er.Error, "%s %.80s", subject, body)
+			require.Equal(t, "400", resp.Header.Get(micro.ErrorCodeHeader))
+			require.Less(t, len(resp.Data), 400, "%s %.80s: the reply carries the body back", subject, body)
+		}
+	}
+	// Still serving.
+	granted := e.acquire(2, "worker-a", 60000)
+	require.EqualValues(t, 1, granted.Generation)
+}
+
+// threadSafeBuffer collects a logger's output.
+type threadSafeBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *threadSafeBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *threadSafeBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// A database error reaches the requester as "unavailable" with a generic
+// message; what the database said (its host, user, database name, tables,
+// SQLSTATE) goes to the log only.
+func TestLeaseErrorRepliesNeverEchoDatabaseErrors(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	proxy := faultproxy.Start(t, "127.0.0.1:5432")
+	store, err := fence.New(db.PoolVia(t, proxy.Addr()), fence.Config{})
+	require.NoError(t, err)
+	ns := natstest.Start(t)
+	var logs threadSafeBuffer
+	svc, err := ingest.New(ingest.Config{}, ingest.Deps{NC: ns.Conn(t), Store: store,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	require.NoError(t, err)
+	require.NoError(t, svc.Start(context.Background()))
+	t.Cleanup(svc.Stop)
+	e := &env{t: t, db: db, store: store, ns: ns, nc: ns.Conn(t)}
+	e.acquire(1, "worker-a", 60000)
+
+	requests := map[string]string{
+		e.subj.LeaseAcquire(): `{"partition":2,"holder":"worker-a"}`,
+		e.subj.LeaseRenew():   `{"partition":1,"holder":"worker-a","generation":1}`,
+		e.subj.LeaseRelease(): `{"partition":1,"holder":"worker-a","generation":1}`,
+		e.subj.LeaseGet():     `{"partition":1}`,
+		e.subj.TaskHead():     `{"task":"job","event_id":"01JD0000000000000000000001"}`,
+	}
+	leaks := func(what string, secrets ...string) {
+		t.Helper()
+		for subject, body := range requests {
+			resp := e.request(subject, []byte(body))
+			er := errorReply(t, resp)
+			require.Equal(t, wire.ErrCodeUnavailable, er.Error, "%s (%s): %s", subject, what, er.Message)
+			require.Equal(t, "503", resp.Header.Get(micro.ErrorCodeHeader))
+			for _, s := range secrets {
+				require.NotContains(t, string(resp.Data), s, "%s (%s) echoes the database's error", subject, what)
+				require.NotContains(t, resp.Header.Get(micro.ErrorHeader), s, "%s (%s) echoes the database's error", subject, what)
+			}
+		}
+	}
+
+	// The database cannot be reached: the error names the address, the
+	// user and the database.
+	proxy.Cut()
+	leaks("database down", proxy.Addr(), db.Name, "user=", "dial", "refused")
+	proxy.Restore()
+	require.Contains(t, logs.String(), proxy.Addr(), "the detail is logged")
+
+	// The database refuses the statements themselves (a schema an operator
+	// broke): the error names the table and its SQLSTATE.
+	_, err = db.Pool.Exec(context.Background(), `ALTER SCHEMA ledger RENAME TO ledger_moved`)
+	require.NoError(t, err)
+	leaks("schema missing", "ledger.", "42P01", "SQLSTATE", "does not exist")
+	require.Contains(t, logs.String(), "42P01", "the detail is logged")
+
+	_, err = db.Pool.Exec(context.Background(), `ALTER SCHEMA ledger_moved RENAME TO ledger`)
+	require.NoError(t, err)
+	got, er, _ := e.lease("get", map[string]any{"partition": 1})
+	require.Nil(t, er, "the service answers again once the database does")
+	require.EqualValues(t, 1, got.Generation)
+}
+
+// A worker whose receipt was lost asks the task head for its event's
+// verdict: the recorded one, or null while there is none.
+func TestTaskHeadWithEventIDTellsItsRecordedVerdict(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, ingest.Config{})
+	rc := e.receipts("worker-a")
+	old := e.acquire(4, "worker-a", 60000)
+	cur := e.acquire(4, "worker-a", 60000) // fences old
+	committed := event{id: newID(), partition: 4, task: "job", holder: "worker-a", generation: cur.Generation, version: 1, typ: "x", payload: `{}`}
+	stale := event{id: newID(), partition: 4, task: "job", holder: "worker-a", generation: old.Generation, version: 2, typ: "x", payload: `{}`}
+	ahead := event{id: newID(), partition: 4, task: "job", holder: "worker-a", generation: cur.Generation, version: 9, typ: "x", payload: `{}`}
+	for _, ev := range []event{committed, stale} {
+		e.publish(ev)
+		receiptFor(t, rc, ev.id)
+	}
+	e.publish(ahead) // waits for versions 2..8 inside its gap window
+
+	head := func(body string) (wire.TaskHeadEventReply, map[string]json.RawMessage) {
+		resp := e.request(e.subj.TaskHead(), []byte(body))
+		require.Empty(t, resp.Header.Get(micro.ErrorCodeHeader), "%s", resp.Data)
+		var r wire.TaskHeadEventReply
+		require.NoError(t, json.Unmarshal(resp.Data, &r))
+		var raw map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(resp.Data, &raw))
+		return r, raw
+	}
+	r, _ := head(`{"task":"job","event_id":"` + committed.id + `"}`)
+	require.Equal(t, &wire.EventVerdict{EventID: committed.id, Verdict: wire.VerdictCommitted,
+		Seq: receiptFor(t, rc, committed.id).Seq}, r.Event)
+	require.EqualValues(t, 1, r.Version, "the head is there too")
+
+	r, _ = head(`{"task":"job","event_id":"` + stale.id + `"}`)
+	require.Equal(t, &wire.EventVerdict{EventID: stale.id, Verdict: wire.VerdictStale, Reason: wire.ReasonSuperseded}, r.Event)
+
+	for _, id := range []string{ahead.id, newID()} {
+		r, raw := head(`{"task":"job","event_id":"` + id + `"}`)
+		require.Nil(t, r.Event)
+		require.JSONEq(t, `null`, string(raw["event"]), "no verdict yet is an explicit null")
+	}
+	_, raw := head(`{"task":"job"}`)
+	require.NotContains(t, raw, "event", "a plain head request gets the plain reply")
 }

@@ -168,3 +168,15 @@ func withoutFence(sql string) string {
 const sqlCommittedBetween = `
 SELECT seq, event_id, partition, task_id, version, type, payload::text, holder, generation, committed_at
 FROM ledger.events WHERE task_id = $1 AND version > $2 AND version < $3 ORDER BY version`
+
+// sqlEventVerdict finds the final verdict recorded for event $1 of task $2
+// (lookup.go): its committed row, or else its first rejection, since a
+// verdict is never reversed and later copies only repeat it.
+const sqlEventVerdict = `
+SELECT verdict, reason, seq FROM (
+    SELECT 'committed' AS verdict, '' AS reason, seq, 0 AS rank
+    FROM ledger.events WHERE event_id = $1 AND task_id = $2
+    UNION ALL
+    (SELECT verdict, reason, 0, 1 FROM ledger.rejections
+     WHERE event_id = $1 AND task_id = $2 ORDER BY id LIMIT 1)
+) v ORDER BY rank LIMIT 1`

@@ -58,9 +58,12 @@ type ErrorReply struct {
 	ExpiresAt  string `json:"expires_at,omitempty"`
 }
 
-// TaskHeadRequest is the body of ledger.task.head.
+// TaskHeadRequest is the body of ledger.task.head. EventID is optional
+// (this implementation's extension): with it the reply is a
+// TaskHeadEventReply, which also tells that event's recorded verdict.
 type TaskHeadRequest struct {
-	Task string `json:"task"`
+	Task    string `json:"task"`
+	EventID string `json:"event_id,omitempty"`
 }
 
 // TaskHeadReply is the reply of ledger.task.head. Partition is null and
@@ -70,6 +73,25 @@ type TaskHeadReply struct {
 	Partition *int   `json:"partition"`
 	Version   int64  `json:"version"`
 	Seq       int64  `json:"seq"`
+}
+
+// TaskHeadEventReply is the reply of ledger.task.head to a request with
+// event_id: the task's head, and the final verdict the ledger recorded for
+// that event of the task, or null while it has none (not judged yet, or a
+// verdict that records nothing under the id: invalid, or a duplicate of
+// identical content committed under another id).
+type TaskHeadEventReply struct {
+	TaskHeadReply
+	Event *EventVerdict `json:"event"`
+}
+
+// EventVerdict is a recorded final verdict: committed with the row's Seq,
+// or a rejection (stale, conflict, gap) with its Reason and Seq 0.
+type EventVerdict struct {
+	EventID string  `json:"event_id"`
+	Verdict Verdict `json:"verdict"`
+	Reason  string  `json:"reason"`
+	Seq     int64   `json:"seq"`
 }
 
 // Receipt is the verdict of one event, sent to <prefix>.receipt.<holder>.

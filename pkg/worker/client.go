@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,7 +31,11 @@ type Client struct {
 
 	// closedCh is closed by Close; waits on receipts and acks end there.
 	closedCh chan struct{}
-	// wg counts keep-alive goroutines and events waiting for a publish ack.
+	// ctx is cancelled by Close: it ends verdict lookups in flight.
+	ctx  context.Context
+	stop context.CancelFunc
+	// wg counts keep-alive goroutines, events waiting for a publish ack
+	// and verdict lookups in flight.
 	wg sync.WaitGroup
 
 	mu     sync.Mutex
@@ -62,6 +67,7 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	c := &Client{nc: nc, cfg: cfg, subj: wire.Subjects{Prefix: cfg.Prefix}, log: cfg.Logger,
 		closedCh: make(chan struct{}), leases: map[int]*Lease{}, pending: map[string]*Pending{},
 		acking: map[string]*Pending{}}
+	c.ctx, c.stop = context.WithCancel(context.Background())
 	// Publish acks are taken by two callbacks rather than a goroutine per
 	// event: at thousands of events a second that goroutine was a sixth of
 	// the SDK's cost.
@@ -105,6 +111,10 @@ func (c *Client) Close() error {
 			leases = append(leases, l)
 		}
 	}
+	pending := make([]*Pending, 0, len(c.pending))
+	for _, p := range c.pending {
+		pending = append(pending, p)
+	}
 	c.mu.Unlock()
 
 	for _, l := range leases {
@@ -112,6 +122,10 @@ func (c *Client) Close() error {
 	}
 	err := c.sub.Unsubscribe()
 	c.failAcks(ErrClosed)
+	c.stop()
+	for _, p := range pending {
+		p.stopLookups()
+	}
 	c.wg.Wait()
 	c.js.CleanupPublisher()
 	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -166,25 +180,130 @@ func (c *Client) request(ctx context.Context, subject string, body, out any) err
 }
 
 // onReceipt routes a receipt to its pending event. Receipts are at least
-// once: a second receipt of an event (a redelivery after an ingest crash)
-// finds nothing pending and is dropped.
+// once: a second receipt of an event (a redelivery after an ingest crash),
+// or one that comes after a lookup settled the event, finds nothing
+// pending and is dropped.
 func (c *Client) onReceipt(m *nats.Msg) {
 	var r wire.Receipt
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		c.log.Warn("undecodable receipt", slog.String("error", err.Error()))
 		return
 	}
+	if !c.settle(r) {
+		c.log.Debug("receipt of no pending event", slog.String("event_id", r.EventID),
+			slog.String("verdict", string(r.Verdict)))
+	}
+}
+
+// settle gives an event its verdict, from its receipt or from a lookup,
+// exactly once: taking it out of c.pending is the one decision, so
+// whichever comes second finds nothing and changes nothing.
+func (c *Client) settle(r wire.Receipt) bool {
 	c.mu.Lock()
 	p := c.pending[r.EventID]
 	delete(c.pending, r.EventID)
 	c.mu.Unlock()
 	if p == nil {
-		c.log.Debug("receipt of no pending event", slog.String("event_id", r.EventID),
-			slog.String("verdict", string(r.Verdict)))
-		return
+		return false
 	}
+	p.stopLookups()
 	p.resolve(r)
 	p.lease.onReceipt(p, r)
+	return true
+}
+
+// awaitVerdict schedules a lookup of p's verdict ReceiptTimeout from now,
+// in case its receipt is lost. It is called once the publish ack came (or
+// publishing stopped without one: the event may still have been stored),
+// and again after each lookup that learned nothing, so an event never has
+// more than one lookup in flight.
+func (c *Client) awaitVerdict(p *Pending) {
+	if isClosed(c.closedCh) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lookupsOver {
+		return
+	}
+	p.lookup = time.AfterFunc(c.cfg.ReceiptTimeout, func() { c.lookUpVerdict(p) })
+}
+
+// lookUpVerdict asks the ledger for p's recorded verdict and settles p with
+// it; while the ledger has none, or cannot be asked, it schedules the next
+// lookup.
+func (c *Client) lookUpVerdict(p *Pending) {
+	if !c.hold() {
+		return
+	}
+	defer c.wg.Done()
+	r, found, err := c.verdictOf(p)
+	switch {
+	case err != nil:
+		if c.ctx.Err() != nil {
+			return
+		}
+		// An unreachable service is reported by the keep-alive already,
+		// once per lease rather than once per event.
+		level := slog.LevelWarn
+		if errors.Is(err, ErrUnavailable) {
+			level = slog.LevelDebug
+		}
+		c.log.Log(c.ctx, level, "no receipt, and the ledger could not be asked for the verdict; asking again later",
+			slog.String("event_id", p.id), slog.String("error", err.Error()))
+	case found:
+		if c.settle(r) {
+			c.log.Info("no receipt; verdict learned from the ledger", slog.String("event_id", p.id),
+				slog.String("task", p.task), slog.Int64("version", p.version), slog.String("verdict", string(r.Verdict)))
+		}
+		return
+	default:
+		c.log.Debug("no receipt, and no verdict recorded yet", slog.String("event_id", p.id))
+	}
+	c.awaitVerdict(p)
+}
+
+// verdictOf asks <prefix>.task.head for the verdict the ledger recorded for
+// p, and returns it as the receipt it stands for. The ledger records
+// committed, stale, conflict and gap; for an event it has not judged yet,
+// or whose verdict leaves no record under its id (invalid; a duplicate of
+// identical content under another id), it answers null and found is false.
+func (c *Client) verdictOf(p *Pending) (r wire.Receipt, found bool, err error) {
+	var reply wire.TaskHeadEventReply
+	req := wire.TaskHeadRequest{Task: p.task, EventID: p.id}
+	if err := c.request(c.ctx, c.subj.TaskHead(), req, &reply); err != nil {
+		return r, false, fmt.Errorf("worker: verdict of event %s: %w", p.id, err)
+	}
+	return p.lookedUp(reply.Event)
+}
+
+// lookedUp turns the ledger's answer to a lookup of p into the receipt it
+// stands for; found is false for null. An answer about another event, or
+// with a verdict the contract does not have, settles nothing.
+func (p *Pending) lookedUp(ev *wire.EventVerdict) (r wire.Receipt, found bool, err error) {
+	switch {
+	case ev == nil:
+		return r, false, nil
+	case ev.EventID != p.id:
+		return r, false, fmt.Errorf("worker: verdict of event %s: the ledger answered for event %.40q", p.id, ev.EventID)
+	case !ev.Verdict.Final():
+		return r, false, fmt.Errorf("worker: verdict of event %s: the ledger answered verdict %.40q", p.id, ev.Verdict)
+	}
+	l := p.lease
+	return wire.Receipt{EventID: p.id, Task: p.task, Partition: l.partition, Version: p.version,
+		Verdict: ev.Verdict, Reason: ev.Reason, Seq: ev.Seq, Generation: l.generation}, true, nil
+}
+
+// hold counts a goroutine in c.wg unless the client is closed, so Close
+// waits for it.
+func (c *Client) hold() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	return true
 }
 
 // register makes p receive its receipt and its publish ack; it returns
@@ -226,6 +345,7 @@ func (c *Client) takeAcking(m *nats.Msg) *Pending {
 func (c *Client) onAck(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
 	if p := c.takeAcking(m); p != nil {
 		p.setAck(ack, nil)
+		c.awaitVerdict(p)
 		c.wg.Done()
 	}
 }

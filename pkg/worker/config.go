@@ -22,6 +22,10 @@ const (
 	// PublishAckTimeoutDefault is how long one publish attempt waits for
 	// JetStream's ack before it is sent again (same event id): 5 s.
 	PublishAckTimeoutDefault = 5 * time.Second
+	// ReceiptTimeoutDefault is how long after its publish ack an event
+	// waits for its receipt before the client asks the ledger for its
+	// verdict, and then how often it asks again: 10 s.
+	ReceiptTimeoutDefault = 10 * time.Second
 )
 
 // Config configures a Client. Only Holder is required.
@@ -55,6 +59,15 @@ type Config struct {
 	// ack before the event is published again under the same id (JetStream
 	// and the ledger both deduplicate it); default 5 s.
 	PublishAckTimeout time.Duration
+	// ReceiptTimeout is how long an event waits for its receipt after its
+	// publish ack (or after its last publish attempt, when the lease ended
+	// before an ack) before the client asks the ledger for the event's
+	// recorded verdict on <prefix>.task.head. Receipts travel on core NATS
+	// and are lost while the client is disconnected; the answer settles the
+	// event as its receipt would have. While the ledger has no verdict yet
+	// (the event still waits in LEDGER_IN) the client asks again every
+	// ReceiptTimeout, one request at a time per event. Default 10 s.
+	ReceiptTimeout time.Duration
 	// Logger receives the client's warnings (failed renewals, lost
 	// leases); default slog.Default().
 	Logger *slog.Logger
@@ -86,6 +99,9 @@ func (c Config) WithDefaults() Config {
 	if c.PublishAckTimeout == 0 {
 		c.PublishAckTimeout = PublishAckTimeoutDefault
 	}
+	if c.ReceiptTimeout == 0 {
+		c.ReceiptTimeout = ReceiptTimeoutDefault
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -106,8 +122,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: ttl %v must be whole milliseconds in [%v, %v]", c.TTL, minTTL, maxTTL)
 	case c.RenewEvery <= 0 || c.RenewEvery > c.TTL/2:
 		return fmt.Errorf("worker: renew interval %v must be in (0, ttl/2 = %v]", c.RenewEvery, c.TTL/2)
-	case c.RequestTimeout <= 0 || c.PublishAckTimeout <= 0:
-		return fmt.Errorf("worker: request and publish ack timeouts must be positive")
+	case c.RequestTimeout <= 0 || c.PublishAckTimeout <= 0 || c.ReceiptTimeout <= 0:
+		return fmt.Errorf("worker: request, publish ack and receipt timeouts must be positive")
 	case c.MaxInFlight < 1:
 		return fmt.Errorf("worker: max in flight must be at least 1, got %d", c.MaxInFlight)
 	case c.MaxPayload < 1:

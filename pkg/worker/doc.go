@@ -108,13 +108,34 @@
 //	                             ledger.rejections. The lease is lost.
 //	receipt conflict, gap        refused: in LEDGER_DLQ and ledger.rejections.
 //	receipt invalid              refused as malformed or wrong_partition: in LEDGER_DLQ only.
+//	verdict looked up            the receipt was lost; the ledger's record stands in for it
+//	(no receipt after            and promises the same (see below). Pending.Wait and
+//	ReceiptTimeout)              Pending.Receipt return it like a receipt.
 //	Lease.Context done,          the lease can no longer be trusted (cause ErrLeaseLost) or was
 //	Lease.Lost closed            given up (ErrReleased, ErrClosed); stop the work it guarded.
 //
 // Receipts are sent on core NATS to <prefix>.receipt.<holder>: at least
 // once in the normal flow (an ingest that crashed after committing sends a
-// duplicate receipt when the event is redelivered), but a receipt can be
-// lost, for example while this client is disconnected, so every wait for
-// one is bounded by the caller's context. The ledger's tables (or
-// Client.TaskHead) then tell the outcome.
+// duplicate receipt when the event is redelivered), but a receipt is lost
+// if it is sent while this client is disconnected. So when an event has no
+// receipt Config.ReceiptTimeout (default 10 s) after its publish ack, the
+// client asks the ledger for the verdict it recorded (<prefix>.task.head
+// with the event id) and settles the event with it as its receipt would
+// have: Pending.Done closes, the in-flight slot frees, Release and
+// ResyncTask go on. A receipt that still arrives afterwards is ignored.
+// Such a receipt carries what the ledger records: committed with the row's
+// seq (also for what the lost receipt would have called a duplicate of the
+// same event id), or stale, conflict or gap with its reason, and
+// current_generation 0. Committed means what the committed receipt means,
+// the row is in Postgres under the fence; its LEDGER_LOG copy is stored by
+// the ingest before it lets go of the event, even across a crash.
+//
+// While the ledger has recorded nothing for the event (it still waits in
+// LEDGER_IN, for example behind a missing version), the client asks again
+// every ReceiptTimeout, one request at a time per event, until the verdict
+// is there or the client is closed. Two verdicts record nothing under the
+// event's id: invalid, and a duplicate of identical content committed under
+// another id. An event whose receipt of either is lost stays pending;
+// every wait on it is bounded by the caller's context, as always, and the
+// DLQ or ledger.events tell the outcome.
 package worker

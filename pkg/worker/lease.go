@@ -309,7 +309,8 @@ func (l *Lease) usable() error {
 }
 
 // Release ends the lease cleanly: it refuses new events, waits until
-// every event published under the lease has its receipt, stops the
+// every event published under the lease has its receipt (or, if that was
+// lost, its verdict from the ledger: Config.ReceiptTimeout), stops the
 // keep-alive and then releases the lease in the ledger (the generation is
 // kept; the next acquire bumps it). The lease's context is then cancelled
 // with cause ErrReleased.

@@ -224,6 +224,10 @@ type Pending struct {
 	receipt wire.Receipt
 	ack     *jetstream.PubAck
 	ackErr  error
+	// lookup is the timer of the next lookup of the verdict
+	// (Client.awaitVerdict); lookupsOver is set once none is wanted.
+	lookup      *time.Timer
+	lookupsOver bool
 }
 
 // ID returns the event id (a ULID), the key of its idempotency.
@@ -235,7 +239,8 @@ func (p *Pending) Task() string { return p.task }
 // Version returns the version the event was published with.
 func (p *Pending) Version() int64 { return p.version }
 
-// Done returns a channel that is closed when the event's receipt arrived.
+// Done returns a channel that is closed when the event has its verdict:
+// its receipt arrived, or the ledger told it after the receipt was lost.
 func (p *Pending) Done() <-chan struct{} { return p.done }
 
 // PubAck waits for JetStream's publish ack: LEDGER_IN has stored the
@@ -267,10 +272,13 @@ func (p *Pending) PubAck(ctx context.Context) (*jetstream.PubAck, error) {
 //
 // Receipts are sent on core NATS, at least once in the normal flow (an
 // ingest that crashed after committing sends a duplicate receipt when the
-// event is redelivered), but one can be lost, for example while this
-// client is disconnected; the wait is bounded by ctx only. ledger.events
-// (event_id) or Client.TaskHead then tell the outcome. It returns ErrClosed
-// after Client.Close.
+// event is redelivered), but one is lost if it is sent while this client
+// is disconnected. The client then asks the ledger for the recorded
+// verdict once Config.ReceiptTimeout has passed since the publish ack, and
+// Receipt returns that, in the receipt's shape (see the package
+// documentation for what it carries and for the two verdicts the ledger
+// does not record). The wait is bounded by ctx. It returns ErrClosed after
+// Client.Close.
 func (p *Pending) Receipt(ctx context.Context) (wire.Receipt, error) {
 	select {
 	case <-p.done:
@@ -314,6 +322,17 @@ func (p *Pending) resolve(r wire.Receipt) {
 	close(p.done)
 }
 
+// stopLookups stops the next lookup of p's verdict for good: p has its
+// verdict, or the client is closed.
+func (p *Pending) stopLookups() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lookupsOver = true
+	if p.lookup != nil {
+		p.lookup.Stop()
+	}
+}
+
 func (p *Pending) setAck(ack *jetstream.PubAck, err error) {
 	p.mu.Lock()
 	p.ack, p.ackErr = ack, err
@@ -337,6 +356,7 @@ func (c *Client) republish(p *Pending, err error) {
 		if p.lease.ctx.Err() != nil {
 			p.setAck(nil, fmt.Errorf("worker: event %s not acknowledged (%w), and not sent again after the lease ended: %w",
 				p.id, err, context.Cause(p.lease.ctx)))
+			c.awaitVerdict(p) // an attempt may have been stored all the same
 			c.wg.Done()
 			return
 		}

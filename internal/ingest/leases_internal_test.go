@@ -1,0 +1,194 @@
+package ingest
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// leaseEndpoints are the lease service's endpoints, by the name their
+// request decoder knows them.
+var leaseEndpoints = []string{"acquire", "renew", "release", "get", "task_head"}
+
+// decodeRequest decodes a request body of endpoint op.
+func decodeRequest(op string, data []byte) (any, error) {
+	if op == "task_head" {
+		return decodeTaskHeadRequest(data)
+	}
+	return decodeLeaseRequest(op, data)
+}
+
+const validULID = "01JD0000000000000000000001"
+
+var mib = strings.Repeat("a", 1<<20)
+
+// requestCases are bodies the lease service must accept or refuse; the
+// fuzz target starts from them too.
+var requestCases = []struct {
+	name string
+	op   string
+	body string
+	ok   bool
+}{
+	{"acquire", "acquire", `{"partition":3,"holder":"worker-a","ttl_ms":3000}`, true},
+	{"acquire without ttl", "acquire", `{"partition":0,"holder":"worker-a"}`, true},
+	{"renew", "renew", `{"partition":3,"holder":"worker-a","generation":42}`, true},
+	{"release", "release", `{"partition":3,"holder":"worker-a","generation":42}`, true},
+	{"get", "get", `{"partition":3}`, true},
+	{"get ignores the members it does not use", "get", `{"partition":3,"holder":"not a holder","generation":9}`, true},
+	{"task head", "task_head", `{"task":"report-7"}`, true},
+	{"task head with an event id", "task_head", `{"task":"report-7","event_id":"` + validULID + `"}`, true},
+	{"spaces, escapes, null for absent", "acquire", " {\n\"partition\" : 3 , \"hol\\u0064er\":\"worker-a\", \"ttl_ms\":null}\n", true},
+	{"negative zero", "get", `{"partition":-0}`, true},
+
+	{"empty body", "get", ``, false},
+	{"null", "get", `null`, false},
+	{"array", "get", `[{"partition":3}]`, false},
+	{"string", "task_head", `"report-7"`, false},
+	{"truncated", "get", `{"partition":3`, false},
+	{"trailing comma", "get", `{"partition":3,}`, false},
+	{"second object after the first", "get", `{"partition":3}{"partition":4}`, false},
+	{"garbage after the object", "get", `{"partition":3}x`, false},
+	{"invalid UTF-8", "task_head", "{\"task\":\"\xff\xfe\"}", false},
+	{"NUL in a task id", "task_head", `{"task":"a\u0000b"}`, false},
+	{"unknown field", "acquire", `{"partition":1,"holder":"w","gen":4}`, false},
+	{"field name cased differently", "get", `{"Partition":3}`, false},
+	{"duplicate partition", "get", `{"partition":1,"partition":2}`, false},
+	{"duplicate holder, one escaped", "acquire", `{"partition":1,"holder":"a","hol\u0064er":"b"}`, false},
+	{"duplicate null then value", "get", `{"partition":null,"partition":2}`, false},
+	{"partition as a string", "get", `{"partition":"3"}`, false},
+	{"partition as a bool", "get", `{"partition":true}`, false},
+	{"partition as a float", "get", `{"partition":3.0}`, false},
+	{"partition in exponent form", "get", `{"partition":1e2}`, false},
+	{"partition negative", "get", `{"partition":-1}`, false},
+	{"partition above int32", "get", `{"partition":2147483648}`, false},
+	{"partition above int64", "get", `{"partition":99999999999999999999999}`, false},
+	{"partition beyond float64", "get", `{"partition":1e400}`, false},
+	{"partition missing", "acquire", `{"holder":"w"}`, false},
+	{"partition null", "get", `{"partition":null}`, false},
+	{"holder as a number", "acquire", `{"partition":1,"holder":7}`, false},
+	{"holder missing", "acquire", `{"partition":1}`, false},
+	{"holder with a space", "acquire", `{"partition":1,"holder":"a b"}`, false},
+	{"generation missing", "renew", `{"partition":1,"holder":"w"}`, false},
+	{"generation zero", "release", `{"partition":1,"holder":"w","generation":0}`, false},
+	{"generation huge", "renew", `{"partition":1,"holder":"w","generation":18446744073709551616}`, false},
+	{"unused generation huge", "get", `{"partition":1,"generation":18446744073709551616}`, false},
+	{"ttl below 100 ms", "acquire", `{"partition":1,"holder":"w","ttl_ms":99}`, false},
+	{"ttl above 300000 ms", "renew", `{"partition":1,"holder":"w","generation":1,"ttl_ms":300001}`, false},
+	{"nested object", "get", `{"partition":{"partition":3}}`, false},
+	{"deeply nested array", "get", `{"partition":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`, false},
+	{"deeply nested body", "get", strings.Repeat(`{"a":`, 50000) + "1" + strings.Repeat("}", 50000), false},
+	{"3 KiB holder, under the size limit", "acquire", `{"partition":1,"holder":"` + strings.Repeat("h", 3<<10) + `"}`, false},
+	{"3 KiB field name", "get", `{"partition":1,"` + strings.Repeat("f", 3<<10) + `":1}`, false},
+	{"1 MiB holder", "acquire", `{"partition":1,"holder":"` + mib + `"}`, false},
+	{"1 MiB field name", "acquire", `{"` + mib + `":1}`, false},
+	{"1 MiB of spaces", "get", `{"partition":3` + strings.Repeat(" ", 1<<20) + `}`, false},
+	{"task missing", "task_head", `{}`, false},
+	{"task too long", "task_head", `{"task":"` + strings.Repeat("t", 129) + `"}`, false},
+	{"event id not a ULID", "task_head", `{"task":"t","event_id":"01JD000000000000000000000U"}`, false},
+	{"event id empty", "task_head", `{"task":"t","event_id":""}`, false},
+	{"event id as a number", "task_head", `{"task":"t","event_id":1}`, false},
+	{"lease member on the task head", "task_head", `{"task":"t","partition":1}`, false},
+}
+
+func TestLeaseRequestsAreAcceptedOrRefusedAsInvalid(t *testing.T) {
+	t.Parallel()
+	for _, tc := range requestCases {
+		_, err := decodeRequest(tc.op, []byte(tc.body))
+		if tc.ok {
+			require.NoError(t, err, tc.name)
+			continue
+		}
+		require.Error(t, err, tc.name)
+		require.ErrorIs(t, err, errBadRequest, tc.name)
+		require.Less(t, len(err.Error()), 200, "%s: the message must not carry the body back: %.300s", tc.name, err)
+	}
+}
+
+func TestAcceptedLeaseRequestsCarryWhatWasSent(t *testing.T) {
+	t.Parallel()
+	r, err := decodeLeaseRequest("renew", []byte(`{"partition":3,"holder":"worker-a","generation":42,"ttl_ms":600}`))
+	require.NoError(t, err)
+	require.Equal(t, 3, *r.Partition)
+	require.Equal(t, "worker-a", r.Holder)
+	require.EqualValues(t, 42, *r.Generation)
+	require.EqualValues(t, 600, *r.TTLMillis)
+
+	h, err := decodeTaskHeadRequest([]byte(`{"task":"report-7","event_id":"` + validULID + `"}`))
+	require.NoError(t, err)
+	require.Equal(t, wire.TaskHeadRequest{Task: "report-7", EventID: validULID}, h)
+}
+
+// FuzzLeaseRequest feeds any body to any endpoint's decoder. It must never
+// panic; a refusal is a bad request (the reply is invalid) with a short
+// message; and what it accepts is valid for the endpoint, reads the same to
+// encoding/json, and is accepted again, unchanged, once re-encoded.
+func FuzzLeaseRequest(f *testing.F) {
+	for _, tc := range requestCases {
+		for i, op := range leaseEndpoints {
+			if op == tc.op {
+				f.Add(uint8(i), []byte(tc.body))
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
+		op := leaseEndpoints[int(which)%len(leaseEndpoints)]
+		got, err := decodeRequest(op, body)
+		if err != nil {
+			if !errors.Is(err, errBadRequest) {
+				t.Fatalf("%s refused %q without a bad request error: %v", op, body, err)
+			}
+			if len(err.Error()) > 200 {
+				t.Fatalf("%s: refusal of %d bytes is %d bytes long", op, len(body), len(err.Error()))
+			}
+			return
+		}
+		switch r := got.(type) {
+		case wire.LeaseRequest:
+			checkLeaseRequest(t, op, body, r)
+		case wire.TaskHeadRequest:
+			checkTaskHeadRequest(t, body, r)
+		}
+		again, err := json.Marshal(got)
+		require.NoError(t, err)
+		back, err := decodeRequest(op, again)
+		require.NoError(t, err, "%s: re-encoded %s is refused", op, again)
+		require.Equal(t, got, back)
+	})
+}
+
+func checkLeaseRequest(t *testing.T, op string, body []byte, r wire.LeaseRequest) {
+	var std wire.LeaseRequest
+	require.NoError(t, json.Unmarshal(body, &std), "%s accepted %q", op, body)
+	require.NotNil(t, r.Partition)
+	require.GreaterOrEqual(t, *r.Partition, 0)
+	require.Equal(t, std.Partition, r.Partition)
+	if op != "get" {
+		require.True(t, wire.ValidID(r.Holder), "%s accepted holder %q", op, r.Holder)
+		require.Equal(t, std.Holder, r.Holder)
+	}
+	if op == "renew" || op == "release" {
+		require.NotNil(t, r.Generation)
+		require.GreaterOrEqual(t, *r.Generation, int64(1))
+		require.Equal(t, std.Generation, r.Generation)
+	}
+	if r.TTLMillis != nil {
+		require.True(t, op == "acquire" || op == "renew")
+		require.GreaterOrEqual(t, *r.TTLMillis, int64(wire.TTLMinMillis))
+		require.LessOrEqual(t, *r.TTLMillis, int64(wire.TTLMaxMillis))
+		require.Equal(t, std.TTLMillis, r.TTLMillis)
+	}
+}
+
+func checkTaskHeadRequest(t *testing.T, body []byte, r wire.TaskHeadRequest) {
+	var std wire.TaskHeadRequest
+	require.NoError(t, json.Unmarshal(body, &std), "task_head accepted %q", body)
+	require.Equal(t, std, r)
+	require.True(t, wire.ValidID(r.Task))
+	require.True(t, r.EventID == "" || wire.ValidEventID(r.EventID))
+}

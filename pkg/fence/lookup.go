@@ -1,0 +1,50 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// Recorded is the final verdict the ledger recorded for one event id.
+type Recorded struct {
+	EventID string
+	// Verdict is committed, stale, conflict or gap: the verdicts that leave
+	// a row behind.
+	Verdict wire.Verdict
+	// Reason qualifies a rejection (wire.Reason*); empty for committed.
+	Reason string
+	// Seq is the committed row's position in the log; 0 for a rejection.
+	Seq int64
+}
+
+// Verdict returns the final verdict recorded for event eventID of task, and
+// false if none is: the event has not been judged yet (it may still wait in
+// LEDGER_IN), or its verdict leaves no row under its id (invalid, or a
+// duplicate of identical content committed under another id). A committed
+// row answers before any rejection of the same id: the event is in the log
+// whatever an earlier copy of it was told. Only rows of task count, so an
+// id reused under another task never answers for this one.
+func (s *Store) Verdict(ctx context.Context, task, eventID string) (Recorded, bool, error) {
+	rec := Recorded{EventID: eventID}
+	switch {
+	case !wire.ValidID(task):
+		return rec, false, leaseErr(ErrInvalid, nil, "task id %.40q is not 1..128 of [A-Za-z0-9_-]", task)
+	case !wire.ValidEventID(eventID):
+		return rec, false, leaseErr(ErrInvalid, nil, "event id %.40q is not a ULID", eventID)
+	}
+	var verdict string
+	err := s.pool.QueryRow(ctx, sqlEventVerdict, eventID, task).Scan(&verdict, &rec.Reason, &rec.Seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rec, false, nil
+	}
+	if err != nil {
+		return rec, false, fmt.Errorf("fence: look up the verdict of event %s of task %s: %w", eventID, task, err)
+	}
+	rec.Verdict = wire.Verdict(verdict)
+	return rec, true, nil
+}
