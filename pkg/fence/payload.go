@@ -193,7 +193,7 @@ func checkNumber(p []byte, i int) (end, growth int, err error) {
 	if scale := frac - exp; scale > 0 {
 		rendered += 1 + scale
 	}
-	if neg {
+	if neg && nonzero { // zero renders unsigned
 		rendered++
 	}
 	return j, max(0, rendered-(j-i)), nil
