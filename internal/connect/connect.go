@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+
+	"github.com/flowness/ledger/pkg/fence"
 )
 
 // Defaults of the connection settings.
@@ -95,7 +97,11 @@ func EnvDuration(name string, def time.Duration) time.Duration {
 // ErrNoDatabase is returned when no database URL was given.
 var ErrNoDatabase = errors.New("no database: set DATABASE_URL or -database-url")
 
-// Postgres opens a pool and checks that the server answers.
+// Postgres opens a pool and checks that the server answers. The pool's
+// connections carry fence.ConfigurePool's defaults: TCP keepalives on both
+// ends (15 s) and idle_in_transaction_session_timeout (30 s), so that a
+// connection gone half-open holds no lock for long, whichever service it
+// belongs to; the connection string may override each.
 func (o *Options) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
 	if o.DatabaseURL == "" {
 		return nil, ErrNoDatabase
@@ -107,6 +113,7 @@ func (o *Options) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
 	if o.Name != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = o.Name
 	}
+	fence.ConfigurePool(cfg, fence.Config{})
 	if !strings.Contains(o.DatabaseURL, "pool_max_conns") && int(cfg.MaxConns) < o.MinPoolSize {
 		cfg.MaxConns = int32(o.MinPoolSize)
 	}

@@ -1,20 +1,22 @@
 package fence
 
 import (
+	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"math/big"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flowness/ledger/pkg/canonjson"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -77,6 +79,12 @@ type Result struct {
 	CurrentHolder     string
 	// Committed is the stored copy, for committed and duplicate.
 	Committed *Committed
+	// Repeat is set when Verdict and Reason are the ones an earlier append
+	// recorded for this event id (ledger.rejections), or an earlier event of
+	// this batch with the same id got: an event id has one final verdict,
+	// so another copy gets it again, whatever its content or stamp, and
+	// nothing more is written.
+	Repeat bool
 }
 
 const maxAttempts = 8
@@ -109,29 +117,55 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Result, error) {
 		if err == nil {
 			return res, nil
 		}
+		code := sqlState(err)
 		switch {
 		case errors.Is(err, errRetryBatch):
-		case sqlState(err) == "23505":
+		case code == pgerrcode.UniqueViolation:
 			// An event hit a stored key the optimistic read did not look up
 			// (an id reused under another task, a head moved on by another
 			// process, or a concurrent writer won the race): the next attempt
 			// reads every head from the database and looks every event up.
 			b.fullLookup = true
 			s.forgetHeads(b)
-		case sqlState(err) == "40P01", sqlState(err) == "40001":
-		case strings.HasPrefix(sqlState(err), "22") || sqlState(err) == "54001":
-			// A payload that passed the Go checks still failed PostgreSQL.
-			if n, ierr := s.isolateBadPayloads(ctx, b, res); ierr != nil || n == 0 {
-				return nil, fmt.Errorf("fence: append: %w", err)
+		case code == pgerrcode.DeadlockDetected, code == pgerrcode.SerializationFailure:
+		case code == "" || IsTransient(err) || !isDataError(code):
+			// Transient: the caller retries. A fault of the database or the
+			// deployment (privileges, schema): no event is to blame, and it
+			// must not become anyone's verdict.
+			return nil, fmt.Errorf("fence: append %d events: %w", len(events), err)
+		default:
+			// PostgreSQL refused something of the batch's data: find the
+			// events it came from, make them invalid, and run the rest.
+			n, ierr := s.isolate(ctx, b, res)
+			if ierr != nil {
+				return nil, fmt.Errorf("fence: append %d events: %w (finding the event it came from: %v)", len(events), err, ierr)
+			}
+			if n == 0 {
+				return nil, fmt.Errorf("fence: append %d events: %w (no event of the batch reproduces it on its own)", len(events), err)
 			}
 			if len(b.order) == 0 {
 				return res, nil
 			}
-		default:
-			return nil, fmt.Errorf("fence: append %d events: %w", len(events), err)
 		}
 	}
 	return nil, fmt.Errorf("fence: append %d events: still racing after %d attempts: %w", len(events), maxAttempts, err)
+}
+
+// isDataError reports whether SQLSTATE code blames the data of a statement
+// rather than the database or the deployment: data exceptions (class 22,
+// such as a number out of range or an untranslatable character),
+// integrity constraint violations (23), program limits (54, such as a
+// value too large to render or a statement too complex), and exceptions
+// raised by PL/pgSQL (P0, such as a trigger refusing a row).
+func isDataError(code string) bool {
+	if len(code) != 5 {
+		return false
+	}
+	switch code[:2] {
+	case "22", "23", "54", "P0":
+		return true
+	}
+	return false
 }
 
 // rememberHeads caches the heads the batch committed.
@@ -171,6 +205,12 @@ type batch struct {
 	// version), not only those at or below their head. It is set after an
 	// insert skipped a row on a unique key.
 	fullLookup bool
+	// exclusive makes readState lock the batch's lease rows FOR UPDATE
+	// instead of FOR KEY SHARE. It is set once the batch is found to record
+	// a rejection.
+	exclusive bool
+	// canon holds the canonical form of payloads compared so far.
+	canon map[int][]byte
 }
 
 func (s *Store) prepare(events []Event, res []Result) *batch {
@@ -260,7 +300,7 @@ type existing struct {
 type plan struct {
 	commits []int       // events to insert, in order
 	follows map[int]int // event → the planned commit it duplicates
-	rejects []int       // events with a rejections row
+	rejects []int       // events that get a new rejections row
 	// unchecked is set when an event that does not commit was decided
 	// without a lookup of its id.
 	unchecked bool
@@ -273,27 +313,9 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 	}
 	defer endTx(ctx, conn)
 
-	// Round trip 1: BEGIN, lock the leases, read the heads.
-	leases, heads, ex, err := s.readState(ctx, conn, b, true)
+	p, err := s.decide(ctx, conn, b, res)
 	if err != nil {
 		return err
-	}
-	p, err := s.classify(b, leases, heads, ex, res)
-	if err != nil {
-		return err
-	}
-	if p.unchecked && !b.fullLookup {
-		// An event that will not commit was decided without looking up its
-		// id, or from a cached head: a committed id reused under it, or a
-		// head another process moved on, would be missed. Read every head
-		// from the database, look every event up, and decide again.
-		b.fullLookup = true
-		if leases, heads, ex, err = s.readState(ctx, conn, b, false); err != nil {
-			return err
-		}
-		if p, err = s.classify(b, leases, heads, ex, res); err != nil {
-			return err
-		}
 	}
 	if s.beforeWrite != nil {
 		s.beforeWrite()
@@ -323,7 +345,7 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 }
 
 // sqlStateFenceCheck is raised by ledger.fence_check (migration 00003).
-const sqlStateFenceCheck = "LF001"
+const sqlStateFenceCheck = "LF001" // the ledger's own; pgerrcode has no name for it
 
 // endTx rolls back whatever transaction an append left open on conn (after
 // an error; a committed append leaves none) and returns conn to the pool. A
@@ -337,13 +359,78 @@ func endTx(ctx context.Context, conn *pgxpool.Conn) {
 	conn.Release()
 }
 
-// readState locks the batch's leases and reads the heads of its tasks in one
-// pipelined round trip (which begins the transaction when begin is set),
-// then reads the existing rows the batch may collide with (usually none).
-func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, begin bool) (map[int]leaseState, map[string]taskHead, []existing, error) {
+// txStep says how readState begins: a new transaction, the same one, or a
+// new one after rolling back the current one.
+type txStep int
+
+const (
+	txBegin txStep = iota
+	txContinue
+	txRestart
+)
+
+// decide reads the state the batch depends on and classifies every event.
+// Round trip 1 begins the transaction, bounds it (Config), locks the leases
+// and reads the heads and the recorded verdicts; the lookup of existing rows
+// (usually none) takes a second. It reads again when the first reading
+// calls for it: with every event looked up when an event that will not
+// commit was decided without its lookup, and under FOR UPDATE lease locks,
+// in a new transaction, when the batch will record a rejection. Each flag
+// only ever turns on, so there are at most three readings.
+func (s *Store) decide(ctx context.Context, conn *pgxpool.Conn, b *batch, res []Result) (plan, error) {
+	step := txBegin
+	for {
+		st, err := s.readState(ctx, conn, b, step)
+		if err != nil {
+			return plan{}, err
+		}
+		p, err := s.classify(b, st, res)
+		if err != nil {
+			return plan{}, err
+		}
+		switch {
+		case p.unchecked && !b.fullLookup:
+			// An event that will not commit was decided without looking up
+			// its id, or from a cached head: a committed id reused under it,
+			// or a head another process moved on, would be missed. Read every
+			// head from the database, look every event up, and decide again.
+			b.fullLookup = true
+			step = txContinue
+		case len(p.rejects) > 0 && !b.exclusive && !s.sharedRejections:
+			// A rejection is final (doc.go, Finality): no other append may
+			// decide the same events between this reading and the commit.
+			// The shared locks are given up rather than upgraded, so two
+			// such batches queue instead of deadlocking.
+			b.exclusive = true
+			step = txRestart
+		default:
+			return p, nil
+		}
+	}
+}
+
+// state is what classify decides from.
+type state struct {
+	leases   map[int]leaseState
+	heads    map[string]taskHead
+	existing []existing
+	recorded map[string]recorded
+}
+
+// recorded is the verdict ledger.rejections holds for an event id.
+type recorded struct {
+	verdict wire.Verdict
+	reason  string
+}
+
+// readState locks the batch's leases and reads the heads of its tasks and
+// the verdicts recorded for its event ids in one pipelined round trip (which
+// begins the transaction unless step is txContinue), then reads the
+// existing rows the batch may collide with (usually none).
+func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, step txStep) (state, error) {
 	var partitions []int32
-	var tasks []string
-	seenP, seenT := map[int]bool{}, map[string]bool{}
+	var tasks, ids []string
+	seenP, seenT, seenID := map[int]bool{}, map[string]bool{}, map[string]bool{}
 	for _, i := range b.order {
 		e := &b.events[i]
 		if !seenP[e.Partition] {
@@ -354,40 +441,60 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, beg
 			seenT[e.Task] = true
 			tasks = append(tasks, e.Task)
 		}
+		if !seenID[e.ID] {
+			seenID[e.ID] = true
+			ids = append(ids, e.ID)
+		}
 	}
 
-	heads := make(map[string]taskHead, len(tasks))
+	st := state{heads: make(map[string]taskHead, len(tasks)), leases: make(map[int]leaseState, len(partitions)),
+		recorded: map[string]recorded{}}
 	if s.heads != nil && !b.fullLookup {
-		tasks = s.heads.lookup(tasks, heads)
+		tasks = s.heads.lookup(tasks, st.heads)
 	}
 	pb := &pgx.Batch{}
-	if begin {
+	if step == txRestart {
+		pb.Queue("rollback")
+	}
+	if step != txContinue {
 		pb.Queue("begin")
+		pb.Queue(sqlSetTimeouts, ms(s.cfg.StatementTimeout), ms(s.cfg.IdleInTransactionTimeout))
 	}
 	if !s.unfenced {
-		pb.Queue(sqlAppendLockLeases, partitions)
+		lock := sqlAppendLockLeases
+		if b.exclusive {
+			lock = sqlAppendLockLeasesExclusive
+		}
+		pb.Queue(lock, partitions)
 	}
 	if len(tasks) > 0 {
 		pb.Queue(sqlAppendHeads, tasks)
 	}
+	pb.Queue(sqlAppendRecorded, ids)
 	br := conn.SendBatch(ctx, pb)
 	defer br.Close()
-	if begin {
+	if step == txRestart {
 		if _, err := br.Exec(); err != nil {
-			return nil, nil, nil, fmt.Errorf("begin: %w", err)
+			return st, fmt.Errorf("roll back to lock exclusively: %w", err)
 		}
 	}
-
-	leases := make(map[int]leaseState, len(partitions))
+	if step != txContinue {
+		if _, err := br.Exec(); err != nil {
+			return st, fmt.Errorf("begin: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return st, fmt.Errorf("set timeouts: %w", err)
+		}
+	}
 	if !s.unfenced {
 		rows, _ := br.Query()
 		var p int
 		var l leaseState
 		if _, err := pgx.ForEachRow(rows, []any{&p, &l.holder, &l.gen, &l.valid}, func() error {
-			leases[p] = l
+			st.leases[p] = l
 			return nil
 		}); err != nil {
-			return nil, nil, nil, fmt.Errorf("lock leases: %w", err)
+			return st, fmt.Errorf("lock leases: %w", err)
 		}
 	}
 	if len(tasks) > 0 {
@@ -395,17 +502,27 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, beg
 		var task string
 		var h taskHead
 		if _, err := pgx.ForEachRow(rows, []any{&task, &h.partition, &h.version}, func() error {
-			heads[task] = h
+			st.heads[task] = h
 			return nil
 		}); err != nil {
-			return nil, nil, nil, fmt.Errorf("read heads: %w", err)
+			return st, fmt.Errorf("read heads: %w", err)
 		}
 	}
-	if err := br.Close(); err != nil {
-		return nil, nil, nil, err
+	rows, _ := br.Query()
+	var id string
+	var rec recorded
+	if _, err := pgx.ForEachRow(rows, []any{&id, &rec.verdict, &rec.reason}, func() error {
+		st.recorded[id] = rec
+		return nil
+	}); err != nil {
+		return st, fmt.Errorf("read recorded verdicts: %w", err)
 	}
-	ex, err := s.readExisting(ctx, conn, b, heads)
-	return leases, heads, ex, err
+	if err := br.Close(); err != nil {
+		return st, err
+	}
+	var err error
+	st.existing, err = s.readExisting(ctx, conn, b, st.heads)
+	return st, err
 }
 
 // readExisting looks up the stored rows that share an event id or a (task,
@@ -455,8 +572,8 @@ func (s *Store) readExisting(ctx context.Context, conn *pgxpool.Conn, b *batch, 
 
 // classify decides every valid event in the contract's order of checks. It
 // does no I/O; later events see the batch's earlier planned commits.
-func (s *Store) classify(b *batch, leases map[int]leaseState, stored map[string]taskHead, ex []existing, res []Result) (plan, error) {
-	heads := maps.Clone(stored)
+func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
+	heads, leases, ex := maps.Clone(st.heads), st.leases, st.existing
 	type key struct {
 		task    string
 		version int64
@@ -464,6 +581,7 @@ func (s *Store) classify(b *batch, leases map[int]leaseState, stored map[string]
 	p := plan{follows: map[int]int{}}
 	plannedID := map[string]int{}
 	plannedTV := map[key]int{}
+	rejectedID := map[string]int{} // event id → the first event of the batch given a new rejection
 
 	for k, i := range b.order {
 		e := &b.events[i]
@@ -474,8 +592,16 @@ func (s *Store) classify(b *batch, leases map[int]leaseState, stored map[string]
 		x := ex[k]
 		jID, inID := plannedID[e.ID]
 		jTV, inTV := plannedTV[key{e.Task, e.Version}]
+		rec, hasRec := st.recorded[e.ID]
+		jRej, inRej := rejectedID[e.ID]
 
 		switch {
+		// Finality: an id that is not committed but has a verdict keeps it.
+		// A committed id is answered below as before (committed wins).
+		case x.byID == nil && !inID && hasRec:
+			r.Verdict, r.Reason, r.Repeat = rec.verdict, rec.reason, true
+		case x.byID == nil && !inID && inRej:
+			r.Verdict, r.Reason, r.Repeat = res[jRej].Verdict, res[jRej].Reason, true
 		case known && h.partition != e.Partition:
 			r.Verdict, r.Reason = wire.VerdictInvalid, wire.ReasonWrongPartition
 			r.Detail = fmt.Sprintf("task %s is pinned to partition %d", e.Task, h.partition)
@@ -515,6 +641,11 @@ func (s *Store) classify(b *batch, leases map[int]leaseState, stored map[string]
 			plannedTV[key{e.Task, e.Version}] = i
 			continue
 		}
+		if len(p.rejects) > 0 && p.rejects[len(p.rejects)-1] == i {
+			if _, ok := rejectedID[e.ID]; !ok {
+				rejectedID[e.ID] = i
+			}
+		}
 		if !x.looked {
 			p.unchecked = true
 		}
@@ -549,62 +680,27 @@ func sameEvent(b *batch, j, i int) bool {
 }
 
 func sameContent(b *batch, j, i int) bool {
-	return b.events[j].Type == b.events[i].Type && jsonEqual(b.payloads[j], b.payloads[i])
+	return b.events[j].Type == b.events[i].Type && bytes.Equal(b.canonical(j), b.canonical(i))
 }
 
-// jsonEqual compares two valid JSON documents by value, as jsonb equality
-// does: object key order and spacing do not matter, string escapes are
-// decoded, and numbers compare by exact value (1, 1.0, 1e0 are equal).
-func jsonEqual(a, b string) bool {
-	if a == b {
-		return true
+// canonical returns the canonical form of event i's payload (package
+// canonjson), whose bytes are equal exactly when the payloads are equal as
+// jsonb values; the work is linear in the payload, whatever its numbers.
+func (b *batch) canonical(i int) []byte {
+	if c, ok := b.canon[i]; ok {
+		return c
 	}
-	var va, vb any
-	da, db := json.NewDecoder(strings.NewReader(a)), json.NewDecoder(strings.NewReader(b))
-	da.UseNumber()
-	db.UseNumber()
-	if da.Decode(&va) != nil || db.Decode(&vb) != nil {
-		return false
+	c, err := canonjson.Append(nil, []byte(b.payloads[i]))
+	if err != nil {
+		// Unreachable: normalizePayload let only valid JSON through. Were it
+		// reached, the payload would equal no other.
+		c = append([]byte{0}, b.payloads[i]...)
 	}
-	return valueEqual(va, vb)
-}
-
-func valueEqual(a, b any) bool {
-	switch x := a.(type) {
-	case map[string]any:
-		y, ok := b.(map[string]any)
-		if !ok || len(x) != len(y) {
-			return false
-		}
-		for k, v := range x {
-			w, ok := y[k]
-			if !ok || !valueEqual(v, w) {
-				return false
-			}
-		}
-		return true
-	case []any:
-		y, ok := b.([]any)
-		if !ok || len(x) != len(y) {
-			return false
-		}
-		for i := range x {
-			if !valueEqual(x[i], y[i]) {
-				return false
-			}
-		}
-		return true
-	case json.Number:
-		y, ok := b.(json.Number)
-		if !ok {
-			return false
-		}
-		rx, okx := new(big.Rat).SetString(string(x))
-		ry, oky := new(big.Rat).SetString(string(y))
-		return okx && oky && rx.Cmp(ry) == 0
-	default: // string, bool, nil
-		return a == b
+	if b.canon == nil {
+		b.canon = map[int][]byte{}
 	}
+	b.canon[i] = c
+	return c
 }
 
 // write sends, in one pipelined round trip, the fenced insert of the
@@ -718,27 +814,78 @@ func queueRejections(pb *pgx.Batch, b *batch, rejects []int, res []Result) {
 	pb.Queue(sqlAppendRejections, ids, partitions, tasks, versions, holders, gens, verdicts, reasons, current)
 }
 
-// isolateBadPayloads checks each remaining payload on its own, marks the ones
-// PostgreSQL refuses invalid, and removes them from the batch.
-func (s *Store) isolateBadPayloads(ctx context.Context, b *batch, res []Result) (int, error) {
-	bad := 0
+// isolate finds the events whose own rows PostgreSQL refuses, marks them
+// invalid and removes them from the batch, and returns how many it found.
+// It inserts the batch's rows without fence or lookups under a savepoint,
+// and on a data error (isDataError) splits the set in two and tries each
+// half, so k bad events of n cost about 2k·log2(n) probes; the transaction
+// is always rolled back, so nothing is written. An error that is not a
+// data error stops the search: it is returned, and no event is blamed.
+func (s *Store) isolate(ctx context.Context, b *batch, res []Result) (int, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer endTx(ctx, conn)
+	if _, err := conn.Exec(ctx, "begin"); err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	if _, err := conn.Exec(ctx, sqlSetTimeouts, ms(s.cfg.StatementTimeout), ms(s.cfg.IdleInTransactionTimeout)); err != nil {
+		return 0, fmt.Errorf("set timeouts: %w", err)
+	}
+	bad := map[int]*pgconn.PgError{}
+	var probe func(set []int) error
+	probe = func(set []int) error {
+		if _, err := conn.Exec(ctx, "savepoint probe"); err != nil {
+			return err
+		}
+		_, perr := conn.Exec(ctx, sqlProbeInsert, probeArgs(b, set)...)
+		if _, err := conn.Exec(ctx, "rollback to savepoint probe"); err != nil {
+			return err
+		}
+		var pgErr *pgconn.PgError
+		switch {
+		case perr == nil:
+			return nil
+		case !errors.As(perr, &pgErr) || !isDataError(pgErr.Code):
+			return perr
+		case len(set) == 1:
+			bad[set[0]] = pgErr
+			return nil
+		}
+		half := len(set) / 2
+		if err := probe(set[:half]); err != nil {
+			return err
+		}
+		return probe(set[half:])
+	}
+	if err := probe(slices.Clone(b.order)); err != nil {
+		return 0, err
+	}
 	keep := b.order[:0]
 	for _, i := range b.order {
-		var ok bool
-		err := s.pool.QueryRow(ctx, sqlCheckPayload, b.payloads[i]).Scan(&ok)
-		if err != nil && sqlState(err) != "" && !IsTransient(err) {
+		if pgErr, ok := bad[i]; ok {
 			res[i] = Result{Verdict: wire.VerdictInvalid, Reason: wire.ReasonBadPayload,
-				Detail: "PostgreSQL refused the payload: " + err.Error()}
-			bad++
+				Detail: fmt.Sprintf("PostgreSQL refused the event (SQLSTATE %s): %s", pgErr.Code, pgErr.Message)}
 			continue
-		}
-		if err != nil {
-			return bad, err
 		}
 		keep = append(keep, i)
 	}
 	b.order = keep
-	return bad, nil
+	return len(bad), nil
+}
+
+// probeArgs are the arguments of sqlProbeInsert for the events set.
+func probeArgs(b *batch, set []int) []any {
+	n := len(set)
+	ids, tasks, types, payloads, holders := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	partitions, versions, gens := make([]int32, n), make([]int64, n), make([]int64, n)
+	for k, i := range set {
+		e := &b.events[i]
+		ids[k], tasks[k], types[k], payloads[k], holders[k] = e.ID, e.Task, e.Type, b.payloads[i], e.Holder
+		partitions[k], versions[k], gens[k] = int32(e.Partition), e.Version, e.Generation
+	}
+	return []any{ids, partitions, tasks, versions, types, payloads, holders, gens}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -2,7 +2,11 @@ package fence
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -24,6 +28,27 @@ const (
 	// in-flight limit per lease. A version further ahead is judged gap
 	// (too_far_ahead) at once.
 	MaxAheadDefault = 4096
+	// MaxNumberDigits is the most digits (integer and fraction, as written)
+	// a number of a payload may have: 1000.
+	MaxNumberDigits = 1000
+	// MaxNumberExponent bounds the exponent of a number of a payload, as
+	// written: -1000..1000. With MaxNumberDigits it keeps every accepted
+	// number inside PostgreSQL's numeric range, and one number's text under
+	// about 3000 bytes.
+	MaxNumberExponent = 1000
+	// MaxNumberGrowthSlack bounds, with the payload's own size, how much
+	// longer PostgreSQL renders a payload's numbers, all together, than they
+	// are written: 4 KiB. A payload's text as PostgreSQL renders it is then
+	// at most about three times its size plus 4 KiB (jsonb adds a space
+	// after each ':' and ',').
+	MaxNumberGrowthSlack = 4096
+	// StatementTimeoutDefault is the default of Config.StatementTimeout: 30 s.
+	StatementTimeoutDefault = 30 * time.Second
+	// IdleInTransactionTimeoutDefault is the default of
+	// Config.IdleInTransactionTimeout: 30 s.
+	IdleInTransactionTimeoutDefault = 30 * time.Second
+	// KeepAliveDefault is the default of Config.KeepAlive: 15 s.
+	KeepAliveDefault = 15 * time.Second
 )
 
 // TTL bounds a request may ask for.
@@ -46,6 +71,21 @@ type Config struct {
 	// MaxAhead is how far ahead of its head a version may wait; default
 	// 4096.
 	MaxAhead int
+	// StatementTimeout bounds each statement of an append or a takeover
+	// (SET LOCAL statement_timeout), so that no statement holds lease rows
+	// locked for long whatever it meets. Default 30 s; negative disables.
+	StatementTimeout time.Duration
+	// IdleInTransactionTimeout ends the session of an append or takeover
+	// transaction that waits longer than this for its client (SET LOCAL
+	// idle_in_transaction_session_timeout): a client behind a half-open
+	// connection would otherwise keep its lease rows locked, and every
+	// takeover of them waiting, until TCP gives up, which can take hours.
+	// Default 30 s; negative disables.
+	IdleInTransactionTimeout time.Duration
+	// KeepAlive is the TCP keepalive idle time ConfigurePool sets on both
+	// ends of a connection, so that a peer that vanished is noticed within
+	// about twice this. Default 15 s; negative disables.
+	KeepAlive time.Duration
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -65,6 +105,15 @@ func (c Config) WithDefaults() Config {
 	if c.MaxAhead == 0 {
 		c.MaxAhead = MaxAheadDefault
 	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = StatementTimeoutDefault
+	}
+	if c.IdleInTransactionTimeout == 0 {
+		c.IdleInTransactionTimeout = IdleInTransactionTimeoutDefault
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = KeepAliveDefault
+	}
 	return c
 }
 
@@ -81,5 +130,50 @@ func (c Config) validate() error {
 	if c.MaxAhead < 1 {
 		return fmt.Errorf("fence: max ahead must be at least 1, got %d", c.MaxAhead)
 	}
+	for name, d := range map[string]time.Duration{"statement timeout": c.StatementTimeout,
+		"idle in transaction timeout": c.IdleInTransactionTimeout, "keepalive": c.KeepAlive} {
+		if d > 0 && d < time.Millisecond {
+			return fmt.Errorf("fence: %s must be at least 1 ms (or negative to disable), got %v", name, d)
+		}
+	}
 	return nil
+}
+
+// ConfigurePool sets, on a pool's configuration, what keeps a connection
+// that went half-open from holding lease rows locked: TCP keepalives on the
+// client's socket and on the server's (tcp_keepalives_idle, _interval and
+// _count: idle c.KeepAlive, then 3 probes c.KeepAlive/3 apart), and, as a
+// backstop for transactions the Store does not run itself, the session's
+// idle_in_transaction_session_timeout. Settings the connection string gives
+// explicitly are kept. Zero fields of c take their defaults.
+func ConfigurePool(pc *pgxpool.Config, c Config) {
+	c = c.WithDefaults()
+	params := pc.ConnConfig.RuntimeParams
+	set := func(name string, value string) {
+		if _, given := params[name]; !given {
+			params[name] = value
+		}
+	}
+	if c.IdleInTransactionTimeout > 0 {
+		set("idle_in_transaction_session_timeout", strconv.FormatInt(c.IdleInTransactionTimeout.Milliseconds(), 10))
+	}
+	if c.KeepAlive <= 0 {
+		return
+	}
+	idle := max(1, int64(c.KeepAlive/time.Second))
+	interval := max(1, idle/3)
+	set("tcp_keepalives_idle", strconv.FormatInt(idle, 10))
+	set("tcp_keepalives_interval", strconv.FormatInt(interval, 10))
+	set("tcp_keepalives_count", "3")
+	d := &net.Dialer{Timeout: pc.ConnConfig.ConnectTimeout, KeepAliveConfig: net.KeepAliveConfig{
+		Enable: true, Idle: c.KeepAlive, Interval: time.Duration(interval) * time.Second, Count: 3}}
+	pc.ConnConfig.DialFunc = d.DialContext
+}
+
+// ms renders a timeout for set_config: milliseconds, "0" (off) if negative.
+func ms(d time.Duration) string {
+	if d < 0 {
+		return "0"
+	}
+	return strconv.FormatInt(max(1, d.Milliseconds()), 10)
 }

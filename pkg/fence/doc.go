@@ -26,46 +26,132 @@
 //
 // Append commits a batch of events in one transaction. Every event gets one
 // Result, checked in the contract's order: invalid, duplicate, stale,
-// conflict, not yet (or gap once its window closed), committed.
+// conflict, not yet (or gap once its window closed), committed; an event id
+// that already has a recorded verdict gets that verdict again (Finality).
+//
+// # Lock modes
+//
+// Three row lock modes on ledger.leases carry the protocol:
+//
+//   - Every append locks its batch's lease rows FOR KEY SHARE, from its first
+//     statement until commit (sqlAppendLockLeases).
+//   - An append that will record a rejection gives those locks up (it rolls
+//     back, having written nothing) and locks the rows FOR UPDATE instead,
+//     again from its first statement, then reads and decides again
+//     (sqlAppendLockLeasesExclusive).
+//   - A takeover or re-grant locks the row FOR UPDATE (sqlLeaseLock). Renew
+//     and release are plain UPDATEs of non-key columns: FOR NO KEY UPDATE.
+//
+// FOR KEY SHARE conflicts only with FOR UPDATE. So a takeover waits for
+// every append on the partition and every append waits for a takeover, an
+// exclusive append and the other appends exclude each other, and renew and
+// release wait for neither kind of append, so a stream of appends cannot
+// starve a renewal (PostgreSQL lets a new share locker pass a waiting
+// updater; with FOR SHARE a renewal queued behind appends for over a
+// second). The cost: a renewal can wait for an exclusive append, which is
+// short and rare.
+//
+// # Invariants
 //
 // The invariants, and what makes them hold:
 //
 //  1. Fence. A row of generation g on partition p is inserted only by the
 //     INSERT statement whose own WHERE clause requires the lease row of p to
 //     show the event's holder, generation g, and expires_at later than that
-//     statement's clock. The lease rows of the batch are locked FOR SHARE
-//     from the first statement of the transaction until commit, and a
-//     takeover must lock the same row FOR UPDATE, so it waits: in commit
-//     order every event of generation g precedes the grant of g + 1, and an
-//     append that starts after a takeover returned sees the new generation
-//     and is refused (stale/superseded).
+//     statement's clock. The lease rows of the batch are locked FOR KEY
+//     SHARE (or FOR UPDATE) from the first statement of the transaction
+//     until commit, and a takeover must lock the same row FOR UPDATE, so it
+//     waits: in commit order every event of generation g precedes the grant
+//     of g + 1, and an append that starts after a takeover returned sees the
+//     new generation and is refused (stale/superseded).
+//
+//     Renew and release do not wait for an append, and need not: neither
+//     grants a generation. A renewal only moves expires_at later. A release
+//     can commit while an append of the same holder and generation is in
+//     flight; if the append's insert ran before it, the append's rows
+//     commit although the lease has been released: they are of the
+//     released generation, and the next grant (a takeover, FOR UPDATE)
+//     still waits for the append's commit, so they precede it. An insert
+//     that runs after the release sees the lease expired and refuses its
+//     rows (ledger.fence_check aborts the transaction, and the batch is
+//     decided again: stale/lease_expired).
+//
 //  2. Dense versions. A task's versions are 1, 2, 3, ... with no hole: an
 //     event commits only as head + 1, counting earlier events of the same
 //     batch. Two writers racing on one task are serialised by the unique
 //     index on (task_id, version); the loser's transaction is retried and
 //     then sees the winner's row.
+//
 //  3. Idempotence. An event id, or a (task, version), that is already
 //     committed with identical content is a duplicate: nothing is written and
 //     the original seq is returned. The same key with different content is a
-//     conflict, recorded, never dropped.
+//     conflict, recorded, never dropped. Content is compared as jsonb
+//     compares it: in SQL for stored rows, and by canonjson's canonical form
+//     (linear in the payload, never a bignum) within a batch.
+//
 //  4. Pinning. A task stays on the partition of its version 1; an event on
 //     another partition is invalid (wrong_partition).
+//
 //  5. Record. Stale, conflict and gap outcomes are written to
 //     ledger.rejections in the same transaction as the batch's commits.
-//  6. Transience. Failures of the database (connection lost, serialisation
-//     or deadlock, shutdown) are returned as errors, never as verdicts; the
-//     whole batch is then rolled back and may simply be retried.
+//
+//  6. Finality. An event id has one final verdict. An id that is committed
+//     is answered as in 3 (committed wins). An id that is not committed but
+//     has a row in ledger.rejections gets that verdict and reason again,
+//     whatever the copy's content or stamp (Result.Repeat), and no second
+//     row; so does a second copy of an id within one batch after the first
+//     was rejected. The recorded verdicts are read, by event id, in the
+//     first round trip of every attempt. Two transactions cannot decide one
+//     id both ways: the one that records a rejection holds the lease rows
+//     of its partitions FOR UPDATE from its first statement, which excludes
+//     every append (FOR KEY SHARE) on them, and reads heads, stored rows and
+//     recorded verdicts only after it has them. A copy committed before it
+//     locked is then read and wins; a copy appended after it committed
+//     reads its row and repeats it. A redelivered copy carries its
+//     partition, so both take the same row. (Copies of an id published on
+//     two partitions are different messages, not redeliveries, and are not
+//     serialised: committed still wins for every later copy.) Invalid
+//     verdicts are not recorded: they are decided from the message alone,
+//     so a redelivery gets the same one.
+//
+//  7. Bounded payloads. A payload is refused at the door (invalid,
+//     bad_payload) unless jsonb can store it and render it small: valid
+//     UTF-8 JSON without \u0000 or unpaired surrogates, nesting at most
+//     MaxPayloadDepth, numbers of at most MaxNumberDigits digits and an
+//     exponent within ±MaxNumberExponent, and rendered numbers together at
+//     most the payload's size plus MaxNumberGrowthSlack longer than written.
+//     The check is one linear scan.
+//
+//  8. Transience. Failures of the database (connection lost, serialisation
+//     or deadlock, shutdown, a statement cancelled) are returned as errors,
+//     never as verdicts; the whole batch is then rolled back and may simply
+//     be retried. An error is classified once: a data error that PostgreSQL
+//     raises for the batch's rows (SQLSTATE classes 22, 23, 54, P0) is
+//     traced to the events that cause it on their own (isolate: probe
+//     inserts, halving the set, in a transaction rolled back), which become
+//     invalid (bad_payload, with the SQLSTATE in Detail) while the rest of
+//     the batch commits; any other error is the database's or the
+//     deployment's and is returned, never anyone's verdict.
+//
+//  9. Bounded locks. Every append and takeover transaction sets
+//     statement_timeout and idle_in_transaction_session_timeout locally
+//     (Config.StatementTimeout, Config.IdleInTransactionTimeout, 30 s), so a
+//     client gone silent or a runaway statement releases its lease rows
+//     within that time, not when TCP gives up; ConfigurePool adds TCP
+//     keepalives on both ends.
 //
 // The batch costs a fixed handful of statements whatever its size, in two
-// pipelined round trips: BEGIN, the lease lock and the reads of the heads of
-// tasks this process has not cached; then one INSERT ... SELECT FROM
-// unnest(...) for the commits, one for the rejections, and COMMIT. A lookup
-// of the stored rows that events at or below their head may collide with
-// (usually none) takes a third. COMMIT travels with the insert, so the
-// insert itself must fail when a row does not pass the fence (a lease that
-// expired after it was read): ledger.fence_check (migration 00003) compares
-// the rows inserted with the rows planned and raises, which aborts the
-// transaction, and the batch runs again.
+// pipelined round trips: BEGIN, the timeouts, the lease lock, the reads of
+// the heads of tasks this process has not cached and of the recorded
+// verdicts; then one INSERT ... SELECT FROM unnest(...) for the commits, one
+// for the rejections, and COMMIT. A lookup of the stored rows that events at
+// or below their head may collide with (usually none) takes a third, and a
+// batch that records a rejection reads once more under its exclusive locks.
+// COMMIT travels with the insert, so the insert itself must fail when a row
+// does not pass the fence (a lease that expired after it was read):
+// ledger.fence_check (migration 00003) compares the rows inserted with the
+// rows planned and raises, which aborts the transaction, and the batch runs
+// again.
 //
 // The lookups are optimistic. An event planned as head + 1 is not looked up;
 // if its id or (task, version) is in fact taken (an id reused under another

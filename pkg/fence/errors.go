@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flowness/ledger/pkg/wire"
@@ -76,14 +77,12 @@ func IsTransient(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch pgErr.Code[:2] {
-		case "08", // connection exception
-			"40", // transaction rollback: serialization_failure, deadlock_detected
-			"53", // insufficient resources
-			"57": // operator intervention: admin_shutdown, crash_shutdown, cannot_connect_now
-			return true
-		}
-		return pgErr.Code == "55P03" || pgErr.Code == "55006" // lock_not_available, object_in_use
+		c := pgErr.Code
+		return pgerrcode.IsConnectionException(c) || // class 08
+			pgerrcode.IsTransactionRollback(c) || // 40: serialization_failure, deadlock_detected
+			pgerrcode.IsInsufficientResources(c) || // 53
+			pgerrcode.IsOperatorIntervention(c) || // 57: admin_shutdown, query_canceled (statement_timeout), ...
+			c == pgerrcode.LockNotAvailable || c == pgerrcode.ObjectInUse
 	}
 	var netErr net.Error
 	var connErr *pgconn.ConnectError

@@ -18,3 +18,15 @@ func BeforeWrite(s *Store, fn func()) *Store {
 	c.beforeWrite = fn
 	return &c
 }
+
+// SharedRejectionLocks returns a copy of s that records rejections under the
+// shared lease locks of every append instead of locking the partitions
+// exclusively first: the negative control of the finality test.
+func SharedRejectionLocks(s *Store) *Store {
+	c := *s
+	c.sharedRejections = true
+	return &c
+}
+
+// NormalizePayload is normalizePayload, for the fuzz targets.
+func NormalizePayload(p []byte, max int) ([]byte, error) { return normalizePayload(p, max) }

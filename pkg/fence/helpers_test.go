@@ -57,3 +57,24 @@ func countRows(t testing.TB, db *dbtest.DB, sql string, args ...any) int {
 	require.NoError(t, db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
 	return n
 }
+
+// waitDoneOrBlocked waits until done is closed or a session of db waits for
+// a lock (pg_stat_activity), and reports which: true if a lock wait was
+// seen first. It fails the test after 20 s of neither.
+func waitDoneOrBlocked(t testing.TB, db *dbtest.DB, done <-chan struct{}) bool {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return false
+		default:
+		}
+		if countRows(t, db, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'`, db.Name) > 0 {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("neither finished nor waited for a lock within 20 s")
+	return false
+}

@@ -23,6 +23,10 @@ type Store struct {
 	// beforeWrite, set only by the package's tests, runs between an
 	// append's reads and its write.
 	beforeWrite func()
+	// sharedRejections, set only by the package's tests, records rejections
+	// under the shared lease locks of every append, as before finality was
+	// enforced: the negative control of the finality test.
+	sharedRejections bool
 }
 
 // New returns a Store on pool. The schema must be migrated (package migrations).
@@ -105,6 +109,10 @@ func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl t
 	ttlMS := ttl.Milliseconds()
 	var out Lease
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// A takeover holds the lease row FOR UPDATE: bounded like an append.
+		if _, err := tx.Exec(ctx, sqlSetTimeouts, ms(s.cfg.StatementTimeout), ms(s.cfg.IdleInTransactionTimeout)); err != nil {
+			return fmt.Errorf("fence: acquire partition %d: set timeouts: %w", partition, err)
+		}
 		if observed == nil || *observed == 0 {
 			l, err := scanLease(tx.QueryRow(ctx, sqlLeaseInsertFirst, partition, holder, ttlMS), partition)
 			if err == nil {

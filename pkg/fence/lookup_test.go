@@ -48,11 +48,13 @@ func TestVerdictOfAnEventIsWhatTheLedgerRecorded(t *testing.T) {
 	} {
 		require.Equal(t, tc.verdict, appendOne(t, s, tc.e).Verdict, "%+v", tc.e)
 	}
-	// A later copy of the stale event is refused again; the first verdict
-	// is the one that stands.
+	// A later copy of the stale event, even one stamped otherwise, gets
+	// the first verdict again: it is the one that stands.
 	staleAgain := stale
 	staleAgain.Generation = cur.Generation + 7
-	require.Equal(t, wire.ReasonNotHolder, appendOne(t, s, staleAgain).Reason)
+	again := appendOne(t, s, staleAgain)
+	require.Equal(t, wire.ReasonSuperseded, again.Reason)
+	require.True(t, again.Repeat)
 
 	for _, tc := range []struct {
 		name  string

@@ -133,12 +133,16 @@ type modelLedger struct {
 	byTV       map[taskVersion]*modelEvent
 	heads      map[string]modelHead
 	rejections []modelRejection
-	batches    int // appends so far
+	// final is the recorded verdict of each rejected event id: an id that
+	// is not committed gets it again, whatever the copy (doc.go, Finality).
+	final   map[string]modelRejection
+	batches int // appends so far
 }
 
 func newModelLedger(payloads []modelPayload) *modelLedger {
 	return &modelLedger{payloads: payloads, leases: map[int]*modelLease{},
-		byID: map[string]*modelEvent{}, byTV: map[taskVersion]*modelEvent{}, heads: map[string]modelHead{}}
+		byID: map[string]*modelEvent{}, byTV: map[taskVersion]*modelEvent{}, heads: map[string]modelHead{},
+		final: map[string]modelRejection{}}
 }
 
 func (m *modelLedger) grant(p int, holder string, gen int64) {
@@ -208,6 +212,7 @@ type modelResult struct {
 	head      int64
 	curGen    int64
 	curHolder string
+	repeat    bool // the verdict recorded for the id earlier
 }
 
 func modelValidate(e *fence.Event) string {
@@ -275,8 +280,14 @@ func (m *modelLedger) append(events []fence.Event, forms []int) []modelResult {
 				rej.current = &g
 			}
 			m.rejections = append(m.rejections, rej)
+			if _, ok := m.final[e.ID]; !ok {
+				m.final[e.ID] = rej
+			}
 		}
+		final, isFinal := m.final[e.ID]
 		switch {
+		case byID == nil && isFinal:
+			r.verdict, r.reason, r.repeat = wire.Verdict(final.verdict), final.reason, true
 		case h.known && h.partition != e.Partition:
 			r.verdict, r.reason = wire.VerdictInvalid, wire.ReasonWrongPartition
 		case byID != nil && byID.task == e.Task && byID.version == e.Version && byID.partition == e.Partition &&
@@ -481,6 +492,9 @@ func (r *modelRun) appendBatch(t *rapid.T) {
 	for i, w := range want {
 		g := got[i]
 		key := strings.TrimSuffix(string(w.verdict)+"/"+w.reason, "/")
+		if w.repeat {
+			key += " (repeated)"
+		}
 		if w.orig != nil && w.orig.batch == r.m.batches {
 			key += " (of the same batch)"
 		}
@@ -490,6 +504,7 @@ func (r *modelRun) appendBatch(t *rapid.T) {
 		require.Equal(t, w.reason, g.Reason, msg)
 		require.Equal(t, w.curGen, g.CurrentGeneration, msg+": current generation")
 		require.Equal(t, w.curHolder, g.CurrentHolder, msg+": current holder")
+		require.Equal(t, w.repeat, g.Repeat, msg+": repeat of the recorded verdict")
 		switch {
 		case w.event != nil:
 			require.Positive(t, g.Seq, msg)

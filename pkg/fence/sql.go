@@ -20,8 +20,8 @@ WITH ins AS (
 SELECT holder, generation, expires_at, ttl_ms, true FROM ins`
 
 	// sqlLeaseLock reads a lease under the row lock a takeover needs. It waits
-	// for every append that holds the row FOR SHARE, and expiry is judged by
-	// the clock after the lock is granted.
+	// for every append that holds the row (FOR KEY SHARE, or FOR UPDATE), and
+	// expiry is judged by the clock after the lock is granted.
 	sqlLeaseLock = `
 SELECT holder, generation, expires_at, ttl_ms, expires_at > clock_timestamp()
 FROM ledger.leases WHERE partition = $1 FOR UPDATE`
@@ -68,13 +68,35 @@ FROM ledger.leases ORDER BY partition`
 SELECT partition, version, seq FROM ledger.events
 WHERE task_id = $1 ORDER BY version DESC LIMIT 1`
 
-	// sqlAppendLockLeases is the first statement of an append: it locks the
-	// batch's lease rows FOR SHARE until commit, so a takeover waits for the
-	// batch, and reads them for classification.
-	sqlAppendLockLeases = `
+	// sqlAppendLockLeases locks the batch's lease rows FOR KEY SHARE until
+	// commit and reads them for classification. KEY SHARE conflicts only with
+	// FOR UPDATE: a takeover (sqlLeaseLock) waits for the batch, while renew
+	// and release (FOR NO KEY UPDATE) never wait for an append, so a stream
+	// of appends cannot starve a renewal.
+	sqlAppendLockLeases = sqlAppendLockLeasesRead + `FOR KEY SHARE`
+
+	// sqlAppendLockLeasesExclusive is the lock of an append that will record
+	// a rejection: FOR UPDATE excludes every other append on those
+	// partitions, so an event id cannot be rejected by this transaction
+	// while another commits it (doc.go, Finality).
+	sqlAppendLockLeasesExclusive = sqlAppendLockLeasesRead + `FOR UPDATE`
+
+	sqlAppendLockLeasesRead = `
 SELECT partition, holder, generation, expires_at > clock_timestamp()
 FROM ledger.leases WHERE partition = ANY($1::int[])
-ORDER BY partition FOR SHARE`
+ORDER BY partition `
+
+	// sqlAppendRecorded reads the verdict recorded for each event id, the
+	// earliest if an id has several (rows written before finality was
+	// enforced). One probe of rejections_event_id_idx per id.
+	sqlAppendRecorded = `
+SELECT DISTINCT ON (event_id) event_id, verdict, reason
+FROM ledger.rejections WHERE event_id = ANY($1::text[])
+ORDER BY event_id, id`
+
+	// sqlSetTimeouts bounds the transaction it runs in (Config).
+	sqlSetTimeouts = `
+SELECT set_config('statement_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)`
 
 	// sqlAppendHeads reads each task's last committed version, one backward
 	// index probe per task.
@@ -106,7 +128,7 @@ JOIN ledger.events e ON e.task_id = i.task_id AND e.version = i.version`
 	// is part of this statement: a row is inserted only where the lease row
 	// of its partition shows its holder and generation and has not expired by
 	// this statement's clock. The transaction already holds those lease rows
-	// FOR SHARE (sqlAppendLockLeases, its first statement) until commit;
+	// locked (sqlAppendLockLeases, its first statement) until commit;
 	// locking them again per inserted row would cost a tenth of the insert.
 	//
 	// $9 is how many rows the append expects to insert. If fewer pass the
@@ -140,9 +162,16 @@ INSERT INTO ledger.rejections
 SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::bigint[],
                      $7::text[], $8::text[], $9::bigint[])`
 
-	// sqlCheckPayload is used only after a batch failed on a payload the Go
-	// checks let through, to find which one.
-	sqlCheckPayload = `SELECT $1::text::jsonb IS NOT NULL`
+	// sqlProbeInsert inserts events without fence or lookups, skipping rows
+	// whose keys exist. Only isolate runs it, under a savepoint of a
+	// transaction it rolls back, to find which event's own row PostgreSQL
+	// refuses (a payload, a trigger, a constraint).
+	sqlProbeInsert = `
+INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
+SELECT i.event_id, i.partition, i.task_id, i.version, i.type, i.payload::jsonb, i.holder, i.generation, clock_timestamp()
+FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[])
+     AS i(event_id, partition, task_id, version, type, payload, holder, generation)
+ON CONFLICT DO NOTHING`
 )
 
 // appendFencePredicate is the fence's line of sqlAppendInsert.

@@ -188,32 +188,24 @@ func canonicalString(t require.TestingT, in string) string {
 	return string(c.buf)
 }
 
+// The projection fingerprints canonjson's form; these pin the spellings the
+// log and the database give one payload (see canonjson's tests for the rest).
 func TestCanonicalFormIgnoresSpellingOnly(t *testing.T) {
 	t.Parallel()
 	same := [][2]string{
 		{`{"b":1,"a":2}`, ` { "a" : 2 , "b" : 1 } `},
 		{`{"a":1,"a":2}`, `{"a":2}`},
 		{`"\u00e9\/\n\"\\"`, "\"é/\\n\\\"\\\\\""},
-		{`"\ud83d\ude00"`, `"😀"`},
-		{`"\ud83d"`, `"\ufffd"`},
 		{`[1, 1.0, 10e-1, 0.1e1, 100E-2]`, `[1,1,1,1,1]`},
-		{`[0, -0, 0.000, 0e10]`, `[0,0,0,0]`},
-		{`[120, 1.2e2, 1200e-1]`, `[120,120,120]`},
-		{`[-0.05]`, `[-5e-2]`},
+		{`{"n": 1.50, "m": [0.5, 2]}`, `{"m": [0.5, 2], "n": 1.5}`}, // as jsonb renders it back
 	}
 	for _, p := range same {
 		require.Equal(t, canonicalString(t, p[0]), canonicalString(t, p[1]), "%s ~ %s", p[0], p[1])
 	}
 	different := [][2]string{
 		{`{"a":1}`, `{"a":1,"b":null}`},
-		{`[1,2]`, `[2,1]`},
-		{`1`, `-1`},
 		{`1`, `10`},
-		{`0.1`, `1`},
 		{`"1"`, `1`},
-		{`null`, `"null"`},
-		{`{"a":{"b":1}}`, `{"a":{"c":1}}`},
-		{`{"ab":1}`, `{"a":1,"b":1}`},
 	}
 	for _, p := range different {
 		require.NotEqual(t, canonicalString(t, p[0]), canonicalString(t, p[1]), "%s !~ %s", p[0], p[1])

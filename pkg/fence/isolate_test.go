@@ -1,0 +1,108 @@
+package fence_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/faultproxy"
+	"github.com/flowness/ledger/pkg/fence"
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// A non-transient error that one event's row causes (here a trigger in the
+// test's own database raising program_limit_exceeded, as rendering a huge
+// number did) makes that event invalid; the rest of the batch commits, and
+// the append returns no error for the ingest to retry forever.
+func TestDataErrorOfOneEventMakesItInvalidAndCommitsTheRest(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t, fence.Config{})
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `
+CREATE FUNCTION ledger.test_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.payload ? 'poison' THEN
+        RAISE EXCEPTION 'test: this payload is too much' USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_poison BEFORE INSERT ON ledger.events FOR EACH ROW EXECUTE FUNCTION ledger.test_poison();`)
+	require.NoError(t, err)
+	l, err := s.Acquire(ctx, 0, "worker-a", longTTL)
+	require.NoError(t, err)
+
+	poison := ev(l, "b", 1, "x")
+	poison.Payload = []byte(`{"poison":true}`)
+	batch := []fence.Event{ev(l, "a", 1, "x"), poison, ev(l, "a", 2, "x"), ev(l, "c", 1, "x"), ev(l, "b", 2, "x")}
+	for k := range 11 { // enough that bisection has to split
+		batch = append(batch, ev(l, "d", int64(k+1), "x"))
+	}
+	res, err := s.Append(ctx, batch)
+	require.NoError(t, err, "a data error of one event must not fail the batch")
+	require.Equal(t, wire.VerdictInvalid, res[1].Verdict)
+	require.Equal(t, wire.ReasonBadPayload, res[1].Reason)
+	require.Contains(t, res[1].Detail, "54000")
+	require.Contains(t, res[1].Detail, "this payload is too much")
+	require.Equal(t, fence.NotYet, res[4].Verdict, "b's version 2 waits for a version 1 that was refused")
+	for k, r := range res {
+		if k != 1 && k != 4 {
+			require.Equal(t, wire.VerdictCommitted, r.Verdict, "event %d", k)
+		}
+	}
+	require.Equal(t, len(batch)-2, countRows(t, db, `SELECT count(*) FROM ledger.events`))
+}
+
+// A connection that goes silent mid-append, its transaction holding the
+// lease row locked, does not keep a takeover waiting: the server ends the
+// idle transaction after IdleInTransactionTimeout, the takeover proceeds,
+// and the silent append gets an error, never a verdict.
+func TestSilentConnectionDoesNotHoldTheLeaseLocked(t *testing.T) {
+	t.Parallel()
+	const idle = 500 * time.Millisecond
+	cfg := fence.Config{IdleInTransactionTimeout: idle}
+	s, db := newStore(t, cfg)
+	ctx := context.Background()
+	pc, err := pgconn.ParseConfig(db.URL)
+	require.NoError(t, err)
+	proxy := faultproxy.Start(t, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))))
+	zombie, err := fence.New(db.PoolVia(t, proxy.Addr()), cfg)
+	require.NoError(t, err)
+	// Should the test fail, the silent append must still end before its
+	// pool closes. (Cut also ends the cancel request pgx sends for a broken
+	// connection, which the silent proxy would hold for 15 s.)
+	actx, acancel := context.WithCancel(ctx)
+	t.Cleanup(func() { acancel(); proxy.Cut() })
+
+	l, err := s.Acquire(ctx, 2, "worker-a", longTTL)
+	require.NoError(t, err)
+	silenced := make(chan struct{})
+	half := fence.BeforeWrite(zombie, func() {
+		proxy.Silence() // the lease row is locked; the insert and COMMIT go nowhere
+		close(silenced)
+	})
+	appendErr := make(chan error, 1)
+	go func() {
+		_, err := half.Append(actx, []fence.Event{ev(l, "t", 1, "x")})
+		appendErr <- err
+	}()
+	<-silenced
+	expire(t, db, 2)
+
+	tctx, cancel := context.WithTimeout(ctx, 10*idle)
+	defer cancel()
+	b, err := s.Acquire(tctx, 2, "worker-b", longTTL)
+	require.NoError(t, err, "the takeover waited on a silent connection's lock for 10x the idle timeout")
+	require.Equal(t, l.Generation+1, b.Generation)
+	select {
+	case err := <-appendErr:
+		require.Error(t, err, "the silent append must not report a verdict")
+	case <-time.After(10 * idle):
+		t.Fatal("the silent append did not return after its session was ended")
+	}
+	require.Equal(t, 0, countRows(t, db, `SELECT count(*) FROM ledger.events`))
+}
