@@ -1,0 +1,454 @@
+package fence
+
+// The I/O of Append: the pipelined round trips that read the state a batch
+// is decided from (readState), write its plan (write), and search a batch
+// for the events PostgreSQL refuses (isolate).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/flowness/ledger/pkg/wire"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// appendOnce runs one attempt of the batch: read, decide, write.
+func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer endTx(ctx, conn)
+
+	p, err := s.decide(ctx, conn, b, res)
+	if err != nil {
+		return err
+	}
+	if s.beforeWrite != nil {
+		s.beforeWrite()
+	}
+	// Round trip 2: the fenced insert, the rejections and COMMIT.
+	inserted, err := s.write(ctx, conn, b, p, res)
+	if err != nil {
+		// Whether COMMIT happened may be unknown (the connection broke):
+		// the heads this batch would have moved are read again next time.
+		s.forgetHeads(b)
+		if sqlState(err) == sqlStateFenceCheck {
+			// A lease expired between the read and the insert: the fence
+			// held, and the next attempt reads the lease as expired.
+			return errRetryBatch
+		}
+		return err
+	}
+	s.rememberHeads(b, p.commits)
+	for _, i := range p.commits {
+		c := inserted[b.events[i].ID]
+		res[i].Verdict, res[i].Seq, res[i].Committed = wire.VerdictCommitted, c.Seq, c
+	}
+	for i, j := range p.follows {
+		res[i].Verdict, res[i].Seq, res[i].Committed = wire.VerdictDuplicate, res[j].Seq, res[j].Committed
+	}
+	return nil
+}
+
+// sqlStateFenceCheck is raised by ledger.fence_check (migration 00003).
+const sqlStateFenceCheck = "LF001" // the ledger's own; pgerrcode has no name for it
+
+// endTx rolls back whatever transaction an append left open on conn (after
+// an error; a committed append leaves none) and returns conn to the pool. A
+// connection whose rollback fails is closed, and the pool drops it.
+func endTx(ctx context.Context, conn *pgxpool.Conn) {
+	if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "rollback"); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}
+	conn.Release()
+}
+
+// txStep says how readState begins: a new transaction, the same one, or a
+// new one after rolling back the current one.
+type txStep int
+
+const (
+	txBegin txStep = iota
+	txContinue
+	txRestart
+)
+
+// decide reads the state the batch depends on and classifies every event.
+// Round trip 1 begins the transaction, bounds it (Config), locks the leases
+// and reads the heads and the recorded verdicts; the lookup of existing rows
+// (usually none) takes a second. It reads again when the first reading
+// calls for it: with every event looked up when an event that will not
+// commit was decided without its lookup, and under FOR UPDATE lease locks,
+// in a new transaction, when the batch will record a rejection. Each flag
+// only ever turns on, so there are at most three readings.
+func (s *Store) decide(ctx context.Context, conn *pgxpool.Conn, b *batch, res []Result) (plan, error) {
+	step := txBegin
+	for {
+		st, err := s.readState(ctx, conn, b, step)
+		if err != nil {
+			return plan{}, err
+		}
+		p, err := s.classify(b, st, res)
+		if err != nil {
+			return plan{}, err
+		}
+		switch {
+		case p.unchecked && !b.fullLookup:
+			// An event that will not commit was decided without looking up
+			// its id, or from a cached head: a committed id reused under it,
+			// or a head another process moved on, would be missed. Read every
+			// head from the database, look every event up, and decide again.
+			b.fullLookup = true
+			step = txContinue
+		case len(p.rejects) > 0 && !b.exclusive && !s.sharedRejections:
+			// A rejection is final (doc.go, Finality): no other append may
+			// decide the same events between this reading and the commit.
+			// The shared locks are given up rather than upgraded, so two
+			// such batches queue instead of deadlocking.
+			b.exclusive = true
+			step = txRestart
+		default:
+			return p, nil
+		}
+	}
+}
+
+// readState locks the batch's leases and reads the heads of its tasks and
+// the verdicts recorded for its event ids in one pipelined round trip (which
+// begins the transaction unless step is txContinue), then reads the
+// existing rows the batch may collide with (usually none).
+func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, step txStep) (state, error) {
+	var partitions []int32
+	var tasks, ids []string
+	seenP, seenT, seenID := map[int]bool{}, map[string]bool{}, map[string]bool{}
+	for _, i := range b.order {
+		e := &b.events[i]
+		if !seenP[e.Partition] {
+			seenP[e.Partition] = true
+			partitions = append(partitions, int32(e.Partition))
+		}
+		if !seenT[e.Task] {
+			seenT[e.Task] = true
+			tasks = append(tasks, e.Task)
+		}
+		if !seenID[e.ID] {
+			seenID[e.ID] = true
+			ids = append(ids, e.ID)
+		}
+	}
+
+	st := state{heads: make(map[string]taskHead, len(tasks)), leases: make(map[int]leaseState, len(partitions)),
+		recorded: map[string]recorded{}}
+	if s.heads != nil && !b.fullLookup {
+		tasks = s.heads.lookup(tasks, st.heads)
+	}
+	pb := &pgx.Batch{}
+	if step == txRestart {
+		pb.Queue("rollback")
+	}
+	if step != txContinue {
+		pb.Queue("begin")
+		pb.Queue(sqlSetTimeouts, ms(s.cfg.StatementTimeout), ms(s.cfg.IdleInTransactionTimeout))
+	}
+	if !s.unfenced {
+		lock := sqlAppendLockLeases
+		if b.exclusive {
+			lock = sqlAppendLockLeasesExclusive
+		}
+		pb.Queue(lock, partitions)
+	}
+	if len(tasks) > 0 {
+		pb.Queue(sqlAppendHeads, tasks)
+	}
+	pb.Queue(sqlAppendRecorded, ids)
+	br := conn.SendBatch(ctx, pb)
+	defer br.Close()
+	if step == txRestart {
+		if _, err := br.Exec(); err != nil {
+			return st, fmt.Errorf("roll back to lock exclusively: %w", err)
+		}
+	}
+	if step != txContinue {
+		if _, err := br.Exec(); err != nil {
+			return st, fmt.Errorf("begin: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return st, fmt.Errorf("set timeouts: %w", err)
+		}
+	}
+	if !s.unfenced {
+		rows, _ := br.Query()
+		var p int
+		var l leaseState
+		if _, err := pgx.ForEachRow(rows, []any{&p, &l.holder, &l.gen, &l.valid}, func() error {
+			st.leases[p] = l
+			return nil
+		}); err != nil {
+			return st, fmt.Errorf("lock leases: %w", err)
+		}
+	}
+	if len(tasks) > 0 {
+		rows, _ := br.Query()
+		var task string
+		var h taskHead
+		if _, err := pgx.ForEachRow(rows, []any{&task, &h.partition, &h.version}, func() error {
+			st.heads[task] = h
+			return nil
+		}); err != nil {
+			return st, fmt.Errorf("read heads: %w", err)
+		}
+	}
+	rows, _ := br.Query()
+	var id string
+	var rec recorded
+	if _, err := pgx.ForEachRow(rows, []any{&id, &rec.verdict, &rec.reason}, func() error {
+		st.recorded[id] = rec
+		return nil
+	}); err != nil {
+		return st, fmt.Errorf("read recorded verdicts: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return st, err
+	}
+	var err error
+	st.existing, err = s.readExisting(ctx, conn, b, st.heads)
+	return st, err
+}
+
+// readExisting looks up the stored rows that share an event id or a (task,
+// version) with the events that can collide with one.
+func (s *Store) readExisting(ctx context.Context, conn *pgxpool.Conn, b *batch, heads map[string]taskHead) ([]existing, error) {
+	ex := make([]existing, len(b.order))
+	var pos []int // positions in b.order that are looked up
+	for k, i := range b.order {
+		if b.fullLookup || b.events[i].Version <= heads[b.events[i].Task].version {
+			pos = append(pos, k)
+			ex[k].looked = true
+		}
+	}
+	if len(pos) == 0 {
+		return ex, nil
+	}
+	ids, tasks, versions, payloads := make([]string, len(pos)), make([]string, len(pos)), make([]int64, len(pos)), make([]string, len(pos))
+	for n, k := range pos {
+		e := &b.events[b.order[k]]
+		ids[n], tasks[n], versions[n], payloads[n] = e.ID, e.Task, e.Version, b.payloads[b.order[k]]
+	}
+	rows, err := conn.Query(ctx, sqlAppendExisting, ids, tasks, versions, payloads)
+	if err != nil {
+		return nil, fmt.Errorf("read existing events: %w", err)
+	}
+	var ord int64
+	var byID bool
+	var st stored
+	var payload string
+	_, err = pgx.ForEachRow(rows, []any{&ord, &byID, &st.c.Seq, &st.c.EventID, &st.c.Partition, &st.c.Task,
+		&st.c.Version, &st.c.Type, &payload, &st.c.Holder, &st.c.Generation, &st.c.CommittedAt, &st.samePayload},
+		func() error {
+			row := st
+			row.c.Payload = []byte(payload)
+			if byID {
+				ex[pos[ord-1]].byID = &row
+			} else {
+				ex[pos[ord-1]].byTV = &row
+			}
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("read existing events: %w", err)
+	}
+	return ex, nil
+}
+
+// write sends, in one pipelined round trip, the fenced insert of the
+// batch's commits, its rejections and COMMIT, and returns the inserted rows
+// by event id. An error means the transaction did not commit, or (an error
+// from the connection itself) that it is unknown whether it did.
+func (s *Store) write(ctx context.Context, conn *pgxpool.Conn, b *batch, p plan, res []Result) (map[string]*Committed, error) {
+	pb := &pgx.Batch{}
+	if len(p.commits) > 0 {
+		queueInsert(pb, b, p.commits, s.unfenced)
+	}
+	if len(p.rejects) > 0 {
+		queueRejections(pb, b, p.rejects, res)
+	}
+	pb.Queue("commit")
+	br := conn.SendBatch(ctx, pb)
+	defer br.Close()
+
+	var out map[string]*Committed
+	if len(p.commits) > 0 {
+		var err error
+		if out, err = readInserted(br, b, p.commits); err != nil {
+			return nil, err
+		}
+	}
+	if len(p.rejects) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("record rejections: %w", err)
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	if conn.Conn().PgConn().TxStatus() != 'I' {
+		return nil, errors.New("fence: the append's transaction is still open after COMMIT")
+	}
+	return out, nil
+}
+
+// queueInsert queues the fenced insert of the commits.
+func queueInsert(pb *pgx.Batch, b *batch, commits []int, unfenced bool) {
+	n := len(commits)
+	ids, tasks, types, payloads, holders := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	partitions, versions, gens := make([]int32, n), make([]int64, n), make([]int64, n)
+	for k, i := range commits {
+		e := &b.events[i]
+		ids[k], tasks[k], types[k], payloads[k], holders[k] = e.ID, e.Task, e.Type, b.payloads[i], e.Holder
+		partitions[k], versions[k], gens[k] = int32(e.Partition), e.Version, e.Generation
+	}
+	sql := sqlAppendInsert
+	if unfenced {
+		sql = sqlAppendInsertUnfenced
+	}
+	pb.Queue(sql, ids, partitions, tasks, versions, types, payloads, holders, gens, int64(n))
+}
+
+// readInserted reads the rows the fenced insert returned.
+func readInserted(br pgx.BatchResults, b *batch, commits []int) (map[string]*Committed, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]int, len(commits))
+	for _, i := range commits {
+		byID[b.events[i].ID] = i
+	}
+	out := make(map[string]*Committed, len(commits))
+	var id string
+	var seq int64
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &seq, &at}, func() error {
+		i, ok := byID[id]
+		if !ok {
+			return fmt.Errorf("fence: the insert returned event %q, which the batch does not hold", id)
+		}
+		e := &b.events[i]
+		out[id] = &Committed{Seq: seq, EventID: id, Partition: e.Partition, Task: e.Task, Version: e.Version,
+			Type: e.Type, Payload: []byte(b.payloads[i]), Holder: e.Holder, Generation: e.Generation, CommittedAt: at}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) != len(commits) {
+		// ledger.fence_check makes this unreachable. Were it reached, the
+		// COMMIT already sent would keep rows that all passed the fence, and
+		// the batch's next attempt would find them as duplicates.
+		return nil, fmt.Errorf("fence: %d of %d events inserted", len(out), len(commits))
+	}
+	return out, nil
+}
+
+// queueRejections queues the rows of ledger.rejections for the rejects.
+func queueRejections(pb *pgx.Batch, b *batch, rejects []int, res []Result) {
+	n := len(rejects)
+	ids, tasks, holders, verdicts, reasons := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	partitions, versions, gens := make([]int32, n), make([]int64, n), make([]int64, n)
+	current := make([]*int64, n)
+	for k, i := range rejects {
+		e, r := &b.events[i], &res[i]
+		ids[k], tasks[k], holders[k], verdicts[k], reasons[k] = e.ID, e.Task, e.Holder, string(r.Verdict), r.Reason
+		partitions[k], versions[k], gens[k] = int32(e.Partition), e.Version, e.Generation
+		if r.CurrentGeneration > 0 {
+			g := r.CurrentGeneration
+			current[k] = &g
+		}
+	}
+	pb.Queue(sqlAppendRejections, ids, partitions, tasks, versions, holders, gens, verdicts, reasons, current)
+}
+
+// isolate finds the events whose own rows PostgreSQL refuses, marks them
+// invalid and removes them from the batch, and returns how many it found.
+// It inserts the batch's rows without fence or lookups under a savepoint,
+// and on a data error (isDataError) splits the set in two and tries each
+// half, so k bad events of n cost about 2k·log2(n) probes; the transaction
+// is always rolled back, so nothing is written. An error that is not a
+// data error stops the search: it is returned, and no event is blamed.
+func (s *Store) isolate(ctx context.Context, b *batch, res []Result) (int, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer endTx(ctx, conn)
+	if _, err := conn.Exec(ctx, "begin"); err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	if _, err := conn.Exec(ctx, sqlSetTimeouts, ms(s.cfg.StatementTimeout), ms(s.cfg.IdleInTransactionTimeout)); err != nil {
+		return 0, fmt.Errorf("set timeouts: %w", err)
+	}
+	bad := map[int]*pgconn.PgError{}
+	var probe func(set []int) error
+	probe = func(set []int) error {
+		if _, err := conn.Exec(ctx, "savepoint probe"); err != nil {
+			return err
+		}
+		_, perr := conn.Exec(ctx, sqlProbeInsert, probeArgs(b, set)...)
+		if _, err := conn.Exec(ctx, "rollback to savepoint probe"); err != nil {
+			return err
+		}
+		var pgErr *pgconn.PgError
+		switch {
+		case perr == nil:
+			return nil
+		case !errors.As(perr, &pgErr) || !isDataError(pgErr.Code):
+			return perr
+		case len(set) == 1:
+			bad[set[0]] = pgErr
+			return nil
+		}
+		half := len(set) / 2
+		if err := probe(set[:half]); err != nil {
+			return err
+		}
+		return probe(set[half:])
+	}
+	if err := probe(slices.Clone(b.order)); err != nil {
+		return 0, err
+	}
+	keep := b.order[:0]
+	for _, i := range b.order {
+		if pgErr, ok := bad[i]; ok {
+			res[i] = Result{Verdict: wire.VerdictInvalid, Reason: wire.ReasonBadPayload,
+				Detail: fmt.Sprintf("PostgreSQL refused the event (SQLSTATE %s): %s", pgErr.Code, pgErr.Message)}
+			continue
+		}
+		keep = append(keep, i)
+	}
+	b.order = keep
+	return len(bad), nil
+}
+
+// probeArgs are the arguments of sqlProbeInsert for the events set.
+func probeArgs(b *batch, set []int) []any {
+	n := len(set)
+	ids, tasks, types, payloads, holders := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	partitions, versions, gens := make([]int32, n), make([]int64, n), make([]int64, n)
+	for k, i := range set {
+		e := &b.events[i]
+		ids[k], tasks[k], types[k], payloads[k], holders[k] = e.ID, e.Task, e.Type, b.payloads[i], e.Holder
+		partitions[k], versions[k], gens[k] = int32(e.Partition), e.Version, e.Generation
+	}
+	return []any{ids, partitions, tasks, versions, types, payloads, holders, gens}
+}

@@ -1,0 +1,198 @@
+package fence
+
+// The pure part of Append: deciding each event's outcome from what the
+// database said (leases, heads, stored rows, recorded verdicts). No I/O
+// happens here; classify_test.go tests it from tables alone.
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"maps"
+
+	"github.com/flowness/ledger/pkg/canonjson"
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// leaseState is a partition's lease as the append read it.
+type leaseState struct {
+	holder string
+	gen    int64
+	valid  bool
+}
+
+// taskHead is a task's partition and last committed version.
+type taskHead struct {
+	partition int
+	version   int64
+}
+
+// stored is a committed row that shares a key with a batch event.
+type stored struct {
+	c           Committed
+	samePayload bool
+}
+
+// existing holds, per position in batch.order, the rows found by event id
+// and by (task, version), and whether the event was looked up at all.
+type existing struct {
+	byID, byTV *stored
+	looked     bool
+}
+
+// plan is what an append will write.
+type plan struct {
+	commits []int       // events to insert, in order
+	follows map[int]int // event → the planned commit it duplicates
+	rejects []int       // events that get a new rejections row
+	// unchecked is set when an event that does not commit was decided
+	// without a lookup of its id.
+	unchecked bool
+}
+
+// state is what classify decides from.
+type state struct {
+	leases   map[int]leaseState
+	heads    map[string]taskHead
+	existing []existing
+	recorded map[string]recorded
+}
+
+// recorded is the verdict ledger.rejections holds for an event id.
+type recorded struct {
+	verdict wire.Verdict
+	reason  string
+}
+
+// classify decides every valid event in the contract's order of checks. It
+// does no I/O; later events see the batch's earlier planned commits.
+func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
+	heads, leases, ex := maps.Clone(st.heads), st.leases, st.existing
+	type key struct {
+		task    string
+		version int64
+	}
+	p := plan{follows: map[int]int{}}
+	plannedID := map[string]int{}
+	plannedTV := map[key]int{}
+	rejectedID := map[string]int{} // event id → the first event of the batch given a new rejection
+
+	for k, i := range b.order {
+		e := &b.events[i]
+		r := &res[i]
+		h, known := heads[e.Task]
+		l, leased := leases[e.Partition]
+		*r = Result{CurrentGeneration: l.gen, CurrentHolder: l.holder}
+		x := ex[k]
+		jID, inID := plannedID[e.ID]
+		jTV, inTV := plannedTV[key{e.Task, e.Version}]
+		rec, hasRec := st.recorded[e.ID]
+		jRej, inRej := rejectedID[e.ID]
+
+		switch {
+		// Finality: an id that is not committed but has a verdict keeps it.
+		// A committed id is answered below as before (committed wins).
+		case x.byID == nil && !inID && hasRec:
+			r.Verdict, r.Reason, r.Repeat = rec.verdict, rec.reason, true
+		case x.byID == nil && !inID && inRej:
+			r.Verdict, r.Reason, r.Repeat = res[jRej].Verdict, res[jRej].Reason, true
+		case known && h.partition != e.Partition:
+			r.Verdict, r.Reason = wire.VerdictInvalid, wire.ReasonWrongPartition
+			r.Detail = fmt.Sprintf("task %s is pinned to partition %d", e.Task, h.partition)
+		case x.byID != nil && sameStored(x.byID, e):
+			r.Verdict, r.Reason, r.Seq, r.Committed = wire.VerdictDuplicate, wire.ReasonSameEventID, x.byID.c.Seq, &x.byID.c
+		case x.byTV != nil && x.byTV.c.Type == e.Type && x.byTV.samePayload:
+			r.Verdict, r.Reason, r.Seq, r.Committed = wire.VerdictDuplicate, wire.ReasonSameContent, x.byTV.c.Seq, &x.byTV.c
+		case inID && sameEvent(b, jID, i):
+			r.Reason, p.follows[i] = wire.ReasonSameEventID, jID
+		case inTV && sameContent(b, jTV, i):
+			r.Reason, p.follows[i] = wire.ReasonSameContent, jTV
+		case !s.unfenced && staleReason(leased, l, e) != "":
+			r.Verdict, r.Reason = wire.VerdictStale, staleReason(leased, l, e)
+			p.rejects = append(p.rejects, i)
+		case x.byID != nil || inID:
+			r.Verdict, r.Reason = wire.VerdictConflict, wire.ReasonEventIDReused
+			p.rejects = append(p.rejects, i)
+		case x.byTV != nil || inTV:
+			r.Verdict, r.Reason = wire.VerdictConflict, wire.ReasonVersionTaken
+			p.rejects = append(p.rejects, i)
+		case e.Version > h.version+int64(s.cfg.MaxAhead):
+			r.Verdict, r.Reason = wire.VerdictGap, wire.ReasonTooFarAhead
+			p.rejects = append(p.rejects, i)
+		case e.Version > h.version+1 && e.Final:
+			r.Verdict, r.Reason = wire.VerdictGap, cmp.Or(e.GapReason, wire.ReasonGapTimeout)
+			p.rejects = append(p.rejects, i)
+		case e.Version > h.version+1:
+			r.Verdict = NotYet
+		case e.Version <= h.version:
+			// The head says the version is committed but its row was not
+			// found: the reads straddled another writer's commit.
+			return p, errRetryBatch
+		default:
+			p.commits = append(p.commits, i)
+			heads[e.Task] = taskHead{partition: e.Partition, version: e.Version}
+			plannedID[e.ID] = i
+			plannedTV[key{e.Task, e.Version}] = i
+			continue
+		}
+		if len(p.rejects) > 0 && p.rejects[len(p.rejects)-1] == i {
+			if _, ok := rejectedID[e.ID]; !ok {
+				rejectedID[e.ID] = i
+			}
+		}
+		if !x.looked {
+			p.unchecked = true
+		}
+	}
+	return p, nil
+}
+
+// staleReason is the fence as classification sees it; the insert checks the
+// same predicate again against the locked lease row.
+func staleReason(leased bool, l leaseState, e *Event) string {
+	switch {
+	case !leased:
+		return wire.ReasonNoLease
+	case e.Generation < l.gen:
+		return wire.ReasonSuperseded
+	case e.Holder != l.holder || e.Generation != l.gen:
+		return wire.ReasonNotHolder
+	case !l.valid:
+		return wire.ReasonLeaseExpired
+	}
+	return ""
+}
+
+func sameStored(st *stored, e *Event) bool {
+	return st.c.Task == e.Task && st.c.Version == e.Version && st.c.Type == e.Type &&
+		st.c.Partition == e.Partition && st.samePayload
+}
+
+func sameEvent(b *batch, j, i int) bool {
+	return b.events[j].Task == b.events[i].Task && b.events[j].Version == b.events[i].Version &&
+		b.events[j].Partition == b.events[i].Partition && sameContent(b, j, i)
+}
+
+func sameContent(b *batch, j, i int) bool {
+	return b.events[j].Type == b.events[i].Type && bytes.Equal(b.canonical(j), b.canonical(i))
+}
+
+// canonical returns the canonical form of event i's payload (package
+// canonjson), whose bytes are equal exactly when the payloads are equal as
+// jsonb values; the work is linear in the payload, whatever its numbers.
+func (b *batch) canonical(i int) []byte {
+	if c, ok := b.canon[i]; ok {
+		return c
+	}
+	c, err := canonjson.Append(nil, []byte(b.payloads[i]))
+	if err != nil {
+		// Unreachable: normalizePayload let only valid JSON through. Were it
+		// reached, the payload would equal no other.
+		c = append([]byte{0}, b.payloads[i]...)
+	}
+	if b.canon == nil {
+		b.canon = map[int][]byte{}
+	}
+	b.canon[i] = c
+	return c
+}
