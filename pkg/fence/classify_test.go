@@ -46,7 +46,7 @@ func TestClassifyDecidesInTheContractsOrder(t *testing.T) {
 			verdict: wire.VerdictDuplicate, reason: wire.ReasonSameEventID},
 		{name: "a taken version is a conflict", e: with(func(e *Event) { e.Version = 3 }),
 			existing: existing{byTV: &stored{c: Committed{Seq: 8, EventID: "01J00000000000000000000002", Task: "t", Version: 3, Type: "other"}}, looked: true},
-			verdict: wire.VerdictConflict, reason: wire.ReasonVersionTaken},
+			verdict:  wire.VerdictConflict, reason: wire.ReasonVersionTaken},
 		{name: "a recorded rejection stands", e: base, recorded: &recorded{verdict: wire.VerdictGap, reason: wire.ReasonGapTimeout},
 			existing: existing{looked: true}, verdict: wire.VerdictGap, reason: wire.ReasonGapTimeout},
 	} {
