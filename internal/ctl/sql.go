@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -37,7 +38,7 @@ FROM ledger.rejections WHERE task_id = $1 ORDER BY id`
 // schemaHint explains an error from a database without the ledger schema.
 func schemaHint(what string, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+	if errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.UndefinedTable || pgErr.Code == pgerrcode.InvalidSchemaName) {
 		return fmt.Errorf("%s: the ledger schema is missing (run 'ledgerctl migrate'): %w", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)

@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -212,7 +213,7 @@ func createFromTemplate(ctx context.Context, admin *pgx.Conn, name, tmpl string)
 		_, err := admin.Exec(ctx, sql)
 		var pgErr *pgconn.PgError
 		// 55006: the template is briefly in use by another CREATE DATABASE.
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || attempt > 50 {
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.ObjectInUse || attempt > 50 {
 			return err
 		}
 		time.Sleep(20 * time.Millisecond)

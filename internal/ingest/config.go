@@ -46,11 +46,8 @@ const (
 // is not set: one per CPU the process may use (GOMAXPROCS), at least 2 and
 // at most 8. Events are routed to lanes by partition, so one partition's
 // events stay in order. Each lane already overlaps its next append with its
-// previous batch's publish acks; more lanes than CPUs only add transactions
-// that compete for them. On a 2-core machine running NATS, PostgreSQL and
-// the ingest, 4 lanes gave the same throughput as 2 and a p99
-// publish-to-receipt about twice as high at 10,000 events/s
-// (docs/benchmarks.md).
+// previous batch's copies and acks; more lanes than CPUs only add
+// transactions that compete for them (docs/benchmarks.md has the figures).
 func LanesDefault() int { return min(max(runtime.GOMAXPROCS(0), 2), 8) }
 
 // Config configures the ingest service. Partition count, lease TTL and
@@ -117,35 +114,20 @@ type hooks struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	if c.Prefix == "" {
-		c.Prefix = wire.PrefixDefault
-	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = BatchSizeDefault
-	}
-	if c.Lanes == 0 {
-		c.Lanes = LanesDefault()
-	}
-	if c.Version == "" {
-		c.Version = "1.0.0"
-	}
-	def(&c.BatchWait, BatchWaitDefault)
-	def(&c.GapWindow, GapWindowDefault)
-	def(&c.RetryMin, RetryMinDefault)
-	def(&c.RetryMax, RetryMaxDefault)
-	def(&c.NotYetDelayMin, NotYetDelayMinDefault)
-	def(&c.NotYetDelayMax, NotYetDelayMaxDefault)
-	def(&c.StopTimeout, StopTimeoutDefault)
-	def(&c.PublishTimeout, PublishTimeoutDefault)
-	def(&c.AckWait, AckWaitDefault)
+	c.Prefix = cmp.Or(c.Prefix, wire.PrefixDefault)
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Lanes = cmp.Or(c.Lanes, LanesDefault())
+	c.Version = cmp.Or(c.Version, "1.0.0")
+	c.BatchWait = cmp.Or(c.BatchWait, BatchWaitDefault)
+	c.GapWindow = cmp.Or(c.GapWindow, GapWindowDefault)
+	c.RetryMin = cmp.Or(c.RetryMin, RetryMinDefault)
+	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
+	c.NotYetDelayMin = cmp.Or(c.NotYetDelayMin, NotYetDelayMinDefault)
+	c.NotYetDelayMax = cmp.Or(c.NotYetDelayMax, NotYetDelayMaxDefault)
+	c.StopTimeout = cmp.Or(c.StopTimeout, StopTimeoutDefault)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
+	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
 	c.MaxWaitingPerHolder = cmp.Or(c.MaxWaitingPerHolder, MaxWaitingPerHolderDefault)
 	return c
 }

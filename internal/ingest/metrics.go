@@ -4,11 +4,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/flowness/ledger/pkg/wire"
 )
 
-// metrics are the ingest's Prometheus series. A nil *metrics records nothing.
+// metrics are the ingest's Prometheus series. With a nil registerer they
+// are kept but exposed nowhere.
 type metrics struct {
 	events    *prometheus.CounterVec
 	batchSize prometheus.Histogram
@@ -19,63 +21,45 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	if reg == nil {
-		return nil
-	}
-	m := &metrics{
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+	f := promauto.With(reg)
+	return &metrics{
+		events: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ledger_ingest_events_total", Help: "Inbound events by final verdict and reason.",
 		}, []string{"verdict", "reason"}),
-		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+		batchSize: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "ledger_ingest_batch_size", Help: "Messages per processed batch.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 		}),
-		batchTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+		batchTime: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "ledger_ingest_batch_seconds", Help: "Time from a batch's start to its acks: append, copies, receipts.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ledger_ingest_retries_total", Help: "Transient failures retried, by operation (append, publish).",
+		retries: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_ingest_retries_total", Help: "Transient failures retried, by operation (append, publish, log_order).",
 		}, []string{"op"}),
-		leaseOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+		leaseOps: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ledger_lease_requests_total", Help: "Lease service requests by endpoint and outcome (ok or error code); acquire outcomes include takeovers.",
 		}, []string{"endpoint", "outcome"}),
+		takeovers: f.NewCounter(prometheus.CounterOpts{
+			Name: "ledger_lease_takeovers_total",
+			Help: "Grants that replaced an earlier lease (an expired one, or the holder's own earlier incarnation): every grant of generation 2 and above.",
+		}),
 	}
-	m.takeovers = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ledger_lease_takeovers_total",
-		Help: "Grants that replaced an earlier lease (an expired one, or the holder's own earlier incarnation): every grant of generation 2 and above.",
-	})
-	reg.MustRegister(m.events, m.batchSize, m.batchTime, m.retries, m.leaseOps, m.takeovers)
-	return m
 }
 
 func (m *metrics) verdict(v wire.Verdict, reason string) {
-	if m != nil {
-		m.events.WithLabelValues(string(v), reason).Inc()
-	}
+	m.events.WithLabelValues(string(v), reason).Inc()
 }
 
 func (m *metrics) batch(n int, d time.Duration) {
-	if m != nil {
-		m.batchSize.Observe(float64(n))
-		m.batchTime.Observe(d.Seconds())
-	}
+	m.batchSize.Observe(float64(n))
+	m.batchTime.Observe(d.Seconds())
 }
 
-func (m *metrics) retry(op string) {
-	if m != nil {
-		m.retries.WithLabelValues(op).Inc()
-	}
-}
+func (m *metrics) retry(op string) { m.retries.WithLabelValues(op).Inc() }
 
 func (m *metrics) lease(endpoint, outcome string) {
-	if m != nil {
-		m.leaseOps.WithLabelValues(endpoint, outcome).Inc()
-	}
+	m.leaseOps.WithLabelValues(endpoint, outcome).Inc()
 }
 
-func (m *metrics) takeover() {
-	if m != nil {
-		m.takeovers.Inc()
-	}
-}
+func (m *metrics) takeover() { m.takeovers.Inc() }

@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"strconv"
@@ -90,30 +91,14 @@ type Config struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.Partitions == 0 {
-		c.Partitions = PartitionsDefault
-	}
-	if c.TTL == 0 {
-		c.TTL = TTLDefault
-	}
-	if c.MaxPayload == 0 {
-		c.MaxPayload = MaxPayloadDefault
-	}
-	if c.HeadCacheSize == 0 {
-		c.HeadCacheSize = HeadCacheSizeDefault
-	}
-	if c.MaxAhead == 0 {
-		c.MaxAhead = MaxAheadDefault
-	}
-	if c.StatementTimeout == 0 {
-		c.StatementTimeout = StatementTimeoutDefault
-	}
-	if c.IdleInTransactionTimeout == 0 {
-		c.IdleInTransactionTimeout = IdleInTransactionTimeoutDefault
-	}
-	if c.KeepAlive == 0 {
-		c.KeepAlive = KeepAliveDefault
-	}
+	c.Partitions = cmp.Or(c.Partitions, PartitionsDefault)
+	c.TTL = cmp.Or(c.TTL, TTLDefault)
+	c.MaxPayload = cmp.Or(c.MaxPayload, MaxPayloadDefault)
+	c.HeadCacheSize = cmp.Or(c.HeadCacheSize, HeadCacheSizeDefault)
+	c.MaxAhead = cmp.Or(c.MaxAhead, MaxAheadDefault)
+	c.StatementTimeout = cmp.Or(c.StatementTimeout, StatementTimeoutDefault)
+	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, IdleInTransactionTimeoutDefault)
+	c.KeepAlive = cmp.Or(c.KeepAlive, KeepAliveDefault)
 	return c
 }
 

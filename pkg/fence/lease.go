@@ -42,12 +42,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Config returns the store's configuration, defaults applied.
-func (s *Store) Config() Config { return s.cfg }
-
-// Pool returns the pool the store uses.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
 // Lease is a partition's lease as the database showed it.
 type Lease struct {
 	Partition  int

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -75,36 +76,16 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Prefix == "" {
-		c.Prefix = wire.PrefixDefault
-	}
-	if c.Partitions == 0 {
-		c.Partitions = wire.PartitionsDefault
-	}
-	if c.TTL == 0 {
-		c.TTL = TTLDefault
-	}
-	if c.RenewEvery == 0 {
-		c.RenewEvery = c.TTL / 3
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = RequestTimeoutDefault
-	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = MaxInFlightDefault
-	}
-	if c.MaxPayload == 0 {
-		c.MaxPayload = wire.MaxPayloadDefault
-	}
-	if c.PublishAckTimeout == 0 {
-		c.PublishAckTimeout = PublishAckTimeoutDefault
-	}
-	if c.ReceiptTimeout == 0 {
-		c.ReceiptTimeout = ReceiptTimeoutDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Prefix = cmp.Or(c.Prefix, wire.PrefixDefault)
+	c.Partitions = cmp.Or(c.Partitions, wire.PartitionsDefault)
+	c.TTL = cmp.Or(c.TTL, TTLDefault)
+	c.RenewEvery = cmp.Or(c.RenewEvery, c.TTL/3)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, MaxInFlightDefault)
+	c.MaxPayload = cmp.Or(c.MaxPayload, wire.MaxPayloadDefault)
+	c.PublishAckTimeout = cmp.Or(c.PublishAckTimeout, PublishAckTimeoutDefault)
+	c.ReceiptTimeout = cmp.Or(c.ReceiptTimeout, ReceiptTimeoutDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 
