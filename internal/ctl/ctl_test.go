@@ -288,6 +288,16 @@ func TestDLQReplayRefusesWhatItCannotReplay(t *testing.T) {
 	r = e.run("dlq", "replay", "-seq", "99")
 	require.Equal(t, 1, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "not found")
+
+	// A letter whose body was cut to fit the stream would replay a
+	// different event: it is refused, and says so.
+	big := e.msg(event{partition: 0, task: "big", holder: "worker-a", generation: 1, version: 1, typ: "bad type!"})
+	big.Data = make([]byte, 1<<20-400) // fits LEDGER_IN, not with the dead letter's headers
+	e.publishMsg(big)
+	e.waitMsgs(wire.StreamDLQ, 2)
+	r = e.run("dlq", "replay", "-seq", "2")
+	require.Equal(t, 1, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "body was cut")
 }
 
 func TestTailPrintsCommittedEvents(t *testing.T) {

@@ -61,25 +61,35 @@ type deadLetter struct {
 }
 
 func newDeadLetter(subj wire.Subjects, seq uint64, subject string, h nats.Header, data []byte) deadLetter {
+	letter, err := wire.DecodeDeadLetter(h, data)
 	num := func(name string) int64 {
-		n, _ := wire.ParseInt(h.Get(name))
+		n, _ := wire.ParseInt(letter.Header.Get(name))
 		return n
 	}
-	d := deadLetter{StreamSeq: seq, Subject: subject, EventID: h.Get(wire.HeaderMsgID),
-		Version: num(wire.HeaderVersion), Type: h.Get(wire.HeaderType), Holder: h.Get(wire.HeaderHolder),
-		Generation: num(wire.HeaderGeneration), Verdict: h.Get(wire.HeaderVerdict), Reason: h.Get(wire.HeaderReason),
-		CurrentGeneration: num(wire.HeaderCurrentGeneration), CurrentHolder: h.Get(wire.HeaderCurrentHolder),
-		RejectedAt: h.Get(wire.HeaderRejectedAt), SourceSeq: uint64(num(wire.HeaderSourceSeq)),
-		header: h, data: data}
+	oh := letter.Header
+	d := deadLetter{StreamSeq: seq, Subject: subject, EventID: oh.Get(wire.HeaderMsgID),
+		Version: num(wire.HeaderVersion), Type: oh.Get(wire.HeaderType), Holder: oh.Get(wire.HeaderHolder),
+		Generation: num(wire.HeaderGeneration), Verdict: string(letter.Verdict), Reason: letter.Reason,
+		CurrentGeneration: letter.CurrentGeneration, CurrentHolder: letter.CurrentHolder,
+		RejectedAt: h.Get(wire.HeaderRejectedAt), SourceSeq: letter.SourceSeq,
+		header: oh, data: data}
 	if p, ok := rawJSON(data); ok {
 		d.Payload = p
 	} else {
 		d.PayloadText = string(data)
 	}
 	p, task, why := parseDLQSubject(subj, subject)
-	if why != "" {
+	switch {
+	case err != nil:
+		d.unusable = "its ledger headers are unreadable: " + err.Error()
+	case letter.Truncated >= 0:
+		d.unusable = fmt.Sprintf("its body was cut to fit the dead-letter stream (%d bytes originally); publish a corrected event instead", letter.Truncated)
+	case letter.HeadersDropped >= 0:
+		d.unusable = fmt.Sprintf("its headers (%d bytes) were too large to keep; publish a corrected event instead", letter.HeadersDropped)
+	case why != "":
 		d.unusable = why
-	} else {
+	}
+	if why == "" {
 		d.Partition, d.Task = &p, task
 	}
 	return d

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -146,14 +145,8 @@ type event struct {
 func newID() string { return ulid.Make().String() }
 
 func (e *env) msg(ev event) *nats.Msg {
-	m := nats.NewMsg(e.subj.In(ev.partition, ev.task))
-	m.Header.Set(wire.HeaderMsgID, newID())
-	m.Header.Set(wire.HeaderHolder, ev.holder)
-	m.Header.Set(wire.HeaderGeneration, strconv.FormatInt(ev.generation, 10))
-	m.Header.Set(wire.HeaderVersion, strconv.FormatInt(ev.version, 10))
-	m.Header.Set(wire.HeaderType, ev.typ)
-	m.Data = []byte(ev.payload)
-	return m
+	return e.subj.InboundMsg(wire.Inbound{ID: newID(), Partition: ev.partition, Task: ev.task, Holder: ev.holder,
+		Generation: ev.generation, Version: ev.version, Type: ev.typ, Payload: []byte(ev.payload)})
 }
 
 func (e *env) publishMsg(m *nats.Msg) {

@@ -200,9 +200,8 @@ func subscribeReceipts(nc *nats.Conn, subj wire.Subjects, letters []deadLetter) 
 // replay: what the DLQ added, one-shot publish preconditions, and the
 // headers a direct get adds.
 func strippedHeader(name string) bool {
-	for _, h := range []string{wire.HeaderVerdict, wire.HeaderReason, wire.HeaderCurrentGeneration,
-		wire.HeaderCurrentHolder, wire.HeaderRejectedAt, wire.HeaderSourceSeq,
-		"Nats-Stream", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Subject", "Nats-Last-Sequence", "Nats-Num-Pending"} {
+	for _, h := range append(wire.DeadLetterHeaders[:len(wire.DeadLetterHeaders):len(wire.DeadLetterHeaders)],
+		"Nats-Stream", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Subject", "Nats-Last-Sequence", "Nats-Num-Pending") {
 		if strings.EqualFold(name, h) {
 			return true
 		}

@@ -104,9 +104,11 @@ func Tail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("follow %s: %w", wire.StreamLog, err)
 		}
-		e, err := decodeLogEvent(m)
+		e, err := decodeLogEvent(f.Subjects(), m)
 		if err != nil {
-			return err
+			// One unreadable copy is reported and skipped: the log goes on.
+			fmt.Fprintf(stderr, "ledgerctl tail: %v\n", err)
+			continue
 		}
 		if f.JSON {
 			if err := writeJSON(stdout, e); err != nil {
@@ -133,21 +135,18 @@ func logFilter(subj wire.Subjects, partition int, task string) string {
 	return subj.LogAll()
 }
 
-func decodeLogEvent(m jetstream.Msg) (logEvent, error) {
+func decodeLogEvent(subj wire.Subjects, m jetstream.Msg) (logEvent, error) {
 	meta, err := m.Metadata()
 	if err != nil {
 		return logEvent{}, fmt.Errorf("follow %s: %w", wire.StreamLog, err)
 	}
-	h := m.Headers()
-	num := func(name string) int64 {
-		n, _ := wire.ParseInt(h.Get(name))
-		return n
+	c, err := subj.DecodeLog(m.Subject(), m.Headers(), m.Data())
+	if err != nil {
+		return logEvent{}, fmt.Errorf("stream seq %d: %w", meta.Sequence.Stream, err)
 	}
-	e := logEvent{StreamSeq: meta.Sequence.Stream, Seq: num(wire.HeaderSeq), Partition: num(wire.HeaderPartition),
-		Task: h.Get(wire.HeaderTask), Version: num(wire.HeaderVersion), Type: h.Get(wire.HeaderType),
-		Holder: h.Get(wire.HeaderHolder), Generation: num(wire.HeaderGeneration), EventID: h.Get(wire.HeaderMsgID),
-		CommittedAt: h.Get(wire.HeaderCommittedAt), Payload: json.RawMessage(compactJSON(m.Data()))}
-	return e, nil
+	return logEvent{StreamSeq: meta.Sequence.Stream, Seq: c.Seq, Partition: int64(c.Partition), Task: c.Task,
+		Version: c.Version, Type: c.Type, Holder: c.Holder, Generation: c.Generation, EventID: c.EventID,
+		CommittedAt: wire.FormatTime(c.CommittedAt), Payload: json.RawMessage(compactJSON(c.Payload))}, nil
 }
 
 // lockedWriter serialises writes from NATS callbacks.

@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -207,13 +206,8 @@ func (r *run) sayProjection(st projection.State, rev uint64) {
 // publishRaw publishes an event as any NATS client can (CONTRACT §2).
 func (r *run) publishRaw(ctx context.Context, partition int, task, holder string, gen, version int64, typ, payload string) (string, error) {
 	id := ulid.MustNew(ulid.Now(), rand.Reader).String()
-	m := nats.NewMsg(wire.Subjects{}.In(partition, task))
-	m.Header.Set(wire.HeaderMsgID, id)
-	m.Header.Set(wire.HeaderHolder, holder)
-	m.Header.Set(wire.HeaderGeneration, strconv.FormatInt(gen, 10))
-	m.Header.Set(wire.HeaderVersion, strconv.FormatInt(version, 10))
-	m.Header.Set(wire.HeaderType, typ)
-	m.Data = []byte(payload)
+	m := wire.Subjects{}.InboundMsg(wire.Inbound{ID: id, Partition: partition, Task: task, Holder: holder,
+		Generation: gen, Version: version, Type: typ, Payload: []byte(payload)})
 	_, err := r.js.PublishMsg(ctx, m)
 	return id, err
 }

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
@@ -102,14 +100,9 @@ func TestPipelineWithTakeoverEndsWithProjectionsEqualToTheLog(t *testing.T) {
 	require.NoError(t, nc.Flush())
 	head, err := store.TaskHead(ctx, tasks[0])
 	require.NoError(t, err)
-	late := nats.NewMsg(wire.Subjects{}.In(partition, tasks[0]))
 	lateID := ulid.MustNew(ulid.Timestamp(time.Now()), rand.Reader).String()
-	late.Header.Set(wire.HeaderMsgID, lateID)
-	late.Header.Set(wire.HeaderHolder, "worker-a")
-	late.Header.Set(wire.HeaderGeneration, strconv.FormatInt(oldGen, 10))
-	late.Header.Set(wire.HeaderVersion, strconv.FormatInt(head.Version+1, 10))
-	late.Header.Set(wire.HeaderType, "completed")
-	late.Data = []byte(`{"owner":"a","result":"stale"}`)
+	late := wire.Subjects{}.InboundMsg(wire.Inbound{ID: lateID, Partition: partition, Task: tasks[0], Holder: "worker-a",
+		Generation: oldGen, Version: head.Version + 1, Type: "completed", Payload: []byte(`{"owner":"a","result":"stale"}`)})
 	js := ns.JetStream(t)
 	_, err = js.PublishMsg(ctx, late)
 	require.NoError(t, err)

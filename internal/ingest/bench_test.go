@@ -46,14 +46,9 @@ func (l *benchLoad) next(i int, prefix string) *nats.Msg {
 	task := i % benchTasks
 	l.versions[task]++
 	p := task % benchPartitions
-	m := nats.NewMsg(prefix + ".in." + strconv.Itoa(p) + ".task-" + strconv.Itoa(task))
-	m.Header.Set(wire.HeaderMsgID, newID())
-	m.Header.Set(wire.HeaderHolder, "bench")
-	m.Header.Set(wire.HeaderGeneration, strconv.FormatInt(l.gens[p], 10))
-	m.Header.Set(wire.HeaderVersion, strconv.FormatInt(l.versions[task], 10))
-	m.Header.Set(wire.HeaderType, "progress")
-	m.Data = []byte(fmt.Sprintf(`{"step":%d,"note":%q}`, l.versions[task], l.filler))
-	return m
+	return wire.Subjects{Prefix: prefix}.InboundMsg(wire.Inbound{ID: newID(), Partition: p, Task: "task-" + strconv.Itoa(task),
+		Holder: "bench", Generation: l.gens[p], Version: l.versions[task], Type: "progress",
+		Payload: []byte(fmt.Sprintf(`{"step":%d,"note":%q}`, l.versions[task], l.filler))})
 }
 
 // publisher is a JetStream context for bulk publishing: at most 2000 publishes
@@ -418,14 +413,9 @@ func bareInsert(ctx context.Context, pool *pgxpool.Pool, msgs []jetstream.Msg) e
 	ids, tasks, types, payloads, holders := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	parts, versions, gens := make([]int32, n), make([]int64, n), make([]int64, n)
 	for i, m := range msgs {
-		s := strings.Split(m.Subject(), ".")
-		p, _ := strconv.Atoi(s[2])
-		h := m.Headers()
-		parts[i], tasks[i] = int32(p), s[3]
-		ids[i], holders[i], types[i] = h.Get(wire.HeaderMsgID), h.Get(wire.HeaderHolder), h.Get(wire.HeaderType)
-		versions[i], _ = strconv.ParseInt(h.Get(wire.HeaderVersion), 10, 64)
-		gens[i], _ = strconv.ParseInt(h.Get(wire.HeaderGeneration), 10, 64)
-		payloads[i] = string(m.Data())
+		d, _ := wire.Subjects{Prefix: "bare"}.DecodeInbound(m.Subject(), m.Headers(), m.Data())
+		parts[i], tasks[i], ids[i], holders[i], types[i] = int32(d.Partition), d.Task, d.ID, d.Holder, d.Type
+		versions[i], gens[i], payloads[i] = d.Version, d.Generation, string(d.Payload)
 	}
 	_, err := pool.Exec(ctx, `
 INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)

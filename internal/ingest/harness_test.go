@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -88,14 +87,8 @@ type event struct {
 }
 
 func (e *env) msg(ev event) *nats.Msg {
-	m := nats.NewMsg(e.subj.In(ev.partition, ev.task))
-	m.Header.Set(wire.HeaderMsgID, ev.id)
-	m.Header.Set(wire.HeaderHolder, ev.holder)
-	m.Header.Set(wire.HeaderGeneration, strconv.FormatInt(ev.generation, 10))
-	m.Header.Set(wire.HeaderVersion, strconv.FormatInt(ev.version, 10))
-	m.Header.Set(wire.HeaderType, ev.typ)
-	m.Data = []byte(ev.payload)
-	return m
+	return e.subj.InboundMsg(wire.Inbound{ID: ev.id, Partition: ev.partition, Task: ev.task, Holder: ev.holder,
+		Generation: ev.generation, Version: ev.version, Type: ev.typ, Payload: []byte(ev.payload)})
 }
 
 func (e *env) publish(ev event) {

@@ -197,7 +197,7 @@ func TestMalformedMessagesAreDeadLetteredAndIngestKeepsCommitting(t *testing.T) 
 		{"bad ULID", mutate(func(m *nats.Msg) { m.Header.Set(wire.HeaderMsgID, "not-a-ulid-at-all") }), wire.ReasonBadEventID},
 		{"bad holder id", mutate(func(m *nats.Msg) { m.Header.Set(wire.HeaderHolder, "worker a") }), wire.ReasonBadHolder},
 		{"bad type", mutate(func(m *nats.Msg) { m.Header.Set(wire.HeaderType, "has space") }), wire.ReasonBadType},
-		{"repeated header", mutate(func(m *nats.Msg) { m.Header.Add(wire.HeaderVersion, "2") }), wire.ReasonDuplicateHeaders},
+		{"repeated header", mutate(func(m *nats.Msg) { m.Header.Add(wire.HeaderVersion, "2") }), wire.ReasonRepeatedHeader},
 		{"non-JSON body", mutate(func(m *nats.Msg) { m.Data = []byte("{not json") }), wire.ReasonBadPayload},
 		{"oversized body", mutate(func(m *nats.Msg) { m.Data = []byte(`"` + strings.Repeat("x", wire.MaxPayloadDefault) + `"`) }), wire.ReasonPayloadTooLarge},
 		{"subject missing the task", mutate(func(m *nats.Msg) { m.Subject = "ledger.in.0" }), wire.ReasonBadSubject},

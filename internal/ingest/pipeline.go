@@ -3,12 +3,10 @@ package ingest
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -425,104 +423,19 @@ func (s *Service) notYetDelay(in *inbound, now time.Time) time.Duration {
 }
 
 // logCopy is the LEDGER_LOG message of a committed event (CONTRACT §4).
-// It is built with few allocations: at tens of thousands of copies a second
-// they were a measurable share of the ingest's garbage. The header map is
-// made at its final size, its values share one backing array, and the
-// numbers are formatted into one buffer.
-func (s *Service) logCopy(c *fence.Committed) *nats.Msg {
-	var buf [80]byte
-	nums := strconv.AppendInt(buf[:0], c.Seq, 10)
-	seqEnd := len(nums)
-	nums = strconv.AppendInt(nums, int64(c.Partition), 10)
-	partEnd := len(nums)
-	nums = strconv.AppendInt(nums, c.Version, 10)
-	verEnd := len(nums)
-	nums = strconv.AppendInt(nums, c.Generation, 10)
-	numStr := string(nums)
-	vals := [...]string{
-		c.EventID,
-		numStr[:seqEnd],
-		c.Task,
-		numStr[seqEnd:partEnd],
-		numStr[partEnd:verEnd],
-		c.Type,
-		c.Holder,
-		numStr[verEnd:],
-		wire.FormatTime(c.CommittedAt),
-	}
-	v := vals[:] // one allocation for all nine values
-	return &nats.Msg{
-		Subject: s.subjects.Log(c.Partition, c.Task),
-		Header: nats.Header{
-			wire.HeaderMsgID:       v[0:1:1],
-			wire.HeaderSeq:         v[1:2:2],
-			wire.HeaderTask:        v[2:3:3],
-			wire.HeaderPartition:   v[3:4:4],
-			wire.HeaderVersion:     v[4:5:5],
-			wire.HeaderType:        v[5:6:6],
-			wire.HeaderHolder:      v[6:7:7],
-			wire.HeaderGeneration:  v[7:8:8],
-			wire.HeaderCommittedAt: v[8:9:9],
-		},
-		Data: c.Payload,
-	}
-}
+func (s *Service) logCopy(c *fence.Committed) *nats.Msg { return s.subjects.LogMsg(c) }
 
-// deadLetter is the LEDGER_DLQ copy of a rejected message (CONTRACT §5):
-// the original body and headers plus the verdict. It always fits the
-// stream: headers beyond the inbound limits are dropped (their size is
-// recorded), and a body that would not fit is cut (its size is recorded).
+// deadLetter is the LEDGER_DLQ copy of a rejected message (CONTRACT §5),
+// made to fit the stream (wire.DeadLetterMsg).
 func (s *Service) deadLetter(in *inbound) *nats.Msg {
 	subject := s.subjects.DLQInvalid()
 	if in.subjectOK {
 		subject = s.subjects.DLQ(in.event.Partition, in.event.Task)
 	}
-	m := nats.NewMsg(subject)
-	if in.headerBytes <= wire.MaxHeaderBytes {
-		for k, vs := range in.msg.Headers() {
-			// A publisher's expectations (Nats-Expected-Stream: LEDGER_IN, ...)
-			// were about its own publish; carried over, they would make the
-			// dead letter's publish fail for ever. The ledger's own headers
-			// are the ledger's to write.
-			if strings.HasPrefix(k, "Nats-Expected-") || slices.Contains(wire.DeadLetterHeaders, k) {
-				continue
-			}
-			for _, v := range vs {
-				m.Header.Add(k, v)
-			}
-		}
-	} else {
-		m.Header.Set(wire.HeaderHeadersDropped, strconv.Itoa(in.headerBytes))
-	}
 	r := in.result
-	m.Header.Set(wire.HeaderVerdict, string(r.Verdict))
-	m.Header.Set(wire.HeaderReason, r.Reason)
-	if r.CurrentGeneration > 0 {
-		m.Header.Set(wire.HeaderCurrentGeneration, strconv.FormatInt(r.CurrentGeneration, 10))
-		m.Header.Set(wire.HeaderCurrentHolder, r.CurrentHolder)
-	}
-	m.Header.Set(wire.HeaderRejectedAt, wire.FormatTime(time.Now()))
-	m.Header.Set(wire.HeaderSourceSeq, strconv.FormatUint(in.sourceSeq, 10))
-	m.Data = in.msg.Data()
-	fitLetter(m, s.letterMax)
-	return m
-}
-
-// letterSlack is room left below the size limit for what the server adds
-// when it frames a message.
-const letterSlack = 512
-
-// fitLetter cuts m's body so that headers and body fit in max bytes, and
-// records the original size in Ledger-Truncated.
-func fitLetter(m *nats.Msg, limit int) {
-	hdr, _ := headerSize(m.Header)
-	if hdr+len(m.Data)+letterSlack <= limit {
-		return
-	}
-	m.Header.Set(wire.HeaderTruncated, strconv.Itoa(len(m.Data)))
-	hdr, _ = headerSize(m.Header)
-	keep := max(0, limit-hdr-letterSlack)
-	m.Data = m.Data[:min(keep, len(m.Data))]
+	return wire.DeadLetterMsg(subject, in.msg.Headers(), in.msg.Data(), wire.Rejection{
+		Verdict: r.Verdict, Reason: r.Reason, CurrentGeneration: r.CurrentGeneration, CurrentHolder: r.CurrentHolder,
+		RejectedAt: time.Now(), SourceSeq: in.sourceSeq}, s.letterMax)
 }
 
 // shrinkLetter is a dead letter the stream refused for its size (its limit
@@ -552,42 +465,10 @@ func (s *Service) sendReceipt(in *inbound) {
 	}
 }
 
-// receiptJSON encodes a wire.Receipt without reflection (one per event).
+// receiptJSON is the receipt of in's verdict.
 func receiptJSON(in *inbound) []byte {
 	r := in.result
-	b := make([]byte, 0, 256)
-	b = append(b, `{"event_id":`...)
-	b = appendJSONString(b, in.event.ID)
-	b = append(b, `,"task":`...)
-	b = appendJSONString(b, in.event.Task)
-	b = append(b, `,"partition":`...)
-	b = strconv.AppendInt(b, int64(in.event.Partition), 10)
-	b = append(b, `,"version":`...)
-	b = strconv.AppendInt(b, in.event.Version, 10)
-	b = append(b, `,"verdict":`...)
-	b = appendJSONString(b, string(r.Verdict))
-	b = append(b, `,"reason":`...)
-	b = appendJSONString(b, r.Reason)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendInt(b, r.Seq, 10)
-	b = append(b, `,"generation":`...)
-	b = strconv.AppendInt(b, in.event.Generation, 10)
-	b = append(b, `,"current_generation":`...)
-	b = strconv.AppendInt(b, r.CurrentGeneration, 10)
-	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string. Ids, types and reasons are
-// plain ASCII and are copied as they are; anything else (the id of an
-// invalid message, say) goes through encoding/json.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	return wire.AppendReceipt(make([]byte, 0, 256), &wire.Receipt{EventID: in.event.ID, Task: in.event.Task,
+		Partition: in.event.Partition, Version: in.event.Version, Verdict: r.Verdict, Reason: r.Reason, Seq: r.Seq,
+		Generation: in.event.Generation, CurrentGeneration: r.CurrentGeneration})
 }

@@ -38,22 +38,12 @@ type Event struct {
 	GapReason string
 }
 
-// Committed is an event as the ledger stored it.
-type Committed struct {
-	Seq       int64
-	EventID   string
-	Partition int
-	Task      string
-	Version   int64
-	Type      string
-	// Payload is the event's JSON: as published for an event committed by
-	// this call, as PostgreSQL renders the stored jsonb for an earlier one.
-	// The two are equal as JSON values, not necessarily as bytes.
-	Payload     []byte
-	Holder      string
-	Generation  int64
-	CommittedAt time.Time
-}
+// Committed is an event as the ledger stored it: exactly what its
+// LEDGER_LOG copy carries. Its Payload is the event's JSON as published
+// for an event committed by this call, as PostgreSQL renders the stored
+// jsonb for an earlier one; the two are equal as JSON values, not
+// necessarily as bytes.
+type Committed = wire.LogCopy
 
 // Result is the outcome of one event of an Append.
 type Result struct {

@@ -184,8 +184,8 @@ func (c *Client) request(ctx context.Context, subject string, body, out any) err
 // or one that comes after a lookup settled the event, finds nothing
 // pending and is dropped.
 func (c *Client) onReceipt(m *nats.Msg) {
-	var r wire.Receipt
-	if err := json.Unmarshal(m.Data, &r); err != nil {
+	r, err := wire.DecodeReceipt(m.Data)
+	if err != nil {
 		c.log.Warn("undecodable receipt", slog.String("error", err.Error()))
 		return
 	}

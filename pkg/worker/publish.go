@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -169,14 +168,8 @@ func (l *Lease) learnHead(ctx context.Context, task string, ts *taskState) error
 
 // message is an event's LEDGER_IN message (CONTRACT §2).
 func (l *Lease) message(p *Pending, typ string, payload []byte) *nats.Msg {
-	m := nats.NewMsg(l.c.subj.In(l.partition, p.task))
-	m.Header.Set(wire.HeaderMsgID, p.id)
-	m.Header.Set(wire.HeaderHolder, l.c.cfg.Holder)
-	m.Header.Set(wire.HeaderGeneration, strconv.FormatInt(l.generation, 10))
-	m.Header.Set(wire.HeaderVersion, strconv.FormatInt(p.version, 10))
-	m.Header.Set(wire.HeaderType, typ)
-	m.Data = payload
-	return m
+	return l.c.subj.InboundMsg(wire.Inbound{ID: p.id, Partition: l.partition, Task: p.task, Holder: l.c.cfg.Holder,
+		Generation: l.generation, Version: p.version, Type: typ, Payload: payload})
 }
 
 // ResyncTask learns task's head again, after an event of the task was

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -270,12 +269,8 @@ func TestRefusedEventStopsItsTaskUntilResync(t *testing.T) {
 
 	// Another writer under the same lease (outside this client) takes
 	// version 2 behind the client's back.
-	m := nats.NewMsg(wire.Subjects{}.In(1, "job"))
-	m.Header.Set(wire.HeaderMsgID, ulid.Make().String())
-	m.Header.Set(wire.HeaderHolder, "worker-a")
-	m.Header.Set(wire.HeaderGeneration, strconv.FormatInt(lease.Generation(), 10))
-	m.Header.Set(wire.HeaderVersion, "2")
-	m.Header.Set(wire.HeaderType, "elsewhere")
+	m := wire.Subjects{}.InboundMsg(wire.Inbound{ID: ulid.Make().String(), Partition: 1, Task: "job", Holder: "worker-a",
+		Generation: lease.Generation(), Version: 2, Type: "elsewhere"})
 	_, err = l.ns.JetStream(t).PublishMsg(ctx, m)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(l.events("job")) == 2 }, 10*time.Second, 10*time.Millisecond)
