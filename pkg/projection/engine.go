@@ -14,6 +14,7 @@ import (
 type Engine struct {
 	cfg   Config
 	canon *canonicalizer
+	merge merger // the MergeReducer's scratch space
 
 	tasks   map[string]*task
 	waiting map[*task]struct{} // tasks with a gap or a pending catch-up
@@ -227,7 +228,7 @@ func (e *Engine) retryAt(now time.Time) time.Time { return now.Add(e.cfg.GapTime
 func (e *Engine) reduce(t *task, ev Event, fp fingerprint, now time.Time) error {
 	var next State
 	if r, ok := e.cfg.Reducer.(MergeReducer); ok {
-		next = r.reduce(t.state, ev)
+		next = r.reduce(t.state, ev, &e.merge)
 	} else {
 		var err error
 		if next, err = e.cfg.Reducer.Reduce(t.state, ev); err != nil {

@@ -199,14 +199,19 @@ func (r MergeReducer) Reduce(state State, ev Event) (State, error) {
 	if len(ev.Payload) > 0 && !json.Valid(ev.Payload) {
 		return state, ErrInvalidJSON
 	}
-	return r.reduce(state, ev), nil
+	return r.reduce(state, ev, nil), nil
 }
 
 // reduce is Reduce for a payload known to be valid JSON. The Engine calls it
 // directly: its fingerprint has validated the payload already, and the
 // second check would cost a sixth of the apply path.
-func (MergeReducer) reduce(state State, ev Event) State {
+// The merger m, if not nil, is the Engine's own, which spares it the pool.
+func (MergeReducer) reduce(state State, ev Event, m *merger) State {
 	state.Status = ev.Type
-	state.Data = mergePatch(trimSpace(state.Data), trimSpace(ev.Payload))
+	if m == nil {
+		state.Data = mergePatch(trimSpace(state.Data), trimSpace(ev.Payload))
+	} else {
+		state.Data = m.merge(trimSpace(state.Data), trimSpace(ev.Payload))
+	}
 	return state
 }
