@@ -199,3 +199,21 @@ func TestDeletedValueIsWrittenAgain(t *testing.T) {
 	_, data := fold(t, evs)
 	jsonEq(t, data, st.Data, "d")
 }
+
+// A value in the bucket that is not a projection of its task is replaced by
+// the task's fold from PostgreSQL, rather than failing every event of it.
+func TestStoredValueThatIsNotAProjectionIsFoldedAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	evs := e.commit(1, "c", []string{"x", "y"}, []string{`{"a":1}`, `{"b":2}`})
+	_, err := streams.ApplyBucket(context.Background(), e.js, streams.BucketTasks, streams.Options{})
+	require.NoError(t, err)
+	_, err = e.bucket().Put(context.Background(), "c", []byte(`{"task":"c","version":-7}`))
+	require.NoError(t, err)
+	e.start(projector.Config{RetryMax: 200 * time.Millisecond})
+	e.publishLog(evs[1])
+	st := e.waitState("c", 10*time.Second, func(s projection.State) bool { return s.Version == 2 })
+	status, data := fold(t, evs)
+	require.Equal(t, status, st.Status)
+	jsonEq(t, data, st.Data, "c")
+}

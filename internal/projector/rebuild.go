@@ -113,7 +113,7 @@ func (s *Service) rebuildOffer(ctx context.Context, ev projection.Event, changed
 	if _, ok := s.engine.State(ev.Task); !ok {
 		if seen[ev.Task] {
 			// Trimmed after its value was written: continue from the bucket.
-			if err := s.load(ev.Task); err != nil {
+			if _, err := s.load(ev.Task); err != nil {
 				return fmt.Errorf("projector: rebuild: load %s: %w", ev.Task, err)
 			}
 		} else {

@@ -259,7 +259,7 @@ func (s *Service) resumeGaps(ctx context.Context) error {
 		if _, loaded := s.engine.State(task); loaded {
 			continue
 		}
-		if err := s.load(task); err != nil {
+		if _, err := s.load(task); err != nil {
 			return fmt.Errorf("projector: resume gap of %s: %w", task, err)
 		}
 		if st, _ := s.engine.State(task); st.Gap != nil {
@@ -470,11 +470,15 @@ func (s *Service) decode(m jetstream.Msg) (projection.Event, time.Time, error) {
 func (s *Service) offer(ev projection.Event, changed map[string]projection.State) error {
 	res, err := s.engine.Offer(ev)
 	if errors.Is(err, projection.ErrNotLoaded) {
-		if err := s.load(ev.Task); err != nil {
+		rewrite, err := s.load(ev.Task)
+		if err != nil {
 			if s.metrics != nil {
 				s.metrics.loadFailures.Inc()
 			}
 			return err
+		}
+		if rewrite {
+			changed[ev.Task], _ = s.engine.State(ev.Task)
 		}
 		res, err = s.engine.Offer(ev)
 	}

@@ -18,11 +18,12 @@ import (
 
 // load makes a task resident with its latest state: the one the bucket
 // refused if it is held, else its stored value, else an empty state. A value
-// stored without its data, or one that is not a projection, has its data
-// folded again from PostgreSQL.
-func (s *Service) load(task string) error {
+// stored without its data has the data folded again from PostgreSQL, and so
+// has a value that is not a projection of its task: rewrite reports that
+// the loaded state must then be written over it.
+func (s *Service) load(task string) (rewrite bool, err error) {
 	if h := s.held[task]; h != nil {
-		return s.engine.Load(h.st)
+		return false, s.engine.Load(h.st)
 	}
 	ctx, cancel := context.WithTimeout(s.ctxOrBackground(), 30*time.Second)
 	defer cancel()
@@ -32,28 +33,33 @@ func (s *Service) load(task string) error {
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 	case err != nil:
-		return fmt.Errorf("read the stored projection of %s: %w", task, err)
+		return false, fmt.Errorf("read the stored projection of %s: %w", task, err)
 	default:
 		rev = entry.Revision()
 		if err := json.Unmarshal(entry.Value(), &st); err != nil || st.Task != task {
-			s.log.Error("stored value is not a projection of its task; folding the task again from PostgreSQL",
-				slog.String("task", task), slog.Uint64("revision", rev))
-			if st, err = s.refold(ctx, task, 0); err != nil {
-				return err
-			}
-		} else if st.DataTooLarge != 0 {
-			gap, updated := st.Gap, st.UpdatedAt
-			if st, err = s.refold(ctx, task, st.Version); err != nil {
-				return err
-			}
-			st.Gap, st.UpdatedAt = gap, updated
+			st = projection.State{Task: task, Version: -1} // refused by Load below
 		}
 	}
-	if err := s.engine.Load(st); err != nil {
-		return fmt.Errorf("load the projection of %s: %w", task, err)
+	if st.DataTooLarge != 0 {
+		gap, updated := st.Gap, st.UpdatedAt
+		if st, err = s.refold(ctx, task, st.Version); err != nil {
+			return false, err
+		}
+		st.Gap, st.UpdatedAt = gap, updated
+	}
+	err = s.engine.Load(st)
+	if errors.Is(err, projection.ErrInvalidState) {
+		s.log.Error("stored value is not a projection of its task; folding the task again from PostgreSQL",
+			slog.String("task", task), slog.Uint64("revision", rev), slog.String("error", err.Error()))
+		if st, err = s.refold(ctx, task, 0); err == nil {
+			rewrite, err = true, s.engine.Load(st)
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("load the projection of %s: %w", task, err)
 	}
 	s.revs[task] = rev
-	return nil
+	return rewrite, nil
 }
 
 // refold folds a task's events from PostgreSQL, versions 1 through to (0:
