@@ -36,7 +36,7 @@ func (s *Service) load(task string) (rewrite bool, err error) {
 		return false, fmt.Errorf("read the stored projection of %s: %w", task, err)
 	default:
 		rev = entry.Revision()
-		if err := json.Unmarshal(entry.Value(), &st); err != nil || st.Task != task {
+		if st, err = storedState(task, entry.Value()); err != nil {
 			st = projection.State{Task: task, Version: -1} // refused by Load below
 		}
 	}
@@ -60,6 +60,20 @@ func (s *Service) load(task string) (rewrite bool, err error) {
 	}
 	s.revs[task] = rev
 	return rewrite, nil
+}
+
+// storedState decodes a value of the bucket as the state of task. It fails
+// unless the value is a projection of that task; whether the engine can
+// resume from it is for Engine.Load to say.
+func storedState(task string, value []byte) (projection.State, error) {
+	var st projection.State
+	if err := json.Unmarshal(value, &st); err != nil {
+		return projection.State{}, fmt.Errorf("stored value of %s is not a projection: %w", task, err)
+	}
+	if st.Task != task {
+		return projection.State{}, fmt.Errorf("stored value of %s is the projection of %q", task, st.Task)
+	}
+	return st, nil
 }
 
 // refold folds a task's events from PostgreSQL, versions 1 through to (0:
