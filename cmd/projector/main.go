@@ -32,12 +32,16 @@ func run(args []string) error {
 	fs.IntVar(&cfg.Replicas, "replicas", connect.EnvInt("LEDGER_REPLICAS", 1), "bucket replicas: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
 	fs.IntVar(&cfg.BatchSize, "batch-size", connect.EnvInt("LEDGER_PROJECTOR_BATCH", projector.BatchSizeDefault), "log messages per turn (env LEDGER_PROJECTOR_BATCH)")
 	fs.DurationVar(&cfg.Engine.GapTimeout, "gap-timeout", connect.EnvDuration("LEDGER_GAP_TIMEOUT", projection.GapTimeoutDefault), "how long a task waits for a missing version before re-fetching it (env LEDGER_GAP_TIMEOUT)")
+	fs.DurationVar(&cfg.StopTimeout, "stop-timeout", connect.EnvDuration("LEDGER_STOP_TIMEOUT", projector.StopTimeoutDefault), "how long a stop lets the turn in hand finish (env LEDGER_STOP_TIMEOUT)")
+	tasksMax := fs.Int("tasks-max-bytes", connect.EnvInt("LEDGER_TASKS_MAX_BYTES", 0), "max_bytes of the ledger_tasks bucket: 0 keeps the default (512 MiB), -1 lifts the limit (env LEDGER_TASKS_MAX_BYTES)")
+	marksMax := fs.Int("marks-max-bytes", connect.EnvInt("LEDGER_MARKS_MAX_BYTES", 0), "max_bytes of the ledger_projector bucket: 0 keeps the default (32 MiB), -1 lifts the limit (env LEDGER_MARKS_MAX_BYTES)")
 	rebuild := fs.Bool("rebuild", false, "replay the PostgreSQL log into fresh projections first, then continue live")
 	if ok, err := svcf.Parse(fs, args); !ok {
 		return err
 	}
 	log, conn := svcf.Log, &svcf.Conn
 	cfg.Prefix = svcf.Prefix
+	cfg.TasksMaxBytes, cfg.MarksMaxBytes = int64(*tasksMax), int64(*marksMax)
 	var err error
 	if cfg.Partitions, err = projector.ParsePartitions(*parts, cfg.PartitionCount); err != nil {
 		return err

@@ -24,6 +24,8 @@ const (
 	RetryMaxDefault = 5 * time.Second
 	// AckWaitDefault is the projector consumer's ack wait: 30 s.
 	AckWaitDefault = 30 * time.Second
+	// StopTimeoutDefault bounds Stop: 10 s.
+	StopTimeoutDefault = 10 * time.Second
 )
 
 // Config configures a projector.
@@ -47,6 +49,15 @@ type Config struct {
 	RetryMin, RetryMax time.Duration
 	// AckWait is the consumer's ack wait; default 30 s.
 	AckWait time.Duration
+	// StopTimeout bounds Stop: how long it lets the turn in hand finish
+	// before it cancels the turn's I/O and returns (the turn's messages are
+	// then redelivered); default 10 s.
+	StopTimeout time.Duration
+	// TasksMaxBytes and MarksMaxBytes size the buckets ledger_tasks and
+	// ledger_projector (max_bytes). 0 keeps the size of the definition in
+	// streams/ (512 MiB and 32 MiB), -1 lifts the limit. streams/README.md
+	// says what the projector does when a bucket is full.
+	TasksMaxBytes, MarksMaxBytes int64
 	// Engine configures the ordering engine (gap timeout default 5 s, buffer
 	// caps); its clock defaults to time.Now.
 	Engine projection.Config
@@ -81,6 +92,9 @@ func (c Config) WithDefaults() Config {
 	if c.AckWait == 0 {
 		c.AckWait = AckWaitDefault
 	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = StopTimeoutDefault
+	}
 	c.Engine = c.Engine.WithDefaults()
 	return c
 }
@@ -96,6 +110,9 @@ func (c Config) validate() error {
 	}
 	if c.BatchSize < 1 || c.RefetchLimit < 1 {
 		return fmt.Errorf("projector: batch size and re-fetch limit must be positive")
+	}
+	if c.StopTimeout < 0 || c.TasksMaxBytes < -1 || c.MarksMaxBytes < -1 {
+		return fmt.Errorf("projector: stop timeout must not be negative, bucket sizes -1 or more")
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/dbtest"
@@ -53,11 +54,91 @@ func testLogger() *slog.Logger {
 // start runs a projector on the test's services.
 func (e *env) start(cfg projector.Config) *projector.Service {
 	e.t.Helper()
-	p, err := projector.New(cfg, projector.Deps{NC: e.ns.Conn(e.t), Pool: e.db.Pool, Logger: testLogger()})
-	require.NoError(e.t, err)
+	return e.startWith(cfg, nil)
+}
+
+// startWith runs a projector that records its metrics in reg.
+func (e *env) startWith(cfg projector.Config, reg *prometheus.Registry) *projector.Service {
+	e.t.Helper()
+	p := e.newProjector(cfg, reg)
 	require.NoError(e.t, p.Start(context.Background()))
+	return p
+}
+
+// newProjector returns a projector that is not started yet.
+func (e *env) newProjector(cfg projector.Config, reg *prometheus.Registry) *projector.Service {
+	e.t.Helper()
+	deps := projector.Deps{NC: e.ns.Conn(e.t), Pool: e.db.Pool, Logger: testLogger()}
+	if reg != nil {
+		deps.Registerer = reg
+	}
+	p, err := projector.New(cfg, deps)
+	require.NoError(e.t, err)
 	e.t.Cleanup(p.Stop)
 	return p
+}
+
+// metric reads a counter or gauge of reg, the one whose labels include
+// labels (name, value pairs); 0 if it has none yet.
+func metric(t testing.TB, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for k := 0; k+1 < len(labels); k += 2 {
+				found := false
+				for _, l := range m.GetLabel() {
+					found = found || (l.GetName() == labels[k] && l.GetValue() == labels[k+1])
+				}
+				if !found {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
+// waitMetric waits until a metric of reg reaches at least want.
+func waitMetric(t testing.TB, reg *prometheus.Registry, name string, want float64, labels ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for metric(t, reg, name, labels...) < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s%v never reached %v: %v", name, labels, want, metric(t, reg, name, labels...))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// fetch takes the next n messages of a consumer.
+func fetch(t testing.TB, cons jetstream.Consumer, n int) []jetstream.Msg {
+	t.Helper()
+	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	var out []jetstream.Msg
+	for m := range batch.Messages() {
+		out = append(out, m)
+	}
+	require.NoError(t, batch.Error())
+	require.Len(t, out, n)
+	return out
+}
+
+// value reads a task's raw value in the bucket as a JSON object.
+func (e *env) value(task string) map[string]any {
+	e.t.Helper()
+	entry, err := e.bucket().Get(context.Background(), task)
+	require.NoError(e.t, err)
+	var v map[string]any
+	require.NoError(e.t, json.Unmarshal(entry.Value(), &v))
+	return v
 }
 
 // committed is an event as the ledger stored it.

@@ -55,7 +55,8 @@ func (s *Service) Rebuild(ctx context.Context, progress func(Progress)) error {
 	if err != nil {
 		return err
 	}
-	s.engine, s.revs, s.gaps = engine, map[string]uint64{}, map[string]time.Time{}
+	s.engine, s.revs, s.gaps, s.held = engine, map[string]uint64{}, map[string]time.Time{}, map[string]*heldTask{}
+	seen := map[string]bool{} // tasks this rebuild has begun
 	s.ctx = ctx
 	defer func() { s.ctx = nil }()
 
@@ -80,7 +81,7 @@ func (s *Service) Rebuild(ctx context.Context, progress func(Progress)) error {
 		}
 		changed := map[string]projection.State{}
 		for _, ev := range events {
-			if err := s.rebuildOffer(ctx, ev, changed, whole); err != nil {
+			if err := s.rebuildOffer(ctx, ev, changed, whole, seen); err != nil {
 				return err
 			}
 		}
@@ -88,7 +89,7 @@ func (s *Service) Rebuild(ctx context.Context, progress func(Progress)) error {
 		if !s.writeAll(changed) {
 			return errors.New("projector: rebuild: stopped")
 		}
-		s.engine.Trim()
+		s.trim()
 		cursor = events[len(events)-1].Seq
 		done += int64(len(events))
 		if progress != nil {
@@ -98,17 +99,21 @@ func (s *Service) Rebuild(ctx context.Context, progress func(Progress)) error {
 			return err
 		}
 	}
+	if len(s.held) > 0 {
+		return fmt.Errorf("projector: rebuild: the bucket refused the projections of %d tasks for lack of space (see ledger_projector_kv_refused_total); raise its max_bytes and rebuild again", len(s.held))
+	}
 	s.log.Info("rebuild done", slog.Int64("events", done), slog.Duration("took", time.Since(start)))
 	return nil
 }
 
 // rebuildOffer offers a scanned event; a task seen for the first time starts
 // from an empty state (its stored value, if any, is only overwritten).
-func (s *Service) rebuildOffer(ctx context.Context, ev projection.Event, changed map[string]projection.State, whole bool) error {
+func (s *Service) rebuildOffer(ctx context.Context, ev projection.Event, changed map[string]projection.State, whole bool,
+	seen map[string]bool) error {
 	if _, ok := s.engine.State(ev.Task); !ok {
-		if _, seen := s.revs[ev.Task]; seen {
+		if seen[ev.Task] {
 			// Trimmed after its value was written: continue from the bucket.
-			if err := s.load(ev.Task); err != nil {
+			if _, err := s.load(ev.Task); err != nil {
 				return fmt.Errorf("projector: rebuild: load %s: %w", ev.Task, err)
 			}
 		} else {
@@ -124,8 +129,11 @@ func (s *Service) rebuildOffer(ctx context.Context, ev projection.Event, changed
 			if err := s.engine.Load(projection.State{Task: ev.Task}); err != nil {
 				return err
 			}
+			seen[ev.Task] = true
 		}
 	}
-	s.offer(ev, changed)
+	if err := s.offer(ev, changed); err != nil {
+		return fmt.Errorf("projector: rebuild: %w", err)
+	}
 	return nil
 }

@@ -6,16 +6,31 @@
 // One goroutine owns the engine. Each turn takes a batch of log messages,
 // offers them (loading a task's stored value from the bucket the first time
 // it is seen), answers due re-fetches with one query, writes every changed
-// state with compare-and-set on the key's revision, and only then acks the
-// batch. So a crash loses nothing: an unacked message is redelivered, and an
-// acked one is either applied in the bucket or, if it was waiting for an
-// earlier version, recorded as the task's gap, which a restarted projector
+// state with compare-and-set on the key's revision, and only then settles
+// the batch. So a crash loses nothing: an unacked message is redelivered,
+// and an acked one is either applied in the bucket or, if it was waiting for
+// an earlier version, recorded as the task's gap, which a restarted projector
 // fills from PostgreSQL.
+//
+// A message is not acked when its effect could not be stored:
+//
+//   - If the task's stored value cannot be read, the message is nak'ed and
+//     comes back later; the rest of the batch goes on.
+//   - If the bucket refuses a task's state for lack of space, the task is
+//     held: its state is written again later, with backoff, and the message
+//     of its newest version stays unacked until then (an older one is
+//     acked: the newest alone makes a restarted projector catch the task up).
+//     Other tasks keep flowing.
+//   - A transient failure (a timeout, the connection) is retried, and the
+//     batch waits for it.
+//
+// A state whose data does not fit in a bucket value is stored without it
+// (data null, data_too_large its size; CONTRACT §6). The engine keeps the
+// true data; loading such a value folds the data again from PostgreSQL.
 package projector
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,7 +38,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -56,9 +70,17 @@ type Service struct {
 
 	engine *projection.Engine
 	kv     jetstream.KeyValue
-	marks  jetstream.KeyValue   // open-gap markers (bucket ledger_projector)
-	revs   map[string]uint64    // bucket revision of each task's value
-	gaps   map[string]time.Time // open gaps, for the oldest-gap metric
+	marks  jetstream.KeyValue // open-gap markers (bucket ledger_projector)
+	// revs is the bucket revision of the value of each resident task, and
+	// of each held one. A revision is dropped only with its task: a
+	// compare-and-set on a forgotten one fails and costs a re-read.
+	revs      map[string]uint64
+	gaps      map[string]time.Time // open gaps, for the oldest-gap metric
+	held      map[string]*heldTask // states the bucket refused for lack of space
+	oversized map[string]bool      // tasks whose last value went without its data
+	// valueLimit is the largest value the bucket takes: its max_value_size
+	// and the connection's max payload, less room for the headers.
+	valueLimit int
 
 	in      chan jetstream.Msg
 	consume jetstream.ConsumeContext
@@ -67,6 +89,16 @@ type Service struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	once    sync.Once
+}
+
+// heldTask is a task whose latest state the bucket refused.
+type heldTask struct {
+	st    projection.State
+	next  time.Time     // when to write it again
+	delay time.Duration // backoff, RetryMin doubling to RetryMax
+	// keep is the newest version among the task's log messages: its message
+	// stays unacked while the task is held.
+	keep int64
 }
 
 // New checks cfg and returns a projector that is not yet started.
@@ -92,12 +124,20 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	return &Service{cfg: cfg, nc: d.NC, js: js, pool: d.Pool, log: d.Logger, metrics: newMetrics(d.Registerer),
 		subj: wire.Subjects{Prefix: cfg.Prefix}, engine: engine, revs: map[string]uint64{}, gaps: map[string]time.Time{},
+		held: map[string]*heldTask{}, oversized: map[string]bool{},
 		in: make(chan jetstream.Msg, 2*cfg.BatchSize), stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
 // Start makes sure the streams and the bucket exist, binds the consumer of
-// the partition set (creating it on first use) and starts projecting.
+// the partition set (creating it on first use) and starts projecting. It
+// must not run concurrently with Stop, and a stopped Service does not start
+// again.
 func (s *Service) Start(ctx context.Context) error {
+	select {
+	case <-s.stop:
+		return errors.New("projector: stopped")
+	default:
+	}
 	if err := s.prepare(ctx); err != nil {
 		return err
 	}
@@ -108,18 +148,46 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.resumeGaps(ctx); err != nil {
 		return err
 	}
-	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.consume, err = cons.Consume(func(m jetstream.Msg) { s.in <- m },
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.ctx = runCtx
+	consume, err := cons.Consume(s.deliver,
 		jetstream.PullMaxMessages(2*s.cfg.BatchSize),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			s.log.Warn("consume", slog.String("error", err.Error()))
 		}))
 	if err != nil {
+		cancel()
+		s.ctx = nil
 		return fmt.Errorf("projector: consume: %w", err)
 	}
+	s.consume, s.cancel = consume, cancel
 	go s.run()
 	s.log.Info("projector started", slog.String("consumer", s.cfg.durable()), slog.Any("filters", s.cfg.filters()))
 	return nil
+}
+
+// deliver hands a message to the run loop. Once stopping, the message is
+// given back for redelivery rather than waited on forever: the loop that
+// would take it may be gone.
+func (s *Service) deliver(m jetstream.Msg) {
+	select {
+	case s.in <- m:
+	case <-s.stop:
+		_ = m.Nak()
+	}
+}
+
+// giveBack naks the messages waiting in the channel, so that the next
+// projector gets them at once rather than after the ack wait.
+func (s *Service) giveBack() {
+	for {
+		select {
+		case m := <-s.in:
+			_ = m.Nak()
+		default:
+			return
+		}
+	}
 }
 
 func (s *Service) prepare(ctx context.Context) error {
@@ -127,16 +195,50 @@ func (s *Service) prepare(ctx context.Context) error {
 	if err := streams.Apply(ctx, s.js, opts); err != nil {
 		return err
 	}
-	kv, err := streams.ApplyBucket(ctx, s.js, streams.BucketTasks, opts)
+	kv, cfg, err := s.applyBucket(ctx, streams.BucketTasks, s.cfg.TasksMaxBytes, opts)
 	if err != nil {
 		return err
 	}
-	marks, err := streams.ApplyBucket(ctx, s.js, streams.BucketProjector, opts)
+	marks, _, err := s.applyBucket(ctx, streams.BucketProjector, s.cfg.MarksMaxBytes, opts)
 	if err != nil {
 		return err
 	}
 	s.kv, s.marks = kv, marks
+	s.valueLimit = valueLimit(cfg.MaxValueSize, s.nc.MaxPayload())
 	return nil
+}
+
+// applyBucket creates or updates a bucket of streams/ with max_bytes set to
+// maxBytes unless it is 0.
+func (s *Service) applyBucket(ctx context.Context, stem string, maxBytes int64, opts streams.Options) (jetstream.KeyValue, jetstream.KeyValueConfig, error) {
+	cfg, err := streams.Bucket(stem, opts)
+	if err != nil {
+		return nil, cfg, err
+	}
+	if maxBytes != 0 {
+		cfg.MaxBytes = maxBytes
+	}
+	kv, err := s.js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		return nil, cfg, fmt.Errorf("projector: apply bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, cfg, nil
+}
+
+// kvHeaderRoom is what a value leaves of the bucket's message size for the
+// headers of its write (the expected revision).
+const kvHeaderRoom = 256
+
+// valueLimit is the largest value a write can carry.
+func valueLimit(maxValueSize int32, maxPayload int64) int {
+	limit := maxPayload
+	if maxValueSize > 0 && (limit <= 0 || int64(maxValueSize) < limit) {
+		limit = int64(maxValueSize)
+	}
+	if limit <= 0 {
+		limit = 1 << 20 // the NATS default
+	}
+	return int(max(limit-kvHeaderRoom, 0))
 }
 
 // markKey is the open-gap marker of a task for this projector's consumer.
@@ -157,7 +259,7 @@ func (s *Service) resumeGaps(ctx context.Context) error {
 		if _, loaded := s.engine.State(task); loaded {
 			continue
 		}
-		if err := s.load(task); err != nil {
+		if _, err := s.load(task); err != nil {
 			return fmt.Errorf("projector: resume gap of %s: %w", task, err)
 		}
 		if st, _ := s.engine.State(task); st.Gap != nil {
@@ -199,18 +301,37 @@ func (s *Service) consumer(ctx context.Context, policy jetstream.DeliverPolicy) 
 	return c, nil
 }
 
-// Stop stops fetching, finishes the batch in hand and returns. Unacked
-// messages are redelivered to the next projector.
+// Stop stops fetching and lets the turn in hand finish, for at most
+// Config.StopTimeout: then it cancels the turn's reads and writes and
+// returns. Messages not acked by then are redelivered to the next projector.
+// Stop may be called without Start, and more than once.
 func (s *Service) Stop() {
 	s.once.Do(func() {
+		close(s.stop) // first: it releases a delivery blocked on a full channel
 		if s.consume != nil {
-			s.consume.Stop()
+			// Drain, not Stop: the messages pulled already go through
+			// deliver, which gives them back at once, instead of being
+			// dropped to wait out the ack wait.
+			s.consume.Drain()
 		}
-		close(s.stop)
-		if s.cancel != nil {
-			<-s.done
-			s.cancel()
+		if s.cancel == nil {
+			return // never started
 		}
+		// A context, not a timer: its Done stays closed for every wait below.
+		deadline, cancel := context.WithTimeout(context.Background(), s.cfg.StopTimeout)
+		defer cancel()
+		select {
+		case <-s.done:
+		case <-deadline.Done():
+			s.log.Warn("projector stop timed out; the turn in hand is abandoned and its messages are redelivered",
+				slog.Duration("stop_timeout", s.cfg.StopTimeout))
+		}
+		s.cancel()
+		select {
+		case <-s.consume.Closed():
+		case <-deadline.Done():
+		}
+		s.giveBack()
 		s.log.Info("projector stopped")
 	})
 }
@@ -226,6 +347,7 @@ func (s *Service) CheckConsumer(ctx context.Context) error {
 
 func (s *Service) run() {
 	defer close(s.done)
+	defer s.giveBack()
 	tick := time.NewTicker(s.cfg.RefetchEvery)
 	defer tick.Stop()
 	for {
@@ -250,11 +372,13 @@ func (s *Service) run() {
 	}
 }
 
-// turn handles one batch (possibly empty) and the due re-fetches.
+// turn handles one batch (possibly empty), the due re-fetches and the held
+// tasks that are due.
 func (s *Service) turn(batch []jetstream.Msg) {
 	changed := map[string]projection.State{}
+	offered := make([]projection.Event, len(batch)) // Task "" when the message is settled already
 	var newest time.Time
-	for _, m := range batch {
+	for i, m := range batch {
 		ev, committedAt, err := s.decode(m)
 		if err != nil {
 			// Only the ingest may publish to the log; anything else there
@@ -264,19 +388,63 @@ func (s *Service) turn(batch []jetstream.Msg) {
 			_ = m.Term()
 			continue
 		}
-		s.offer(ev, changed)
+		if err := s.offer(ev, changed); err != nil {
+			s.log.Warn("loading a projection failed; the event is redelivered", slog.String("task", ev.Task),
+				slog.Int64("version", ev.Version), slog.String("error", err.Error()))
+			_ = m.NakWithDelay(s.redeliveryDelay(m))
+			continue
+		}
+		offered[i] = ev
 		if committedAt.After(newest) {
 			newest = committedAt
 		}
 	}
 	s.refetch(changed)
+	s.retryHeld(changed)
 	if !s.writeAll(changed) {
-		return // stopping: the batch is redelivered
+		for i, ev := range offered { // stopping: the batch goes to the next projector
+			if ev.Task != "" {
+				_ = batch[i].Nak()
+			}
+		}
+		return
 	}
-	for _, m := range batch {
-		_ = m.Ack()
-	}
+	s.settle(batch, offered)
 	s.observe(newest)
+}
+
+// redeliveryDelay spaces the redeliveries of a message that could not be
+// handled: RetryMin, doubling with each delivery up to RetryMax.
+func (s *Service) redeliveryDelay(m jetstream.Msg) time.Duration {
+	d := s.cfg.RetryMin
+	if meta, err := m.Metadata(); err == nil {
+		for n := uint64(1); n < meta.NumDelivered && d < s.cfg.RetryMax; n++ {
+			d *= 2
+		}
+	}
+	return min(d, s.cfg.RetryMax)
+}
+
+// settle acks the offered messages once their effects are stored. A held
+// task keeps the message of its newest version unacked: if this process
+// dies, that message alone brings the task back (a version past the stored
+// one opens a gap that is re-fetched), so the older ones need not wait too.
+func (s *Service) settle(batch []jetstream.Msg, offered []projection.Event) {
+	for _, ev := range offered {
+		if h := s.held[ev.Task]; h != nil {
+			h.keep = max(h.keep, ev.Version)
+		}
+	}
+	for i, ev := range offered {
+		if ev.Task == "" {
+			continue
+		}
+		if h := s.held[ev.Task]; h != nil && ev.Version == h.keep {
+			_ = batch[i].NakWithDelay(h.delay)
+			continue
+		}
+		_ = batch[i].Ack()
+	}
 }
 
 // decode reads a LEDGER_LOG message (CONTRACT §4).
@@ -296,15 +464,21 @@ func (s *Service) decode(m jetstream.Msg) (projection.Event, time.Time, error) {
 		Type: h.Get(wire.HeaderType), Payload: m.Data()}, at, nil
 }
 
-// offer gives one event to the engine, loading the task's stored value the
-// first time, and records the task's new state if it changed.
-func (s *Service) offer(ev projection.Event, changed map[string]projection.State) {
+// offer gives one event to the engine, loading the task the first time, and
+// records the task's new state if it changed. It fails only if the task
+// could not be loaded: then the event was not offered at all.
+func (s *Service) offer(ev projection.Event, changed map[string]projection.State) error {
 	res, err := s.engine.Offer(ev)
 	if errors.Is(err, projection.ErrNotLoaded) {
-		if err := s.load(ev.Task); err != nil {
-			s.log.Warn("loading a projection failed; the event waits for redelivery", slog.String("task", ev.Task),
-				slog.String("error", err.Error()))
-			return
+		rewrite, err := s.load(ev.Task)
+		if err != nil {
+			if s.metrics != nil {
+				s.metrics.loadFailures.Inc()
+			}
+			return err
+		}
+		if rewrite {
+			changed[ev.Task], _ = s.engine.State(ev.Task)
 		}
 		res, err = s.engine.Offer(ev)
 	}
@@ -320,26 +494,7 @@ func (s *Service) offer(ev projection.Event, changed map[string]projection.State
 	if res.Changed {
 		changed[ev.Task] = res.State
 	}
-}
-
-// load seeds the engine with a task's stored value (or an empty state).
-func (s *Service) load(task string) error {
-	ctx, cancel := context.WithTimeout(s.ctxOrBackground(), 5*time.Second)
-	defer cancel()
-	st := projection.State{Task: task}
-	entry, err := s.kv.Get(ctx, task)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		s.revs[task] = 0
-	case err != nil:
-		return err
-	default:
-		if err := json.Unmarshal(entry.Value(), &st); err != nil {
-			return fmt.Errorf("stored value of %s is not a projection: %w", task, err)
-		}
-		s.revs[task] = entry.Revision()
-	}
-	return s.engine.Load(st)
+	return nil
 }
 
 func (s *Service) ctxOrBackground() context.Context {
@@ -349,175 +504,9 @@ func (s *Service) ctxOrBackground() context.Context {
 	return context.Background()
 }
 
-// refetch answers the engine's due re-fetches with one query.
-func (s *Service) refetch(changed map[string]projection.State) {
-	due := s.engine.DueRefetches()
-	if len(due) == 0 {
-		return
-	}
-	tasks, from, to := make([]string, len(due)), make([]int64, len(due)), make([]int64, len(due))
-	for i, r := range due {
-		tasks[i], from[i], to[i] = r.Task, r.FromVersion, r.ToVersion
-	}
-	ctx, cancel := context.WithTimeout(s.ctxOrBackground(), 30*time.Second)
-	defer cancel()
-	rows, err := s.pool.Query(ctx, sqlRefetch, tasks, from, to, s.cfg.RefetchLimit)
-	if err != nil {
-		s.log.Warn("re-fetch failed; the engine asks again", slog.Int("tasks", len(due)), slog.String("error", err.Error()))
-		return
-	}
-	events, err := scanEvents(rows)
-	if err != nil {
-		s.log.Warn("re-fetch failed; the engine asks again", slog.Int("tasks", len(due)), slog.String("error", err.Error()))
-		return
-	}
-	for _, ev := range events {
-		s.offer(ev, changed)
-	}
-	if s.metrics != nil {
-		s.metrics.refetches.Add(float64(len(due)))
-		s.metrics.refetched.Add(float64(len(events)))
-	}
-	s.log.Debug("re-fetched", slog.Int("tasks", len(due)), slog.Int("events", len(events)))
-}
-
-func scanEvents(rows pgx.Rows) ([]projection.Event, error) {
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (projection.Event, error) {
-		var ev projection.Event
-		var payload string
-		err := r.Scan(&ev.Task, &ev.Partition, &ev.Version, &ev.Seq, &ev.Type, &payload)
-		ev.Payload = json.RawMessage(payload)
-		return ev, err
-	})
-}
-
-// writeAll stores every changed state, retrying until all are stored or the
-// service stops.
-func (s *Service) writeAll(changed map[string]projection.State) bool {
-	delay := s.cfg.RetryMin
-	for len(changed) > 0 {
-		changed = s.write(changed)
-		if len(changed) == 0 {
-			return true
-		}
-		if s.metrics != nil {
-			s.metrics.kvRetries.Add(float64(len(changed)))
-		}
-		select {
-		case <-s.stop:
-			return false
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, s.cfg.RetryMax)
-	}
-	return true
-}
-
-// write publishes the states with compare-and-set on each key's revision and
-// returns the ones to try again.
-func (s *Service) write(changed map[string]projection.State) map[string]projection.State {
-	type pending struct {
-		st projection.State
-		f  jetstream.PubAckFuture
-	}
-	var ps []pending
-	retry := map[string]projection.State{}
-	for task, st := range changed {
-		b, err := json.Marshal(st)
-		if err != nil {
-			s.log.Error("projection does not encode", slog.String("task", task), slog.String("error", err.Error()))
-			continue
-		}
-		m := nats.NewMsg("$KV." + wire.BucketTasks + "." + task)
-		m.Data = b
-		f, err := s.js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(s.revs[task]))
-		if err != nil {
-			retry[task] = st
-			continue
-		}
-		ps = append(ps, pending{st, f})
-	}
-	for _, p := range ps {
-		task := p.st.Task
-		select {
-		case ack := <-p.f.Ok():
-			s.revs[task] = ack.Sequence
-			if !s.trackGap(p.st) {
-				retry[task] = p.st // the marker did not stick: write both again
-				continue
-			}
-			if s.metrics != nil {
-				s.metrics.kvWrites.Inc()
-			}
-		case err := <-p.f.Err():
-			var apiErr *jetstream.APIError
-			if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-				apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-				if s.resolveConflict(p.st) {
-					retry[task] = p.st
-				}
-				continue
-			}
-			s.log.Warn("writing a projection failed; retrying", slog.String("task", task), slog.String("error", err.Error()))
-			retry[task] = p.st
-		}
-	}
-	return retry
-}
-
-// resolveConflict handles a lost compare-and-set: someone else wrote the
-// key. If the stored value is as new as ours or newer, ours is dropped and
-// the task is reloaded from the bucket the next time it is seen; otherwise
-// we write again on top of the stored revision. A stale value never
-// overwrites a newer one.
-func (s *Service) resolveConflict(ours projection.State) (again bool) {
-	ctx, cancel := context.WithTimeout(s.ctxOrBackground(), 5*time.Second)
-	defer cancel()
-	entry, err := s.kv.Get(ctx, ours.Task)
-	if err != nil {
-		return true
-	}
-	var stored projection.State
-	if json.Unmarshal(entry.Value(), &stored) != nil {
-		s.revs[ours.Task] = entry.Revision()
-		return true
-	}
-	s.revs[ours.Task] = entry.Revision()
-	if stored.Version > ours.Version || (stored.Version == ours.Version && stored.Seq >= ours.Seq) {
-		s.engine.Evict(ours.Task)
-		delete(s.revs, ours.Task)
-		return false
-	}
-	return true
-}
-
-// trackGap keeps the open-gap marker in step with a stored state: written
-// when a gap opens (before the batch that opened it is acked), deleted when
-// it closes. It reports false if the marker could not be written.
-func (s *Service) trackGap(st projection.State) bool {
-	ctx, cancel := context.WithTimeout(s.ctxOrBackground(), 5*time.Second)
-	defer cancel()
-	_, open := s.gaps[st.Task]
-	switch {
-	case st.Gap != nil && !open:
-		if _, err := s.marks.Put(ctx, s.markKey(st.Task), []byte(wire.FormatTime(st.Gap.Since))); err != nil {
-			s.log.Warn("open-gap marker not written", slog.String("task", st.Task), slog.String("error", err.Error()))
-			return false
-		}
-		s.gaps[st.Task] = st.Gap.Since
-	case st.Gap == nil && open:
-		// A marker left behind only costs the next start a look at the task.
-		_ = s.marks.Delete(ctx, s.markKey(st.Task))
-		delete(s.gaps, st.Task)
-	}
-	return true
-}
-
 // observe updates the gauges and lets the engine shed idle tasks.
 func (s *Service) observe(newest time.Time) {
-	if n := s.engine.Trim(); n > 0 && len(s.revs) > 4*s.cfg.Engine.MaxTasks {
-		s.revs = map[string]uint64{}
-	}
+	s.trim()
 	if s.metrics == nil {
 		return
 	}
@@ -525,6 +514,7 @@ func (s *Service) observe(newest time.Time) {
 	s.metrics.openGaps.Set(float64(st.Waiting))
 	s.metrics.buffered.Set(float64(st.Buffered))
 	s.metrics.tasksInMem.Set(float64(st.Tasks))
+	s.metrics.heldTasks.Set(float64(len(s.held)))
 	if !newest.IsZero() {
 		s.metrics.lag.Set(time.Since(newest).Seconds())
 	}
@@ -538,5 +528,18 @@ func (s *Service) observe(newest time.Time) {
 		s.metrics.oldestGap.Set(0)
 	} else {
 		s.metrics.oldestGap.Set(time.Since(oldest).Seconds())
+	}
+}
+
+// trim lets the engine evict idle tasks and forgets what the service keeps
+// about exactly those: a resident task's revision must stay, or its next
+// compare-and-set fails. A held task keeps its revision: its state is still
+// to be written.
+func (s *Service) trim() {
+	for _, task := range s.engine.Trim() {
+		if s.held[task] == nil {
+			delete(s.revs, task)
+		}
+		delete(s.oversized, task)
 	}
 }

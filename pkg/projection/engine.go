@@ -14,6 +14,7 @@ import (
 type Engine struct {
 	cfg   Config
 	canon *canonicalizer
+	merge merger // the MergeReducer's scratch space
 
 	tasks   map[string]*task
 	waiting map[*task]struct{} // tasks with a gap or a pending catch-up
@@ -97,6 +98,11 @@ func (e *Engine) Load(st State) error {
 	}
 	if len(st.Data) > 0 && !json.Valid(st.Data) {
 		return fmt.Errorf("%w: task %q: data is not valid JSON", ErrInvalidState, st.Task)
+	}
+	if st.DataTooLarge != 0 {
+		// Folding on from null would lose the data for good.
+		return fmt.Errorf("%w: task %q: stored without its data (%d bytes); fold it again from the log", ErrInvalidState,
+			st.Task, st.DataTooLarge)
 	}
 	now := e.cfg.Now()
 	gap := st.Gap
@@ -227,7 +233,7 @@ func (e *Engine) retryAt(now time.Time) time.Time { return now.Add(e.cfg.GapTime
 func (e *Engine) reduce(t *task, ev Event, fp fingerprint, now time.Time) error {
 	var next State
 	if r, ok := e.cfg.Reducer.(MergeReducer); ok {
-		next = r.reduce(t.state, ev)
+		next = r.reduce(t.state, ev, &e.merge)
 	} else {
 		var err error
 		if next, err = e.cfg.Reducer.Reduce(t.state, ev); err != nil {
@@ -402,11 +408,12 @@ func (e *Engine) Evict(taskID string) bool {
 }
 
 // Trim evicts the least recently offered tasks that are not waiting until at
-// most Config.MaxTasks are resident, and returns how many it evicted. The
-// owner calls it when the KV writes of earlier Results are durable (after
-// each batch, say), for the reason given at Evict.
-func (e *Engine) Trim() int {
-	n := 0
+// most Config.MaxTasks are resident, and returns the ids of the tasks it
+// evicted (nil if none), so that the owner can forget what it keeps about
+// them, and only about them. The owner calls it when the KV writes of earlier
+// Results are durable (after each batch, say), for the reason given at Evict.
+func (e *Engine) Trim() []string {
+	var evicted []string
 	for len(e.tasks) > e.cfg.MaxTasks {
 		t := e.idle.back()
 		if t == nil {
@@ -414,9 +421,9 @@ func (e *Engine) Trim() int {
 		}
 		e.idle.remove(t)
 		delete(e.tasks, t.state.Task)
-		n++
+		evicted = append(evicted, t.state.Task)
 	}
-	return n
+	return evicted
 }
 
 // Stats returns the engine's gauges.

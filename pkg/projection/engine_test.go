@@ -233,7 +233,8 @@ func TestInvalidInput(t *testing.T) {
 		_, err := e.Offer(bad)
 		require.ErrorIs(t, err, ErrInvalidEvent)
 	}
-	for _, bad := range []State{{}, {Task: "t", Version: -1}, {Task: "u", Data: json.RawMessage(`{"a":`)}} {
+	for _, bad := range []State{{}, {Task: "t", Version: -1}, {Task: "u", Data: json.RawMessage(`{"a":`)},
+		{Task: "v", Version: 5, DataTooLarge: 2 << 20}} {
 		require.ErrorIs(t, e.Load(bad), ErrInvalidState)
 	}
 }
@@ -296,7 +297,7 @@ func TestEvictAndTrimOnlyIdleTasks(t *testing.T) {
 	offer(t, e, ev("c", 1, "x", `{}`), OutcomeApplied)  // c is the most recent
 	offer(t, e, ev("b", 1, "x", `{}`), OutcomeApplied)  // b even more
 
-	require.Equal(t, 2, e.Trim(), "d then c go; a waits and b is the newest")
+	require.Equal(t, []string{"d", "c"}, e.Trim(), "d then c go; a waits and b is the newest")
 	require.Equal(t, 2, e.Stats().Tasks)
 	_, ok := e.State("d")
 	require.False(t, ok)
@@ -329,6 +330,11 @@ func TestStateMarshalsToTheContractShape(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"task":"new","partition":0,"version":0,"status":"","data":null,"seq":0,
 		"updated_at":"2026-03-01T12:00:00.123456789Z","gap":null}`, string(b))
+
+	b, err = json.Marshal(State{Task: "big", Version: 5, Status: "done", Data: json.RawMessage(`{"a":"xyz"}`), Seq: 9, UpdatedAt: at}.WithoutData())
+	require.NoError(t, err)
+	require.JSONEq(t, `{"task":"big","partition":0,"version":5,"status":"done","data":null,"data_too_large":11,"seq":9,
+		"updated_at":"2026-03-01T12:00:00.123456789Z","gap":null}`, string(b), "CONTRACT §6: data null and its size")
 }
 
 func TestConfigDefaultsAndValidation(t *testing.T) {

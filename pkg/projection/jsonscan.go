@@ -1,5 +1,7 @@
 package projection
 
+import "unicode/utf8"
+
 // Small byte-level JSON scanners shared by the merge patch and the content
 // fingerprint. They exist because decoding every payload into map[string]any
 // and encoding it again costs several microseconds per event, which is most of
@@ -89,54 +91,22 @@ func scanValue(b []byte, i int) int {
 	}
 }
 
-// member is one name/value pair of a JSON object: key is the raw string token
-// including its quotes, val the raw value without surrounding whitespace. A nil
-// val marks a member removed by a merge patch, and touched one that the patch
-// has set or removed. esc records that the key has escapes, so that it must
-// be decoded before comparing ("a" is "\u0061").
-type member struct {
-	key     []byte
-	val     []byte
-	esc     bool
-	touched bool
-}
-
-// scanKey is scanString that also reports whether the string has escapes.
+// scanKey is scanString that also reports whether the key must be decoded
+// before it is compared: it has escapes ("a" is "\u0061"), or bytes that are
+// not UTF-8 (a decoder reads each as U+FFFD).
 func scanKey(b []byte, i int) (int, bool) {
-	esc := false
+	esc, high := false, false
+	s := i
 	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
+		switch c := b[i]; {
+		case c == '\\':
 			esc = true
 			i++
-		case '"':
-			return i + 1, esc
+		case c == '"':
+			return i + 1, esc || high && !utf8.Valid(b[s:i+1])
+		case c >= utf8.RuneSelf:
+			high = true
 		}
 	}
 	return len(b), esc
-}
-
-// appendMembers appends the members of the JSON object obj (trimmed, valid) to
-// ms in document order.
-func appendMembers(ms []member, obj []byte) []member {
-	i := 1 // past '{'
-	for {
-		i = skipSpace(obj, i)
-		if i >= len(obj) || obj[i] == '}' {
-			return ms
-		}
-		if obj[i] == ',' {
-			i++
-			continue
-		}
-		ks := i
-		var esc bool
-		i, esc = scanKey(obj, i)
-		key := obj[ks:i]
-		i = skipSpace(obj, i) + 1 // past ':'
-		i = skipSpace(obj, i)
-		vs := i
-		i = scanValue(obj, i)
-		ms = append(ms, member{key: key, val: obj[vs:i], esc: esc})
-	}
 }

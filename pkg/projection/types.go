@@ -93,6 +93,19 @@ type State struct {
 	UpdatedAt time.Time `json:"updated_at"`
 	// Gap is nil unless a later version waits for an earlier one.
 	Gap *GapInfo `json:"gap"`
+	// DataTooLarge is 0 (and left out of the JSON) unless the value was
+	// stored without its data because the data did not fit in a bucket
+	// value: then Data is null and DataTooLarge is the data's size in bytes,
+	// while Version, Status and Seq stay exact (CONTRACT §6). The Engine never
+	// sets it and never loads such a State: it always holds the true data.
+	DataTooLarge int `json:"data_too_large,omitempty"`
+}
+
+// WithoutData returns st as stored when its data does not fit in a bucket
+// value: Data null and DataTooLarge the size of the data.
+func (st State) WithoutData() State {
+	st.DataTooLarge, st.Data = len(st.Data), nil
+	return st
 }
 
 // Outcome says what Offer did with an event.
@@ -199,14 +212,19 @@ func (r MergeReducer) Reduce(state State, ev Event) (State, error) {
 	if len(ev.Payload) > 0 && !json.Valid(ev.Payload) {
 		return state, ErrInvalidJSON
 	}
-	return r.reduce(state, ev), nil
+	return r.reduce(state, ev, nil), nil
 }
 
 // reduce is Reduce for a payload known to be valid JSON. The Engine calls it
 // directly: its fingerprint has validated the payload already, and the
 // second check would cost a sixth of the apply path.
-func (MergeReducer) reduce(state State, ev Event) State {
+// The merger m, if not nil, is the Engine's own, which spares it the pool.
+func (MergeReducer) reduce(state State, ev Event, m *merger) State {
 	state.Status = ev.Type
-	state.Data = mergePatch(trimSpace(state.Data), trimSpace(ev.Payload))
+	if m == nil {
+		state.Data = mergePatch(trimSpace(state.Data), trimSpace(ev.Payload))
+	} else {
+		state.Data = m.merge(trimSpace(state.Data), trimSpace(ev.Payload))
+	}
 	return state
 }

@@ -1,0 +1,23 @@
+package projector
+
+import (
+	"context"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Prepare readies s as Start does but starts no loop, so that a test can
+// drive turns one by one with Turn, on messages it fetched itself.
+func (s *Service) Prepare(ctx context.Context) (jetstream.Consumer, error) {
+	if err := s.prepare(ctx); err != nil {
+		return nil, err
+	}
+	cons, err := s.consumer(ctx, jetstream.DeliverAllPolicy)
+	if err != nil {
+		return nil, err
+	}
+	return cons, s.resumeGaps(ctx)
+}
+
+// Turn handles one batch as the run loop does.
+func (s *Service) Turn(batch []jetstream.Msg) { s.turn(batch) }

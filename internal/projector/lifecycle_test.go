@@ -1,0 +1,158 @@
+package projector_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/faultproxy"
+	"github.com/flowness/ledger/internal/projector"
+	"github.com/flowness/ledger/pkg/projection"
+)
+
+// The engine evicts idle tasks while a task stays resident; the projector
+// forgets the bucket revisions of the evicted tasks only. The resident
+// task's next write, the one that opens its gap, goes through at the first
+// compare-and-set, the gap is stored with its marker, and a projector that
+// starts after this one died finishes the task from PostgreSQL.
+func TestTrimKeepsTheRevisionOfAResidentTaskSoItsGapIsStored(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := e.commit(1, "g", []string{"a", "b", "c"}, []string{`{"a":1}`, `{"b":2}`, `{"c":3}`})
+	var others []committed
+	for k := range 5 {
+		others = append(others, e.commit(2, fmt.Sprintf("o-%d", k), []string{"x"}, []string{`{}`})...)
+	}
+	reg := prometheus.NewRegistry()
+	p := e.newProjector(projector.Config{Engine: projection.Config{MaxTasks: 1, GapTimeout: time.Hour}}, reg)
+	cons, err := p.Prepare(context.Background())
+	require.NoError(t, err)
+
+	e.publishLog(g[0])
+	p.Turn(fetch(t, cons, 1))
+	for _, o := range others {
+		e.publishLog(o)
+	}
+	e.publishLog(g[0]) // a copy again, so g is the task offered last and the trim keeps it
+	p.Turn(fetch(t, cons, 6))
+	require.EqualValues(t, 1, metric(t, reg, "ledger_projector_tasks_in_memory"), "the trim evicted the others")
+
+	e.publishLog(g[2]) // version 3 before 2: a gap opens
+	p.Turn(fetch(t, cons, 1))
+	st, ok := e.state("g")
+	require.True(t, ok)
+	require.EqualValues(t, 1, st.Version)
+	require.NotNil(t, st.Gap, "the gap is stored")
+	require.EqualValues(t, 2, st.Gap.NextVersion)
+	require.Zero(t, metric(t, reg, "ledger_projector_kv_retries_total"), "no compare-and-set failed: g's revision was kept")
+
+	e.start(projector.Config{Engine: projection.Config{GapTimeout: 200 * time.Millisecond}})
+	st = e.waitState("g", 10*time.Second, func(s projection.State) bool { return s.Version == 3 && s.Gap == nil })
+	_, data := fold(t, g)
+	jsonEq(t, data, st.Data, "g")
+}
+
+// Stop needs no Start, may be called twice, and a stopped projector does
+// not start.
+func TestStopWithoutStartAndTwice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	idle := e.newProjector(projector.Config{}, nil)
+	running := e.start(projector.Config{})
+	returns(t, "Stop without Start, twice", func() { idle.Stop(); idle.Stop() })
+	returns(t, "Stop twice", func() { running.Stop(); running.Stop() })
+	require.Error(t, idle.Start(context.Background()), "a stopped projector does not start")
+}
+
+// A turn hangs on a database that answers nothing while the log keeps
+// coming, so the consume callback has a full channel in front of it. Stop
+// returns within its StopTimeout all the same, the callback is released, and
+// nothing the hung projector held is lost.
+func TestStopIsBoundedWhileATurnHangs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	proxy, pool := proxiedPool(t, e.db.URL)
+	stuck := e.commit(1, "stuck", []string{"a", "b", "c"}, []string{`{"a":1}`, `{"b":2}`, `{"c":3}`})
+	var later []committed
+	for k := range 10 {
+		later = append(later, e.commit(2, fmt.Sprintf("later-%d", k), []string{"x"}, []string{`{"k":1}`})...)
+	}
+	closed := make(chan struct{})
+	nc := e.ns.Conn(t, nats.DrainTimeout(time.Minute), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	p, err := projector.New(projector.Config{BatchSize: 2, StopTimeout: 500 * time.Millisecond,
+		Engine: projection.Config{GapTimeout: 300 * time.Millisecond}},
+		projector.Deps{NC: nc, Pool: pool, Logger: testLogger()})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	t.Cleanup(p.Stop)
+
+	e.publishLog(stuck[0])
+	e.publishLog(stuck[2])
+	e.waitState("stuck", 10*time.Second, func(s projection.State) bool { return s.Gap != nil })
+	proxy.Silence() // the re-fetch of version 2, due in 300 ms, hangs
+	time.Sleep(time.Second)
+	for _, c := range later {
+		e.publishLog(c)
+	}
+	cons, err := e.js.Consumer(context.Background(), "LEDGER_LOG", "projector")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(context.Background())
+		// 2 handled, 4 in the channel (2 × batch size), 1 in the callback
+		return err == nil && info.Delivered.Consumer >= 7
+	}, 10*time.Second, 10*time.Millisecond)
+
+	returns(t, "Stop while a turn hangs", p.Stop)
+	// A connection drains only once its handlers return: a consume callback
+	// blocked on a channel nobody reads would hold it for the drain timeout.
+	require.NoError(t, nc.Drain())
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection did not drain: the consume callback is still blocked after Stop")
+	}
+
+	proxy.Restore()
+	e.start(projector.Config{Engine: projection.Config{GapTimeout: 300 * time.Millisecond}})
+	e.waitState("stuck", 10*time.Second, func(s projection.State) bool { return s.Version == 3 })
+	for _, c := range later {
+		e.waitState(c.task, 10*time.Second, func(s projection.State) bool { return s.Version == 1 })
+	}
+}
+
+// returns runs f and fails the test unless it returns within 5 s.
+func returns(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s did not return within 5 s", what)
+	}
+}
+
+// proxiedPool is a pool on the test's database through a fault proxy.
+func proxiedPool(t *testing.T, url string) (*faultproxy.Proxy, *pgxpool.Pool) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	proxy := faultproxy.Start(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	host, port, err := net.SplitHostPort(proxy.Addr())
+	require.NoError(t, err)
+	p, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return proxy, pool
+}
