@@ -15,6 +15,7 @@ import (
 	"github.com/flowness/ledger/internal/ctl"
 	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/natstest"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
@@ -75,8 +76,7 @@ func TestLeasesListHolderGenerationAndTimeLeft(t *testing.T) {
 	require.NoError(t, err)
 	_, err = store.Acquire(ctx, 5, "worker-b", time.Second)
 	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `UPDATE ledger.leases SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE partition = 5`)
-	require.NoError(t, err)
+	ledgertest.ExpireLease(t, db.Pool, 5)
 
 	r := run(t, "-database-url", db.URL, "leases", "-json").ok(t)
 	lines := r.jsonLines(t)

@@ -14,12 +14,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/ctl"
 	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/natstest"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
@@ -126,9 +126,7 @@ func (e *env) acquire(partition int, holder string) fence.Lease {
 
 func (e *env) expire(partition int) {
 	e.t.Helper()
-	_, err := e.db.Pool.Exec(context.Background(),
-		`UPDATE ledger.leases SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE partition = $1`, partition)
-	require.NoError(e.t, err)
+	ledgertest.ExpireLease(e.t, e.db.Pool, partition)
 }
 
 // event is what a test publishes to LEDGER_IN.
@@ -142,7 +140,7 @@ type event struct {
 	payload    string
 }
 
-func newID() string { return ulid.Make().String() }
+func newID() string { return ledgertest.NewID() }
 
 func (e *env) msg(ev event) *nats.Msg {
 	return e.subj.InboundMsg(wire.Inbound{ID: newID(), Partition: ev.partition, Task: ev.task, Holder: ev.holder,

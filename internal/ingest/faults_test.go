@@ -15,6 +15,7 @@ import (
 	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/internal/faultproxy"
 	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/natstest"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
@@ -96,7 +97,7 @@ func TestClusterNodeLossLosesNoAcknowledgedEvent(t *testing.T) {
 	store, err := fence.New(db.Pool, fence.Config{})
 	require.NoError(t, err)
 	nc := cl.Conn(t, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	svc, err := ingest.New(ingest.Config{Replicas: 3}, ingest.Deps{NC: cl.Conn(t, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond)), Store: store, Logger: testLogger(t)})
+	svc, err := ingest.New(ingest.Config{Replicas: 3}, ingest.Deps{NC: cl.Conn(t, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond)), Store: store, Logger: ledgertest.Logger()})
 	require.NoError(t, err)
 	require.NoError(t, svc.Start(context.Background()))
 	t.Cleanup(svc.Stop)

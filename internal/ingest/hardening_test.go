@@ -15,6 +15,7 @@ import (
 	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/internal/faultproxy"
 	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/natstest"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
@@ -25,7 +26,7 @@ import (
 func (e *env) startIngestOn(cfg ingest.Config, store *fence.Store) (*ingest.Service, *nats.Conn) {
 	e.t.Helper()
 	nc := e.ns.Conn(e.t)
-	svc, err := ingest.New(cfg, ingest.Deps{NC: nc, Store: store, Logger: testLogger(e.t)})
+	svc, err := ingest.New(cfg, ingest.Deps{NC: nc, Store: store, Logger: ledgertest.Logger()})
 	require.NoError(e.t, err)
 	require.NoError(e.t, svc.Start(context.Background()))
 	e.t.Cleanup(svc.Stop)
@@ -172,7 +173,7 @@ func TestStopReturnsWhileTheDatabaseIsAway(t *testing.T) {
 func TestStopWithoutStart(t *testing.T) {
 	t.Parallel()
 	e := newBareEnv(t)
-	svc, err := ingest.New(ingest.Config{}, ingest.Deps{NC: e.nc, Store: e.store, Logger: testLogger(t)})
+	svc, err := ingest.New(ingest.Config{}, ingest.Deps{NC: e.nc, Store: e.store, Logger: ledgertest.Logger()})
 	require.NoError(t, err)
 	svc.Stop()
 	svc.Stop()

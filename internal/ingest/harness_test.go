@@ -2,21 +2,18 @@ package ingest_test
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
-	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/natstest"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
@@ -51,28 +48,17 @@ func newBenchEnv(t testing.TB, cfg ingest.Config) *env {
 	return e
 }
 
-func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("LEDGER_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(nopWriter{}, nil))
-}
-
-type nopWriter struct{}
-
-func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
-
 // startIngest starts one more ingest process on the test's NATS and database.
 func (e *env) startIngest(cfg ingest.Config) *ingest.Service {
 	e.t.Helper()
-	svc, err := ingest.New(cfg, ingest.Deps{NC: e.ns.Conn(e.t), Store: e.store, Logger: testLogger(e.t)})
+	svc, err := ingest.New(cfg, ingest.Deps{NC: e.ns.Conn(e.t), Store: e.store, Logger: ledgertest.Logger()})
 	require.NoError(e.t, err)
 	require.NoError(e.t, svc.Start(context.Background()))
 	e.t.Cleanup(svc.Stop)
 	return svc
 }
 
-func newID() string { return ulid.MustNew(ulid.Timestamp(time.Now()), rand.Reader).String() }
+func newID() string { return ledgertest.NewID() }
 
 // event is what a test publishes to LEDGER_IN.
 type event struct {
@@ -212,16 +198,12 @@ func (e *env) streamMsgs(stream, filter string) []jetstream.Msg {
 
 func (e *env) count(sql string, args ...any) int {
 	e.t.Helper()
-	var n int
-	require.NoError(e.t, e.db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
+	return ledgertest.Count(e.t, e.db.Pool, sql, args...)
 }
 
 func (e *env) expire(partition int) {
 	e.t.Helper()
-	_, err := e.db.Pool.Exec(context.Background(),
-		`UPDATE ledger.leases SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE partition = $1`, partition)
-	require.NoError(e.t, err)
+	ledgertest.ExpireLease(e.t, e.db.Pool, partition)
 }
 
 func payload(v any) string { b, _ := json.Marshal(v); return string(b) }

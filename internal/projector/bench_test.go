@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/projection"
 )
@@ -39,7 +40,7 @@ func BenchmarkRebuild(b *testing.B) {
 		b.StopTimer()
 		e := newEnv(b)
 		e.seedDB(tasks, versions)
-		p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(b), Pool: e.db.Pool, Logger: testLogger()})
+		p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(b), Pool: e.db.Pool, Logger: ledgertest.Logger()})
 		require.NoError(b, err)
 		b.StartTimer()
 		start := time.Now()

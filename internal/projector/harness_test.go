@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"log/slog"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/natstest"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/projection"
@@ -44,13 +43,6 @@ func newEnv(t testing.TB) *env {
 	return e
 }
 
-func testLogger() *slog.Logger {
-	if os.Getenv("LEDGER_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
 // start runs a projector on the test's services.
 func (e *env) start(cfg projector.Config) *projector.Service {
 	e.t.Helper()
@@ -68,7 +60,7 @@ func (e *env) startWith(cfg projector.Config, reg *prometheus.Registry) *project
 // newProjector returns a projector that is not started yet.
 func (e *env) newProjector(cfg projector.Config, reg *prometheus.Registry) *projector.Service {
 	e.t.Helper()
-	deps := projector.Deps{NC: e.ns.Conn(e.t), Pool: e.db.Pool, Logger: testLogger()}
+	deps := projector.Deps{NC: e.ns.Conn(e.t), Pool: e.db.Pool, Logger: ledgertest.Logger()}
 	if reg != nil {
 		deps.Registerer = reg
 	}

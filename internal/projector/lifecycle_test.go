@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/faultproxy"
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/projection"
 )
@@ -89,7 +90,7 @@ func TestStopIsBoundedWhileATurnHangs(t *testing.T) {
 	nc := e.ns.Conn(t, nats.DrainTimeout(time.Minute), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
 	p, err := projector.New(projector.Config{BatchSize: 2, StopTimeout: 500 * time.Millisecond,
 		Engine: projection.Config{GapTimeout: 300 * time.Millisecond}},
-		projector.Deps{NC: nc, Pool: pool, Logger: testLogger()})
+		projector.Deps{NC: nc, Pool: pool, Logger: ledgertest.Logger()})
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	t.Cleanup(p.Stop)

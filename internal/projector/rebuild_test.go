@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
@@ -110,7 +111,7 @@ func TestRebuildFromZeroEqualsTheLiveState(t *testing.T) {
 	before := e.snapshot()
 	require.Len(t, before, tasks)
 
-	p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(t), Pool: e.db.Pool, Logger: testLogger()})
+	p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(t), Pool: e.db.Pool, Logger: ledgertest.Logger()})
 	require.NoError(t, err)
 	// While the rebuild scans, a writer keeps committing (as the ingest
 	// would: commit, then the log copy). None of it may be lost.

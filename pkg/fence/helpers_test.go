@@ -2,15 +2,14 @@ package fence_test
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/pkg/fence"
 )
 
@@ -26,13 +25,10 @@ func newStore(t testing.TB, cfg fence.Config) (*fence.Store, *dbtest.DB) {
 // expire makes partition's lease expire now, as if its TTL had run out,
 // without waiting for the clock.
 func expire(t testing.TB, db *dbtest.DB, partition int) {
-	t.Helper()
-	_, err := db.Pool.Exec(context.Background(),
-		`UPDATE ledger.leases SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE partition = $1`, partition)
-	require.NoError(t, err)
+	ledgertest.ExpireLease(t, db.Pool, partition)
 }
 
-func newID() string { return ulid.MustNew(ulid.Timestamp(time.Now()), rand.Reader).String() }
+func newID() string { return ledgertest.NewID() }
 
 // ev builds an event of lease l for task at version with a small payload.
 func ev(l fence.Lease, task string, version int64, typ string) fence.Event {
@@ -53,9 +49,7 @@ func appendOne(t testing.TB, s *fence.Store, e fence.Event) fence.Result {
 
 func countRows(t testing.TB, db *dbtest.DB, sql string, args ...any) int {
 	t.Helper()
-	var n int
-	require.NoError(t, db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
+	return ledgertest.Count(t, db.Pool, sql, args...)
 }
 
 // waitDoneOrBlocked waits until done is closed or a session of db waits for

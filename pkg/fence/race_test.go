@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -338,9 +339,7 @@ func (w *raceWorker) run(ctx context.Context) {
 func (w *raceWorkload) expirer(ctx context.Context, rng *rand.Rand) error {
 	for iter := 0; iter < raceMaxIter && !w.stop.Load(); iter++ {
 		time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
-		_, err := w.pool.Exec(ctx,
-			`UPDATE ledger.leases SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE partition = $1`,
-			rng.IntN(racePartitions))
+		_, err := w.pool.Exec(ctx, ledgertest.ExpireLeaseSQL, rng.IntN(racePartitions))
 		if err != nil {
 			return err
 		}

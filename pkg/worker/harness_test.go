@@ -3,8 +3,6 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 
 	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/natstest"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
@@ -34,7 +33,7 @@ func newLedger(t *testing.T) *ledger {
 	var err error
 	l.store, err = fence.New(l.db.Pool, fence.Config{})
 	require.NoError(t, err)
-	svc, err := ingest.New(ingest.Config{}, ingest.Deps{NC: l.ns.Conn(t), Store: l.store, Logger: testLogger()})
+	svc, err := ingest.New(ingest.Config{}, ingest.Deps{NC: l.ns.Conn(t), Store: l.store, Logger: ledgertest.Logger()})
 	require.NoError(t, err)
 	require.NoError(t, svc.Start(context.Background()))
 	t.Cleanup(svc.Stop)
@@ -54,19 +53,12 @@ func (l *ledger) client(nc *nats.Conn, cfg worker.Config) *worker.Client {
 func newClient(t *testing.T, nc *nats.Conn, cfg worker.Config) *worker.Client {
 	t.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = testLogger()
+		cfg.Logger = ledgertest.Logger()
 	}
 	c, err := worker.New(nc, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c
-}
-
-func testLogger() *slog.Logger {
-	if os.Getenv("LEDGER_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
 }
 
 // row is one row of ledger.events, as a test compares it.
@@ -97,9 +89,7 @@ func (l *ledger) events(task string) []row {
 
 func (l *ledger) count(sql string, args ...any) int {
 	l.t.Helper()
-	var n int
-	require.NoError(l.t, l.db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
+	return ledgertest.Count(l.t, l.db.Pool, sql, args...)
 }
 
 // leaseGet calls <prefix>.lease.get, as any client of the contract would.

@@ -1,0 +1,50 @@
+// Package ledgertest is the one kit of small helpers the project's tests
+// share: a logger that is quiet unless asked, event ids, and the few
+// database reads and nudges tests make of the ledger's tables. The
+// harnesses that start things (an isolated database, an embedded NATS
+// server) are dbtest and natstest.
+package ledgertest
+
+import (
+	"context"
+	"crypto/rand"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+)
+
+// Logger discards everything, unless LEDGER_TEST_LOG is set: then it
+// writes text at debug level to stderr, to watch a test's services.
+func Logger() *slog.Logger {
+	if os.Getenv("LEDGER_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// NewID is a fresh event id (a ULID of now).
+func NewID() string { return ulid.MustNew(ulid.Timestamp(time.Now()), rand.Reader).String() }
+
+// ExpireLeaseSQL makes partition $1's lease expire now, as if its TTL had
+// run out, without waiting for the clock.
+const ExpireLeaseSQL = `UPDATE ledger.leases SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE partition = $1`
+
+// ExpireLease runs ExpireLeaseSQL for partition.
+func ExpireLease(tb testing.TB, pool *pgxpool.Pool, partition int) {
+	tb.Helper()
+	_, err := pool.Exec(context.Background(), ExpireLeaseSQL, partition)
+	require.NoError(tb, err)
+}
+
+// Count runs a query that returns one integer (a count) and returns it.
+func Count(tb testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
+	tb.Helper()
+	var n int
+	require.NoError(tb, pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
