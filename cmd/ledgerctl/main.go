@@ -1,6 +1,6 @@
 // Command ledgerctl is the ledger's admin command line: migrations, streams,
 // leases, tasks, dead letters and the committed log. Run "ledgerctl help"
-// for the commands; the implementations live in internal/ctl.
+// for the commands; the implementations live in ./internal/ctl.
 package main
 
 import (
@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/flowness/ledger/internal/ctl"
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/ctl"
 )
 
 func main() {

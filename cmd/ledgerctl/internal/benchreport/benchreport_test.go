@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowness/ledger/internal/benchreport"
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/benchreport"
 	"github.com/flowness/ledger/internal/dbtest"
 )
 

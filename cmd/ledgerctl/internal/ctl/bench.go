@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/flowness/ledger/internal/benchreport"
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/benchreport"
 )
 
 // Bench runs the benchmark report ("bench"): the raw PostgreSQL baselines,

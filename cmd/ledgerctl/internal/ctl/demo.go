@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/flowness/ledger/internal/demo"
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/demo"
 )
 
 // Demo runs the ledger in-process and plays the two seed stories ("demo").

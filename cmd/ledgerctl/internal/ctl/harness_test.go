@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowness/ledger/internal/ctl"
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/ctl"
 	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/internal/ingest"
 	"github.com/flowness/ledger/internal/ledgertest"

@@ -16,7 +16,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/flowness/ledger/internal/localstack"
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/localstack"
 )
 
 // Run starts a ledger in this process (see Options.DatabaseURL), runs
