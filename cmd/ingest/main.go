@@ -8,6 +8,7 @@ import (
 	"context"
 	"flag"
 	"log/slog"
+	"os"
 	"os/signal"
 	"syscall"
 
@@ -18,7 +19,7 @@ import (
 	"github.com/flowness/ledger/pkg/fence"
 )
 
-func main() { connect.Main("ingest", run) }
+func main() { os.Exit(connect.Run("ingest", run, os.Args[1:], os.Stderr)) }
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/signal"
 	"syscall"
 
@@ -20,7 +21,7 @@ import (
 	"github.com/flowness/ledger/pkg/wire"
 )
 
-func main() { connect.Main("projector", run) }
+func main() { os.Exit(connect.Run("projector", run, os.Args[1:], os.Stderr)) }
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("projector", flag.ContinueOnError)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -66,7 +67,30 @@ func Env(name, def string) string {
 	return def
 }
 
-// EnvInt is Env for integers; a malformed value is reported, not ignored.
+// envErrs collects the malformed environment values met while flags got
+// their defaults; Service.Parse reports them, so a bad value is an error,
+// never silently the default.
+var envErrs struct {
+	sync.Mutex
+	errs []error
+}
+
+func envErr(err error) {
+	envErrs.Lock()
+	envErrs.errs = append(envErrs.errs, err)
+	envErrs.Unlock()
+}
+
+// EnvError returns the malformed environment values met so far by EnvInt
+// and EnvDuration, joined, or nil.
+func EnvError() error {
+	envErrs.Lock()
+	defer envErrs.Unlock()
+	return errors.Join(envErrs.errs...)
+}
+
+// EnvInt is Env for integers. A malformed value yields def here and an
+// error from EnvError (and Service.Parse).
 func EnvInt(name string, def int) int {
 	v, ok := os.LookupEnv(name)
 	if !ok || v == "" {
@@ -74,13 +98,14 @@ func EnvInt(name string, def int) int {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s=%q is not an integer\n", name, v)
-		os.Exit(2)
+		envErr(fmt.Errorf("%s=%q is not an integer", name, v))
+		return def
 	}
 	return n
 }
 
-// EnvDuration is Env for durations ("3s", "250ms").
+// EnvDuration is Env for durations ("3s", "250ms"), with EnvInt's rule
+// for malformed values.
 func EnvDuration(name string, def time.Duration) time.Duration {
 	v, ok := os.LookupEnv(name)
 	if !ok || v == "" {
@@ -88,8 +113,8 @@ func EnvDuration(name string, def time.Duration) time.Duration {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s=%q is not a duration (like 3s or 250ms)\n", name, v)
-		os.Exit(2)
+		envErr(fmt.Errorf("%s=%q is not a duration (like 3s or 250ms)", name, v))
+		return def
 	}
 	return d
 }

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 )
 
 // Service holds what every service binary shares: the connection flags,
@@ -38,6 +38,9 @@ func (s *Service) Parse(fs *flag.FlagSet, args []string) (bool, error) {
 		}
 		return false, err
 	}
+	if err := EnvError(); err != nil {
+		return false, err
+	}
 	log, err := Logger(s.LogLevel)
 	if err != nil {
 		return false, err
@@ -46,11 +49,12 @@ func (s *Service) Parse(fs *flag.FlagSet, args []string) (bool, error) {
 	return true, nil
 }
 
-// Main runs a service's run function and exits non-zero with a message when
-// it fails.
-func Main(name string, run func(args []string) error) {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, name+":", err)
-		os.Exit(1)
+// Run runs a service's run function on args and returns the process's
+// exit status: 0, or 1 after writing the error to stderr.
+func Run(name string, run func(args []string) error, args []string, stderr io.Writer) int {
+	if err := run(args); err != nil {
+		fmt.Fprintln(stderr, name+":", err)
+		return 1
 	}
+	return 0
 }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/demo"
+	"github.com/flowness/ledger/internal/dbtest"
 )
 
 // The demo plays both stories against the database it is given, and its
