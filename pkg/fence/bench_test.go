@@ -3,6 +3,7 @@ package fence_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,4 +63,58 @@ func BenchmarkAppend(b *testing.B) {
 			b.ReportMetric(float64(b.N*size)/spent.Seconds(), "events/s")
 		})
 	}
+}
+
+// BenchmarkRenewUnderAppends measures how long a lease renewal takes while
+// three appenders keep appending to the same partition with batches of
+// 500: the renewal must never queue behind them. It reports the renewal's
+// p50, p99 and max in milliseconds.
+func BenchmarkRenewUnderAppends(b *testing.B) {
+	s, _ := newStore(b, fence.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l, err := s.Acquire(ctx, 0, "bench", fence.TTLMax)
+	require.NoError(b, err)
+	filler := strings.Repeat("x", 150)
+	errs := make(chan error, 3)
+	for w := range 3 {
+		go func() {
+			version := int64(0)
+			for ctx.Err() == nil {
+				batch := make([]fence.Event, 500)
+				for i := range batch {
+					version++
+					batch[i] = fence.Event{ID: newID(), Partition: 0, Task: fmt.Sprintf("w%d", w), Version: version,
+						Type: "progress", Payload: []byte(fmt.Sprintf(`{"note":%q}`, filler)), Holder: l.Holder, Generation: l.Generation}
+				}
+				if _, err := s.Append(ctx, batch); err != nil && ctx.Err() == nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // the appenders are under way
+	var took []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		if _, err := s.Renew(ctx, 0, l.Holder, l.Generation, 0); err != nil {
+			b.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.StopTimer()
+	cancel()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	slices.Sort(took)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(took[len(took)/2]), "p50-ms")
+	b.ReportMetric(ms(took[len(took)*99/100]), "p99-ms")
+	b.ReportMetric(ms(took[len(took)-1]), "max-ms")
 }
