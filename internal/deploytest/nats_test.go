@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/natstest"
+	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/streams"
 )
 
@@ -61,13 +62,17 @@ func connectAs(t testing.TB, srv *natstest.Server, user string) *userConn {
 	env, ok := natsUsers[user]
 	require.Truef(t, ok, "no test password for NATS user %s", user)
 	uc := &userConn{errs: make(chan error, 64)}
-	nc, err := nats.Connect(srv.URL(), nats.Name("deploytest-"+user), nats.UserInfo(user, natsPasswords[env]),
+	opts := []nats.Option{nats.Name("deploytest-" + user), nats.UserInfo(user, natsPasswords[env])}
+	if strings.HasPrefix(user, "worker-") {
+		opts = append(opts, nats.CustomInboxPrefix(wire.InboxPrefix(user)))
+	}
+	nc, err := nats.Connect(srv.URL(), append(opts,
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case uc.errs <- err:
 			default:
 			}
-		}))
+		}))...)
 	require.NoErrorf(t, err, "connect as %s", user)
 	t.Cleanup(nc.Close)
 	uc.Conn = nc
@@ -121,7 +126,7 @@ func TestNATSAuthorizationConfinesEachComponent(t *testing.T) {
 	// The ingest creates the streams at start.
 	require.NoError(t, streams.Apply(ctx, ingest.js(t), streams.Options{}))
 	// The ingest serves the lease service.
-	for _, subj := range []string{"ledger.lease.acquire", "ledger.task.head"} {
+	for _, subj := range []string{"ledger.lease.acquire.*.*", "ledger.task.head"} {
 		_, err := ingest.QueueSubscribe(subj, "ledger", func(m *nats.Msg) { _ = m.Respond([]byte(`{"ok":true}`)) })
 		require.NoError(t, err)
 	}
@@ -133,7 +138,7 @@ func TestNATSAuthorizationConfinesEachComponent(t *testing.T) {
 	})
 
 	t.Run("worker publishes an event to LEDGER_IN", func(t *testing.T) {
-		msg := nats.NewMsg("ledger.in.3.t")
+		msg := nats.NewMsg("ledger.in.worker-a.1.3.t")
 		msg.Header.Set(nats.MsgIdHdr, "01JD0000000000000000000001")
 		msg.Data = []byte(`{"status":"running"}`)
 		ack, err := workerA.js(t).PublishMsg(ctx, msg)
@@ -142,7 +147,7 @@ func TestNATSAuthorizationConfinesEachComponent(t *testing.T) {
 	})
 
 	t.Run("worker calls the lease service", func(t *testing.T) {
-		for _, subj := range []string{"ledger.lease.acquire", "ledger.task.head"} {
+		for _, subj := range []string{"ledger.lease.acquire.worker-a.1", "ledger.task.head"} {
 			reply, err := workerA.RequestWithContext(ctx, subj, []byte(`{}`))
 			require.NoErrorf(t, err, "request %s", subj)
 			require.JSONEq(t, `{"ok":true}`, string(reply.Data))
@@ -150,7 +155,8 @@ func TestNATSAuthorizationConfinesEachComponent(t *testing.T) {
 	})
 
 	t.Run("worker cannot write the log, the dead letters or receipts", func(t *testing.T) {
-		for _, subj := range []string{"ledger.log.3.t", "ledger.dlq.3.t", "ledger.receipt.worker-b", "$KV.ledger_tasks.t"} {
+		for _, subj := range []string{"ledger.log.3.t", "ledger.dlq.3.t", "ledger.receipt.worker-b.1", "$KV.ledger_tasks.t",
+			"ledger.in.worker-b.1.3.t", "ledger.lease.acquire.worker-b.1"} {
 			require.NoError(t, workerA.Publish(subj, []byte(`{}`)))
 			workerA.requireDenied(t, subj)
 		}
@@ -169,17 +175,17 @@ func TestNATSAuthorizationConfinesEachComponent(t *testing.T) {
 	})
 
 	t.Run("worker reads its own receipts and no one else's", func(t *testing.T) {
-		own, err := workerA.SubscribeSync("ledger.receipt.worker-a")
+		own, err := workerA.SubscribeSync("ledger.receipt.worker-a.>")
 		require.NoError(t, err)
 		workerA.requireNoErrors(t)
-		require.NoError(t, ingest.Publish("ledger.receipt.worker-a", []byte(`{"verdict":"committed"}`)))
+		require.NoError(t, ingest.Publish("ledger.receipt.worker-a.1", []byte(`{"verdict":"committed"}`)))
 		m, err := own.NextMsg(5 * time.Second)
 		require.NoError(t, err)
 		require.JSONEq(t, `{"verdict":"committed"}`, string(m.Data))
 
-		_, err = workerA.SubscribeSync("ledger.receipt.worker-b")
+		_, err = workerA.SubscribeSync("ledger.receipt.worker-b.1")
 		require.NoError(t, err)
-		workerA.requireDenied(t, "ledger.receipt.worker-b")
+		workerA.requireDenied(t, "ledger.receipt.worker-b.1")
 	})
 
 	t.Run("projector consumes the log and writes projections", func(t *testing.T) {
@@ -211,8 +217,8 @@ func TestNATSAuthorizationConfinesEachComponent(t *testing.T) {
 			cancel()
 			require.NoErrorf(t, err, "put into bucket %s", stem)
 		}
-		require.NoError(t, projector.Publish("ledger.in.3.t", []byte(`{}`)))
-		projector.requireDenied(t, "ledger.in.3.t")
+		require.NoError(t, projector.Publish("ledger.in.worker-a.1.3.t", []byte(`{}`)))
+		projector.requireDenied(t, "ledger.in.worker-a.1.3.t")
 	})
 
 	t.Run("reader watches projections and cannot write them", func(t *testing.T) {

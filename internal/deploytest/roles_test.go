@@ -177,15 +177,15 @@ func TestIngestUserRunsTheFence(t *testing.T) {
 
 	store, err := fence.New(pool, fence.Config{})
 	require.NoError(t, err)
-	lease, err := store.Acquire(ctx, 3, "worker-a", time.Minute)
+	lease, err := store.Acquire(ctx, 3, "worker-a.1", time.Minute)
 	require.NoError(t, err)
-	_, err = store.Renew(ctx, 3, "worker-a", lease.Generation, time.Minute)
+	_, err = store.Renew(ctx, 3, "worker-a.1", lease.Generation, time.Minute)
 	require.NoError(t, err)
 
 	ev := fence.Event{ID: "01JD0000000000000000000001", Partition: 3, Task: "report-7", Version: 1,
-		Type: "running", Payload: []byte(`{"status":"running"}`), Holder: "worker-a", Generation: lease.Generation}
+		Type: "running", Payload: []byte(`{"status":"running"}`), Holder: "worker-a.1", Generation: lease.Generation}
 	stale := ev
-	stale.ID, stale.Version, stale.Holder = "01JD0000000000000000000002", 2, "worker-b"
+	stale.ID, stale.Version, stale.Holder = "01JD0000000000000000000002", 2, "worker-b.1"
 	res, err := store.Append(ctx, []fence.Event{ev, stale})
 	require.NoError(t, err)
 	require.Equal(t, "committed", string(res[0].Verdict))
@@ -199,8 +199,8 @@ func TestIngestUserRunsTheFence(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, head.Version)
 
-	require.NoError(t, store.Release(ctx, 3, "worker-a", lease.Generation))
-	taken, err := store.TakeOver(ctx, 3, "worker-b", lease.Generation, time.Minute)
+	require.NoError(t, store.Release(ctx, 3, "worker-a.1", lease.Generation))
+	taken, err := store.TakeOver(ctx, 3, "worker-b.1", lease.Generation, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, lease.Generation+1, taken.Generation)
 	leases, err := store.Leases(ctx)
@@ -222,7 +222,7 @@ func TestProjectorUserReadsButCannotWrite(t *testing.T) {
 
 	store, err := fence.New(pool, fence.Config{})
 	require.NoError(t, err)
-	_, err = store.Acquire(ctx, 5, "worker-a", time.Minute)
+	_, err = store.Acquire(ctx, 5, "worker-a.1", time.Minute)
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, sqlInsufficientPrivilege, pgErr.Code)

@@ -48,7 +48,7 @@ func TestLeastPrivilegeStackCommitsAndProjects(t *testing.T) {
 	require.NoError(t, proj.Start(ctx))
 	t.Cleanup(proj.Stop)
 
-	client, err := worker.New(connectAs(t, srv, "worker-a").Conn, worker.Config{Holder: "worker-a", Logger: log})
+	client, err := worker.New(connectAs(t, srv, "worker-a").Conn, worker.Config{Holder: "worker-a.1", Logger: log})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Close() })
 	lease, err := client.Acquire(ctx, client.PartitionOf("report-7"))

@@ -62,7 +62,7 @@ func TestPipelineWithTakeoverEndsWithProjectionsEqualToTheLog(t *testing.T) {
 	}
 
 	// Worker A holds the partition and writes the first versions.
-	a, err := worker.New(ns.Conn(t), worker.Config{Holder: "worker-a", TTL: 500 * time.Millisecond, Logger: log})
+	a, err := worker.New(ns.Conn(t, worker.InboxOption("worker-a.1")), worker.Config{Holder: "worker-a.1", TTL: 500 * time.Millisecond, Logger: log})
 	require.NoError(t, err)
 	la, err := a.Acquire(ctx, partition)
 	require.NoError(t, err)
@@ -78,7 +78,7 @@ func TestPipelineWithTakeoverEndsWithProjectionsEqualToTheLog(t *testing.T) {
 	require.NoError(t, a.Close()) // A stops renewing, as if paused
 
 	// B takes the partition over once A's lease has expired.
-	b, err := worker.New(ns.Conn(t), worker.Config{Holder: "worker-b", Logger: log})
+	b, err := worker.New(ns.Conn(t, worker.InboxOption("worker-b.1")), worker.Config{Holder: "worker-b.1", Logger: log})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 	var lb *worker.Lease
@@ -95,13 +95,13 @@ func TestPipelineWithTakeoverEndsWithProjectionsEqualToTheLog(t *testing.T) {
 
 	// A's zombie: a message of its old generation arrives after the takeover.
 	nc := ns.Conn(t)
-	receipts, err := nc.SubscribeSync(wire.Subjects{}.Receipt("worker-a"))
+	receipts, err := nc.SubscribeSync(wire.Subjects{}.Receipt("worker-a.1"))
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
 	head, err := store.TaskHead(ctx, tasks[0])
 	require.NoError(t, err)
 	lateID := ulid.MustNew(ulid.Timestamp(time.Now()), rand.Reader).String()
-	late := wire.Subjects{}.InboundMsg(wire.Inbound{ID: lateID, Partition: partition, Task: tasks[0], Holder: "worker-a",
+	late := wire.Subjects{}.InboundMsg(wire.Inbound{ID: lateID, Partition: partition, Task: tasks[0], Holder: "worker-a.1",
 		Generation: oldGen, Version: head.Version + 1, Type: "completed", Payload: []byte(`{"owner":"a","result":"stale"}`)})
 	js := ns.JetStream(t)
 	_, err = js.PublishMsg(ctx, late)

@@ -47,7 +47,7 @@ func (l *benchLoad) next(i int, prefix string) *nats.Msg {
 	l.versions[task]++
 	p := task % benchPartitions
 	return wire.Subjects{Prefix: prefix}.InboundMsg(wire.Inbound{ID: newID(), Partition: p, Task: "task-" + strconv.Itoa(task),
-		Holder: "bench", Generation: l.gens[p], Version: l.versions[task], Type: "progress",
+		Holder: "bench.1", Generation: l.gens[p], Version: l.versions[task], Type: "progress",
 		Payload: []byte(fmt.Sprintf(`{"step":%d,"note":%q}`, l.versions[task], l.filler))})
 }
 

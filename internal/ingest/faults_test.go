@@ -34,13 +34,13 @@ func TestDatabaseOutageDelaysButNeverMisjudges(t *testing.T) {
 	ns := natstest.Start(t)
 	e := &env{t: t, db: db, store: store, ns: ns, nc: ns.Conn(t), js: ns.JetStream(t)}
 	e.svc = e.startIngest(ingest.Config{RetryMin: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond})
-	rc := e.receipts("worker-a")
-	l := e.acquire(6, "worker-a", 120000)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(6, "worker-a.1", 120000)
 
 	proxy.Cut()
 	var ids []string
 	for v := int64(1); v <= 30; v++ {
-		ev := event{id: newID(), partition: 6, task: "outage", holder: "worker-a", generation: l.Generation, version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+		ev := event{id: newID(), partition: 6, task: "outage", holder: "worker-a.1", generation: l.Generation, version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
 		ids = append(ids, ev.id)
 		e.publish(ev)
 	}
@@ -63,14 +63,14 @@ func TestTwoIngestProcessesProduceTheSameLogAsOne(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, ingest.Config{})
 	e.startIngest(ingest.Config{}) // a second process on the same durable consumer
-	rc := e.receipts("worker-a")
+	rc := e.receipts("worker-a.1")
 	const tasks, versions = 8, 25
 	var ids []string
 	for p := 0; p < 4; p++ {
-		l := e.acquire(p, "worker-a", 120000)
+		l := e.acquire(p, "worker-a.1", 120000)
 		for task := p; task < tasks; task += 4 {
 			for v := int64(1); v <= versions; v++ {
-				ev := event{id: newID(), partition: p, task: fmt.Sprintf("task-%d", task), holder: "worker-a",
+				ev := event{id: newID(), partition: p, task: fmt.Sprintf("task-%d", task), holder: "worker-a.1",
 					generation: l.Generation, version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
 				ids = append(ids, ev.id)
 				e.msgAsync(ev)
@@ -112,7 +112,7 @@ func TestClusterNodeLossLosesNoAcknowledgedEvent(t *testing.T) {
 		_, err := nc.Request(e.subj.LeaseGet(), []byte(`{"partition":2}`), time.Second)
 		return !errors.Is(err, nats.ErrNoResponders)
 	}, 10*time.Second, 20*time.Millisecond)
-	l := e.acquire(2, "worker-a", 120000)
+	l := e.acquire(2, "worker-a.1", 120000)
 
 	victim := cl.StreamLeader(wire.StreamIn)
 	var acked []string
@@ -120,7 +120,7 @@ func TestClusterNodeLossLosesNoAcknowledgedEvent(t *testing.T) {
 		if v == 40 {
 			cl.Kill(victim) // the stream leader crashes mid-flow, with no hand-over
 		}
-		ev := event{id: newID(), partition: 2, task: "cluster", holder: "worker-a", generation: l.Generation, version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+		ev := event{id: newID(), partition: 2, task: "cluster", holder: "worker-a.1", generation: l.Generation, version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
 		// A publisher retries a failed publish with the same event id until
 		// it is acknowledged, as the SDK does.
 		require.Eventually(t, func() bool {

@@ -62,11 +62,11 @@ func TestCrashedIngestsPredecessorIsNotTurnedIntoGap(t *testing.T) {
 			<-ctx.Done() // frozen until the test ends
 		}})
 	_, p1conn := e.startIngestOn(p1cfg, e.store)
-	rc := e.receipts("worker-a")
-	l := e.acquire(0, "worker-a", 120000)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(0, "worker-a.1", 120000)
 
 	ev := func(v int64) event {
-		return event{id: newID(), partition: 0, task: "crash", holder: "worker-a", generation: l.Generation,
+		return event{id: newID(), partition: 0, task: "crash", holder: "worker-a.1", generation: l.Generation,
 			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
 	}
 	v1 := ev(1)
@@ -105,13 +105,13 @@ func TestStalledIngestKeepsItsMessagesAndEveryEventGetsOneVerdict(t *testing.T) 
 	cfg := ingest.Config{AckWait: 1500 * time.Millisecond, GapWindow: 2 * time.Second, BatchSize: 4, Lanes: 1,
 		RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond}
 	e.startIngestOn(cfg, p1store)
-	rc := e.receipts("worker-a")
-	l := e.acquire(2, "worker-a", 120000)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(2, "worker-a.1", 120000)
 
 	proxy.Cut()
 	var ids []string
 	for v := int64(1); v <= 24; v++ {
-		x := event{id: newID(), partition: 2, task: "stall", holder: "worker-a", generation: l.Generation,
+		x := event{id: newID(), partition: 2, task: "stall", holder: "worker-a.1", generation: l.Generation,
 			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
 		ids = append(ids, x.id)
 		e.msgAsync(x)
@@ -145,10 +145,10 @@ func TestStopReturnsWhileTheDatabaseIsAway(t *testing.T) {
 	store, err := fence.New(e.db.PoolVia(t, proxy.Addr()), fence.Config{})
 	require.NoError(t, err)
 	svc, _ := e.startIngestOn(ingest.Config{BatchSize: 2, Lanes: 1, StopTimeout: time.Second}, store)
-	l := e.acquire(1, "worker-a", 120000)
+	l := e.acquire(1, "worker-a.1", 120000)
 	proxy.Cut()
 	for v := int64(1); v <= 200; v++ {
-		e.msgAsync(event{id: newID(), partition: 1, task: "stop", holder: "worker-a", generation: l.Generation,
+		e.msgAsync(event{id: newID(), partition: 1, task: "stop", holder: "worker-a.1", generation: l.Generation,
 			version: v, typ: "step", payload: `{}`})
 	}
 	e.waitAsync()
@@ -187,10 +187,10 @@ func TestOversizedMessagesGetDeadLettersThatFit(t *testing.T) {
 	t.Parallel()
 	e := newBareEnv(t)
 	e.svc, _ = e.startIngestOn(ingest.Config{Lanes: 1}, e.store)
-	rc := e.receipts("worker-a")
-	l := e.acquire(3, "worker-a", 120000)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(3, "worker-a.1", 120000)
 
-	bigBody := event{id: newID(), partition: 3, task: "big", holder: "worker-a", generation: l.Generation,
+	bigBody := event{id: newID(), partition: 3, task: "big", holder: "worker-a.1", generation: l.Generation,
 		version: 1, typ: "bad type!", payload: ""}
 	m := e.msg(bigBody)
 	hdr := 0
@@ -202,13 +202,13 @@ func TestOversizedMessagesGetDeadLettersThatFit(t *testing.T) {
 	m.Data = make([]byte, int(e.nc.MaxPayload())-hdr-64)
 	e.publishMsg(m)
 
-	bigHeader := event{id: newID(), partition: 3, task: "bighdr", holder: "worker-a", generation: l.Generation,
+	bigHeader := event{id: newID(), partition: 3, task: "bighdr", holder: "worker-a.1", generation: l.Generation,
 		version: 1, typ: "step", payload: `{}`}
 	m = e.msg(bigHeader)
 	m.Header.Set("X-Padding", strings.Repeat("h", 60<<10)) // JetStream takes at most 64 KiB of headers
 	e.publishMsg(m)
 
-	ok := event{id: newID(), partition: 3, task: "after", holder: "worker-a", generation: l.Generation,
+	ok := event{id: newID(), partition: 3, task: "after", holder: "worker-a.1", generation: l.Generation,
 		version: 1, typ: "step", payload: `{"ok":true}`}
 	e.publish(ok)
 
@@ -243,8 +243,8 @@ func TestDeadLetterDoesNotCarryForgedLedgerHeaders(t *testing.T) {
 	t.Parallel()
 	e := newBareEnv(t)
 	e.svc, _ = e.startIngestOn(ingest.Config{}, e.store)
-	rc := e.receipts("worker-a")
-	x := event{id: newID(), partition: 4, task: "forged", holder: "worker-a", generation: 7, version: 1, typ: "step", payload: `{}`}
+	rc := e.receipts("worker-a.1")
+	x := event{id: newID(), partition: 4, task: "forged", holder: "worker-a.1", generation: 7, version: 1, typ: "step", payload: `{}`}
 	m := e.msg(x)
 	m.Header.Set(wire.HeaderVerdict, "committed")
 	m.Header.Set(wire.HeaderCurrentHolder, "somebody-else")
@@ -267,12 +267,12 @@ func TestGapFloodIsBounded(t *testing.T) {
 	t.Parallel()
 	e := newBareEnv(t)
 	e.svc, _ = e.startIngestOn(ingest.Config{MaxWaitingPerHolder: 4, GapWindow: time.Minute, Lanes: 1}, e.store)
-	flood := e.receipts("flooder")
-	honest := e.receipts("worker-b")
-	lf := e.acquire(5, "flooder", 120000)
-	lh := e.acquire(6, "worker-b", 120000)
+	flood := e.receipts("flooder.1")
+	honest := e.receipts("worker-b.1")
+	lf := e.acquire(5, "flooder.1", 120000)
+	lh := e.acquire(6, "worker-b.1", 120000)
 
-	far := event{id: newID(), partition: 5, task: "far", holder: "flooder", generation: lf.Generation,
+	far := event{id: newID(), partition: 5, task: "far", holder: "flooder.1", generation: lf.Generation,
 		version: fence.MaxAheadDefault + 2, typ: "step", payload: `{}`}
 	e.publish(far)
 	r := receiptFor(t, flood, far.id)
@@ -281,13 +281,13 @@ func TestGapFloodIsBounded(t *testing.T) {
 
 	var ids []string
 	for i := range 40 {
-		x := event{id: newID(), partition: 5, task: fmt.Sprintf("ahead-%d", i), holder: "flooder", generation: lf.Generation,
+		x := event{id: newID(), partition: 5, task: fmt.Sprintf("ahead-%d", i), holder: "flooder.1", generation: lf.Generation,
 			version: 2, typ: "step", payload: `{}`}
 		ids = append(ids, x.id)
 		e.msgAsync(x)
 	}
 	e.waitAsync()
-	ok := event{id: newID(), partition: 6, task: "honest", holder: "worker-b", generation: lh.Generation, version: 1, typ: "step", payload: `{}`}
+	ok := event{id: newID(), partition: 6, task: "honest", holder: "worker-b.1", generation: lh.Generation, version: 1, typ: "step", payload: `{}`}
 	e.publish(ok)
 	require.Equal(t, wire.VerdictCommitted, receiptFor(t, honest, ok.id).Verdict)
 
@@ -316,11 +316,11 @@ func TestLogCopiesKeepCommitOrderAcrossARepublish(t *testing.T) {
 			return m.Header.Get(wire.HeaderVersion) == "1" && dropped.CompareAndSwap(false, true)
 		}})
 	e.svc, _ = e.startIngestOn(cfg, e.store)
-	rc := e.receipts("worker-a")
-	l := e.acquire(7, "worker-a", 120000)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(7, "worker-a.1", 120000)
 	var ids []string
 	for v := int64(1); v <= 3; v++ {
-		x := event{id: newID(), partition: 7, task: "order", holder: "worker-a", generation: l.Generation,
+		x := event{id: newID(), partition: 7, task: "order", holder: "worker-a.1", generation: l.Generation,
 			version: v, typ: "step", payload: `{}`}
 		ids = append(ids, x.id)
 		e.msgAsync(x)
@@ -346,10 +346,10 @@ func TestLogCopiesKeepCommitOrderAcrossProcesses(t *testing.T) {
 	e := newBareEnv(t)
 	cfg := ingest.Config{AckWait: 5 * time.Second, StopTimeout: time.Second}
 	_, p1conn := e.startIngestOn(ingest.WithTestHooks(cfg, ingest.TestHooks{DropCopy: func(*nats.Msg) bool { return true }}), e.store)
-	rc := e.receipts("worker-a")
-	l := e.acquire(8, "worker-a", 120000)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(8, "worker-a.1", 120000)
 	ev := func(v int64) event {
-		return event{id: newID(), partition: 8, task: "handover", holder: "worker-a", generation: l.Generation,
+		return event{id: newID(), partition: 8, task: "handover", holder: "worker-a.1", generation: l.Generation,
 			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
 	}
 	e.publish(ev(1))

@@ -89,12 +89,17 @@ func (e *env) publishMsg(m *nats.Msg) {
 	require.NoError(e.t, err)
 }
 
-// lease calls the lease service over NATS and decodes a success reply.
-func (e *env) lease(op string, req any) (wire.LeaseReply, *wire.ErrorReply, nats.Header) {
+// lease calls the lease service over NATS and decodes a success reply. A
+// holder's own operations go to its subject: the "holder" member of req,
+// which is sent in the body as well.
+func (e *env) lease(op string, req map[string]any) (wire.LeaseReply, *wire.ErrorReply, nats.Header) {
 	e.t.Helper()
 	b, _ := json.Marshal(req)
-	subject := map[string]string{"acquire": e.subj.LeaseAcquire(), "renew": e.subj.LeaseRenew(),
-		"release": e.subj.LeaseRelease(), "get": e.subj.LeaseGet()}[op]
+	subject := e.subj.LeaseGet()
+	if op != "get" {
+		holder, _ := req["holder"].(string)
+		subject = e.subj.Lease(op, holder)
+	}
 	resp, err := e.nc.Request(subject, b, 5*time.Second)
 	require.NoError(e.t, err)
 	if resp.Header.Get("Nats-Service-Error-Code") != "" {

@@ -20,24 +20,24 @@ import (
 func TestTakeoverStoryOverNATS(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, ingest.Config{})
-	rcA, rcB := e.receipts("worker-a"), e.receipts("worker-b")
+	rcA, rcB := e.receipts("worker-a.1"), e.receipts("worker-b.1")
 
-	a := e.acquire(3, "worker-a", 60000)
-	a1 := event{id: newID(), partition: 3, task: "report-7", holder: "worker-a", generation: a.Generation, version: 1, typ: "running", payload: `{"step":"running"}`}
+	a := e.acquire(3, "worker-a.1", 60000)
+	a1 := event{id: newID(), partition: 3, task: "report-7", holder: "worker-a.1", generation: a.Generation, version: 1, typ: "running", payload: `{"step":"running"}`}
 	e.publish(a1)
 	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rcA, a1.id).Verdict)
 
 	// A stops renewing and its lease runs out; B takes over.
 	e.expire(3)
-	b := e.acquire(3, "worker-b", 60000)
+	b := e.acquire(3, "worker-b.1", 60000)
 	require.Equal(t, a.Generation+1, b.Generation)
-	b2 := event{id: newID(), partition: 3, task: "report-7", holder: "worker-b", generation: b.Generation, version: 2, typ: "completed", payload: `{"result":"B"}`}
+	b2 := event{id: newID(), partition: 3, task: "report-7", holder: "worker-b.1", generation: b.Generation, version: 2, typ: "completed", payload: `{"result":"B"}`}
 	e.publish(b2)
 	rb := receiptFor(t, rcB, b2.id)
 	require.Equal(t, wire.VerdictCommitted, rb.Verdict)
 
 	// A wakes up and writes with its old generation.
-	a3 := event{id: newID(), partition: 3, task: "report-7", holder: "worker-a", generation: a.Generation, version: 3, typ: "completed", payload: `{"result":"A"}`}
+	a3 := event{id: newID(), partition: 3, task: "report-7", holder: "worker-a.1", generation: a.Generation, version: 3, typ: "completed", payload: `{"result":"A"}`}
 	e.publish(a3)
 	ra := receiptFor(t, rcA, a3.id)
 	require.Equal(t, wire.VerdictStale, ra.Verdict)
@@ -51,7 +51,7 @@ func TestTakeoverStoryOverNATS(t *testing.T) {
 	require.Equal(t, "stale", h.Get(wire.HeaderVerdict))
 	require.Equal(t, "superseded", h.Get(wire.HeaderReason))
 	require.Equal(t, fmt.Sprint(b.Generation), h.Get(wire.HeaderCurrentGeneration))
-	require.Equal(t, "worker-b", h.Get(wire.HeaderCurrentHolder))
+	require.Equal(t, "worker-b.1", h.Get(wire.HeaderCurrentHolder))
 	require.NotEmpty(t, h.Get(wire.HeaderSourceSeq))
 	require.NotEmpty(t, h.Get(wire.HeaderRejectedAt))
 	require.Equal(t, a3.payload, string(dlq[0].Data()), "the dead letter keeps the original body")
@@ -65,7 +65,7 @@ func TestTakeoverStoryOverNATS(t *testing.T) {
 	log := e.streamMsgs(wire.StreamLog, "")
 	require.Len(t, log, 2)
 	require.Equal(t, b2.id, log[1].Headers().Get(wire.HeaderMsgID))
-	require.Equal(t, "worker-b", log[1].Headers().Get(wire.HeaderHolder))
+	require.Equal(t, "worker-b.1", log[1].Headers().Get(wire.HeaderHolder))
 	require.Equal(t, fmt.Sprint(rb.Seq), log[1].Headers().Get(wire.HeaderSeq))
 	require.Equal(t, "2", log[1].Headers().Get(wire.HeaderVersion))
 	require.Equal(t, "report-7", log[1].Headers().Get(wire.HeaderTask))
@@ -76,10 +76,10 @@ func TestTakeoverStoryOverNATS(t *testing.T) {
 func TestOutOfOrderVersionIsCommittedAfterItsPredecessor(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, ingest.Config{})
-	rc := e.receipts("worker-a")
-	l := e.acquire(1, "worker-a", 60000)
-	v2 := event{id: newID(), partition: 1, task: "report-9", holder: "worker-a", generation: l.Generation, version: 2, typ: "completed", payload: `{"v":2}`}
-	v1 := event{id: newID(), partition: 1, task: "report-9", holder: "worker-a", generation: l.Generation, version: 1, typ: "running", payload: `{"v":1}`}
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(1, "worker-a.1", 60000)
+	v2 := event{id: newID(), partition: 1, task: "report-9", holder: "worker-a.1", generation: l.Generation, version: 2, typ: "completed", payload: `{"v":2}`}
+	v1 := event{id: newID(), partition: 1, task: "report-9", holder: "worker-a.1", generation: l.Generation, version: 1, typ: "running", payload: `{"v":1}`}
 	e.publish(v2)
 	// v2 waits: no verdict yet, nothing committed.
 	require.Never(t, func() bool { return e.count(`SELECT count(*) FROM ledger.events`) > 0 }, 150*time.Millisecond, 20*time.Millisecond)
@@ -100,9 +100,9 @@ func TestOutOfOrderVersionIsCommittedAfterItsPredecessor(t *testing.T) {
 func TestDuplicatesAreAckedOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, ingest.Config{})
-	rc := e.receipts("worker-a")
-	l := e.acquire(2, "worker-a", 60000)
-	v1 := event{id: newID(), partition: 2, task: "t", holder: "worker-a", generation: l.Generation, version: 1, typ: "running", payload: `{"a":1}`}
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(2, "worker-a.1", 60000)
+	v1 := event{id: newID(), partition: 2, task: "t", holder: "worker-a.1", generation: l.Generation, version: 1, typ: "running", payload: `{"a":1}`}
 
 	// Same Nats-Msg-Id twice: JetStream's dedup window swallows the second.
 	ack1, err := e.js.PublishMsg(context.Background(), e.msg(v1))
@@ -133,9 +133,9 @@ func TestDuplicatesAreAckedOnce(t *testing.T) {
 func TestConflictAndGapAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, ingest.Config{GapWindow: 300 * time.Millisecond})
-	rc := e.receipts("worker-a")
-	l := e.acquire(4, "worker-a", 60000)
-	v1 := event{id: newID(), partition: 4, task: "t", holder: "worker-a", generation: l.Generation, version: 1, typ: "running", payload: `{"a":1}`}
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(4, "worker-a.1", 60000)
+	v1 := event{id: newID(), partition: 4, task: "t", holder: "worker-a.1", generation: l.Generation, version: 1, typ: "running", payload: `{"a":1}`}
 	e.publish(v1)
 	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, v1.id).Verdict)
 
@@ -146,7 +146,7 @@ func TestConflictAndGapAreDeadLettered(t *testing.T) {
 	require.Equal(t, wire.VerdictConflict, rconf.Verdict)
 	require.Equal(t, wire.ReasonVersionTaken, rconf.Reason)
 
-	ahead := event{id: newID(), partition: 4, task: "t", holder: "worker-a", generation: l.Generation, version: 5, typ: "x", payload: `{}`}
+	ahead := event{id: newID(), partition: 4, task: "t", holder: "worker-a.1", generation: l.Generation, version: 5, typ: "x", payload: `{}`}
 	start := time.Now()
 	e.publish(ahead)
 	rgap := receiptFor(t, rc, ahead.id)
@@ -165,10 +165,10 @@ func TestConflictAndGapAreDeadLettered(t *testing.T) {
 func TestMalformedMessagesAreDeadLetteredAndIngestKeepsCommitting(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, ingest.Config{})
-	rc := e.receipts("worker-a")
-	l := e.acquire(0, "worker-a", 60000)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(0, "worker-a.1", 60000)
 	good := func(task string, v int64) event {
-		return event{id: newID(), partition: 0, task: task, holder: "worker-a", generation: l.Generation, version: v, typ: "ok", payload: `{"ok":true}`}
+		return event{id: newID(), partition: 0, task: task, holder: "worker-a.1", generation: l.Generation, version: v, typ: "ok", payload: `{"ok":true}`}
 	}
 	// Pin task "pinned" to partition 0 first.
 	first := good("pinned", 1)
@@ -186,7 +186,7 @@ func TestMalformedMessagesAreDeadLetteredAndIngestKeepsCommitting(t *testing.T) 
 		reason string
 	}{
 		{"no event id", mutate(func(m *nats.Msg) { m.Header.Del(wire.HeaderMsgID) }), wire.ReasonMissingEventID},
-		{"no holder", mutate(func(m *nats.Msg) { m.Header.Del(wire.HeaderHolder) }), wire.ReasonMissingHolder},
+		{"another holder in the header", mutate(func(m *nats.Msg) { m.Header.Set(wire.HeaderHolder, "worker-b.1") }), wire.ReasonHolderMismatch},
 		{"no generation", mutate(func(m *nats.Msg) { m.Header.Del(wire.HeaderGeneration) }), wire.ReasonMissingGen},
 		{"no version", mutate(func(m *nats.Msg) { m.Header.Del(wire.HeaderVersion) }), wire.ReasonMissingVersion},
 		{"no type", mutate(func(m *nats.Msg) { m.Header.Del(wire.HeaderType) }), wire.ReasonMissingType},
@@ -195,14 +195,14 @@ func TestMalformedMessagesAreDeadLetteredAndIngestKeepsCommitting(t *testing.T) 
 		{"version zero", mutate(func(m *nats.Msg) { m.Header.Set(wire.HeaderVersion, "0") }), wire.ReasonBadVersion},
 		{"version with sign", mutate(func(m *nats.Msg) { m.Header.Set(wire.HeaderVersion, "+2") }), wire.ReasonBadVersion},
 		{"bad ULID", mutate(func(m *nats.Msg) { m.Header.Set(wire.HeaderMsgID, "not-a-ulid-at-all") }), wire.ReasonBadEventID},
-		{"bad holder id", mutate(func(m *nats.Msg) { m.Header.Set(wire.HeaderHolder, "worker a") }), wire.ReasonBadHolder},
 		{"bad type", mutate(func(m *nats.Msg) { m.Header.Set(wire.HeaderType, "has space") }), wire.ReasonBadType},
 		{"repeated header", mutate(func(m *nats.Msg) { m.Header.Add(wire.HeaderVersion, "2") }), wire.ReasonRepeatedHeader},
 		{"non-JSON body", mutate(func(m *nats.Msg) { m.Data = []byte("{not json") }), wire.ReasonBadPayload},
 		{"oversized body", mutate(func(m *nats.Msg) { m.Data = []byte(`"` + strings.Repeat("x", wire.MaxPayloadDefault) + `"`) }), wire.ReasonPayloadTooLarge},
-		{"subject missing the task", mutate(func(m *nats.Msg) { m.Subject = "ledger.in.0" }), wire.ReasonBadSubject},
-		{"subject with a bad partition", mutate(func(m *nats.Msg) { m.Subject = "ledger.in.x.bad" }), wire.ReasonBadSubject},
-		{"partition out of range", mutate(func(m *nats.Msg) { m.Subject = "ledger.in.99.bad" }), wire.ReasonBadPartition},
+		{"subject missing the task", mutate(func(m *nats.Msg) { m.Subject = "ledger.in.worker-a.1.0" }), wire.ReasonBadSubject},
+		{"subject with a bad partition", mutate(func(m *nats.Msg) { m.Subject = "ledger.in.worker-a.1.x.bad" }), wire.ReasonBadSubject},
+		{"subject without an instance", mutate(func(m *nats.Msg) { m.Subject = "ledger.in.worker-a.0.bad" }), wire.ReasonBadSubject},
+		{"partition out of range", mutate(func(m *nats.Msg) { m.Subject = "ledger.in.worker-a.1.99.bad" }), wire.ReasonBadPartition},
 		{"wrong partition for a pinned task", func() *nats.Msg {
 			ev := good("pinned", 2)
 			ev.partition = 1
@@ -247,10 +247,10 @@ func TestCrashAfterCommitBeforeAckLosesNothingAndWritesNothingTwice(t *testing.T
 		crashed.Store(true) // from here on this process acks nothing: it is dead
 		return false
 	}))
-	l := e.acquire(5, "worker-a", 60000)
+	l := e.acquire(5, "worker-a.1", 60000)
 	var ids []string
 	for v := int64(1); v <= 20; v++ {
-		ev := event{id: newID(), partition: 5, task: "crash", holder: "worker-a", generation: l.Generation, version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+		ev := event{id: newID(), partition: 5, task: "crash", holder: "worker-a.1", generation: l.Generation, version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
 		ids = append(ids, ev.id)
 		e.publish(ev)
 	}
@@ -259,7 +259,7 @@ func TestCrashAfterCommitBeforeAckLosesNothingAndWritesNothingTwice(t *testing.T
 	require.Positive(t, committedBeforeCrash, "the crashed batch had committed in Postgres")
 	e.svc.Stop() // the crashed process is gone; its batch was never acked
 
-	rc := e.receipts("worker-a")
+	rc := e.receipts("worker-a.1")
 	e.startIngest(cfg) // a restarted process redelivers the unacked messages
 	for _, id := range ids {
 		r := receiptFor(t, rc, id)
@@ -282,10 +282,10 @@ func TestCrashAfterCommitBeforeAckLosesNothingAndWritesNothingTwice(t *testing.T
 func TestLogCopiesFollowCommitOrderWithinABatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, ingest.Config{BatchWait: 200 * time.Millisecond}) // both land in one batch
-	rc := e.receipts("worker-a")
-	l := e.acquire(8, "worker-a", 60000)
-	v2 := event{id: newID(), partition: 8, task: "ordered", holder: "worker-a", generation: l.Generation, version: 2, typ: "completed", payload: `{"v":2}`}
-	v1 := event{id: newID(), partition: 8, task: "ordered", holder: "worker-a", generation: l.Generation, version: 1, typ: "running", payload: `{"v":1}`}
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(8, "worker-a.1", 60000)
+	v2 := event{id: newID(), partition: 8, task: "ordered", holder: "worker-a.1", generation: l.Generation, version: 2, typ: "completed", payload: `{"v":2}`}
+	v1 := event{id: newID(), partition: 8, task: "ordered", holder: "worker-a.1", generation: l.Generation, version: 1, typ: "running", payload: `{"v":1}`}
 	e.msgAsync(v2)
 	e.msgAsync(v1)
 	e.waitAsync()
@@ -303,8 +303,8 @@ func TestLogCopiesFollowCommitOrderWithinABatch(t *testing.T) {
 func TestDeadLetterDoesNotInheritPublishExpectations(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, ingest.Config{})
-	rc := e.receipts("worker-a")
-	ev := event{id: newID(), partition: 2, task: "t", holder: "worker-a", generation: 1, version: 1, typ: "x", payload: `{}`}
+	rc := e.receipts("worker-a.1")
+	ev := event{id: newID(), partition: 2, task: "t", holder: "worker-a.1", generation: 1, version: 1, typ: "x", payload: `{}`}
 	_, err := e.js.PublishMsg(context.Background(), e.msg(ev), jetstream.WithExpectStream(wire.StreamIn))
 	require.NoError(t, err)
 	r := receiptFor(t, rc, ev.id)

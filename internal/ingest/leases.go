@@ -52,13 +52,15 @@ func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, c
 	if err != nil {
 		return nil, fmt.Errorf("ingest: add micro service: %w", err)
 	}
+	// A holder's own operations carry its holder id in the subject, where
+	// the NATS server's permissions decide who may send them (CONTRACT §9).
 	for _, ep := range []struct {
 		name, subject string
-		h             func(context.Context, []byte) (any, error)
+		h             func(ctx context.Context, subject string, body []byte) (any, error)
 	}{
-		{"acquire", ls.subjects.LeaseAcquire(), ls.acquire},
-		{"renew", ls.subjects.LeaseRenew(), ls.renew},
-		{"release", ls.subjects.LeaseRelease(), ls.release},
+		{"acquire", ls.subjects.LeaseAny(wire.LeaseAcquire), ls.acquire},
+		{"renew", ls.subjects.LeaseAny(wire.LeaseRenew), ls.renew},
+		{"release", ls.subjects.LeaseAny(wire.LeaseRelease), ls.release},
 		{"get", ls.subjects.LeaseGet(), ls.get},
 		{"task_head", ls.subjects.TaskHead(), ls.taskHead},
 	} {
@@ -74,11 +76,11 @@ func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, c
 // reply's error for its stats after the callback returns, so replying from
 // another goroutine would race with it; each endpoint is served in order,
 // and several ingest processes share the load through the queue group.
-func (ls *leaseService) handler(name string, h func(context.Context, []byte) (any, error)) micro.Handler {
+func (ls *leaseService) handler(name string, h func(context.Context, string, []byte) (any, error)) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		ctx, cancel := context.WithTimeout(ls.ctx, leaseRequestTimeout)
 		defer cancel()
-		reply, err := h(ctx, req.Data())
+		reply, err := h(ctx, req.Subject(), req.Data())
 		if err != nil {
 			ls.replyError(name, req, err)
 			return
@@ -143,17 +145,20 @@ const (
 )
 
 var (
-	leaseMembers    = map[string]int{"partition": memberInt, "holder": memberString, "generation": memberInt, "ttl_ms": memberInt}
+	leaseMembers = map[string]int{"partition": memberInt, "holder": memberString, "generation": memberInt,
+		"ttl_ms": memberInt, "request_id": memberString}
 	taskHeadMembers = map[string]int{"task": memberString, "event_id": memberString}
 )
 
 // decodeLeaseRequest decodes and checks the body of an acquire, renew,
-// release or get request (op). It checks the members op uses (partition
-// within [0, 2^31), holder id, generation >= 1, ttl_ms within the
-// contract's bounds) and ignores the others, which the contract lets a body
-// carry. Every refusal wraps errBadRequest. The partition's upper bound,
-// the deployment's partition count, is the store's to check.
-func decodeLeaseRequest(op string, data []byte) (wire.LeaseRequest, error) {
+// release or get request (op); holder is the holder its subject names
+// (empty for get). It checks the members op uses (partition within
+// [0, 2^31), generation >= 1, ttl_ms within the contract's bounds, a holder
+// in the body that must be the subject's) and ignores the others, which the
+// contract lets a body carry. Every refusal wraps errBadRequest. The
+// partition's upper bound, the deployment's partition count, is the
+// store's to check.
+func decodeLeaseRequest(op, holder string, data []byte) (wire.LeaseRequest, error) {
 	var r wire.LeaseRequest
 	m, err := decodeFlatObject(data, leaseMembers)
 	if err != nil {
@@ -169,14 +174,16 @@ func decodeLeaseRequest(op string, data []byte) (wire.LeaseRequest, error) {
 	partition := int(p)
 	r.Partition = &partition
 	if op != "get" {
-		h, ok := m["holder"]
-		switch {
-		case !ok:
-			return r, fmt.Errorf("%w: holder is required", errBadRequest)
-		case !wire.ValidID(h):
-			return r, fmt.Errorf("%w: holder %s is not 1..128 of [A-Za-z0-9_-]", errBadRequest, quoteShort(h))
+		if h, ok := m["holder"]; ok && h != holder {
+			return r, fmt.Errorf("%w: holder %s in the body is not the subject's, %q", errBadRequest, quoteShort(h), holder)
 		}
-		r.Holder = h
+		r.Holder = holder
+	}
+	if id, ok := m["request_id"]; ok {
+		if op != wire.LeaseAcquire || !wire.ValidID(id) || len(id) > 64 {
+			return r, fmt.Errorf("%w: request_id %s is not 1..64 of [A-Za-z0-9_-] on an acquire", errBadRequest, quoteShort(id))
+		}
+		r.RequestID = id
 	}
 	if op == "renew" || op == "release" {
 		g, ok, err := intMember(m, "generation", 1, math.MaxInt64)
@@ -328,8 +335,12 @@ func leaseReply(l fence.Lease, withValid bool) wire.LeaseReply {
 	return r
 }
 
-func (ls *leaseService) acquire(ctx context.Context, data []byte) (any, error) {
-	r, err := decodeLeaseRequest("acquire", data)
+func (ls *leaseService) acquire(ctx context.Context, subject string, data []byte) (any, error) {
+	holder, err := ls.subjects.ParseLease(wire.LeaseAcquire, subject)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	r, err := decodeLeaseRequest(wire.LeaseAcquire, holder, data)
 	if err != nil {
 		return nil, err
 	}
@@ -345,8 +356,12 @@ func (ls *leaseService) acquire(ctx context.Context, data []byte) (any, error) {
 	return leaseReply(l, false), nil
 }
 
-func (ls *leaseService) renew(ctx context.Context, data []byte) (any, error) {
-	r, err := decodeLeaseRequest("renew", data)
+func (ls *leaseService) renew(ctx context.Context, subject string, data []byte) (any, error) {
+	holder, err := ls.subjects.ParseLease(wire.LeaseRenew, subject)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	r, err := decodeLeaseRequest(wire.LeaseRenew, holder, data)
 	if err != nil {
 		return nil, err
 	}
@@ -357,8 +372,12 @@ func (ls *leaseService) renew(ctx context.Context, data []byte) (any, error) {
 	return leaseReply(l, false), nil
 }
 
-func (ls *leaseService) release(ctx context.Context, data []byte) (any, error) {
-	r, err := decodeLeaseRequest("release", data)
+func (ls *leaseService) release(ctx context.Context, subject string, data []byte) (any, error) {
+	holder, err := ls.subjects.ParseLease(wire.LeaseRelease, subject)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	r, err := decodeLeaseRequest(wire.LeaseRelease, holder, data)
 	if err != nil {
 		return nil, err
 	}
@@ -368,8 +387,8 @@ func (ls *leaseService) release(ctx context.Context, data []byte) (any, error) {
 	return wire.ReleaseReply{Partition: *r.Partition, Released: true}, nil
 }
 
-func (ls *leaseService) get(ctx context.Context, data []byte) (any, error) {
-	r, err := decodeLeaseRequest("get", data)
+func (ls *leaseService) get(ctx context.Context, _ string, data []byte) (any, error) {
+	r, err := decodeLeaseRequest("get", "", data)
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +399,7 @@ func (ls *leaseService) get(ctx context.Context, data []byte) (any, error) {
 	return leaseReply(l, true), nil
 }
 
-func (ls *leaseService) taskHead(ctx context.Context, data []byte) (any, error) {
+func (ls *leaseService) taskHead(ctx context.Context, _ string, data []byte) (any, error) {
 	r, err := decodeTaskHeadRequest(data)
 	if err != nil {
 		return nil, err

@@ -15,12 +15,19 @@ import (
 // request decoder knows them.
 var leaseEndpoints = []string{"acquire", "renew", "release", "get", "task_head"}
 
-// decodeRequest decodes a request body of endpoint op.
+// subjectHolder is the holder the request subjects of these tests name.
+const subjectHolder = "worker-a.1"
+
+// decodeRequest decodes a request body of endpoint op, sent on a subject
+// of subjectHolder.
 func decodeRequest(op string, data []byte) (any, error) {
 	if op == "task_head" {
 		return decodeTaskHeadRequest(data)
 	}
-	return decodeLeaseRequest(op, data)
+	if op == "get" {
+		return decodeLeaseRequest(op, "", data)
+	}
+	return decodeLeaseRequest(op, subjectHolder, data)
 }
 
 const validULID = "01JD0000000000000000000001"
@@ -35,15 +42,15 @@ var requestCases = []struct {
 	body string
 	ok   bool
 }{
-	{"acquire", "acquire", `{"partition":3,"holder":"worker-a","ttl_ms":3000}`, true},
-	{"acquire without ttl", "acquire", `{"partition":0,"holder":"worker-a"}`, true},
-	{"renew", "renew", `{"partition":3,"holder":"worker-a","generation":42}`, true},
-	{"release", "release", `{"partition":3,"holder":"worker-a","generation":42}`, true},
+	{"acquire", "acquire", `{"partition":3,"holder":"worker-a.1","ttl_ms":3000}`, true},
+	{"acquire without ttl", "acquire", `{"partition":0,"holder":"worker-a.1"}`, true},
+	{"renew", "renew", `{"partition":3,"holder":"worker-a.1","generation":42}`, true},
+	{"release", "release", `{"partition":3,"holder":"worker-a.1","generation":42}`, true},
 	{"get", "get", `{"partition":3}`, true},
 	{"get ignores the members it does not use", "get", `{"partition":3,"holder":"not a holder","generation":9}`, true},
 	{"task head", "task_head", `{"task":"report-7"}`, true},
 	{"task head with an event id", "task_head", `{"task":"report-7","event_id":"` + validULID + `"}`, true},
-	{"spaces, escapes, null for absent", "acquire", " {\n\"partition\" : 3 , \"hol\\u0064er\":\"worker-a\", \"ttl_ms\":null}\n", true},
+	{"spaces, escapes, null for absent", "acquire", " {\n\"partition\" : 3 , \"hol\\u0064er\":\"worker-a.1\", \"ttl_ms\":null}\n", true},
 	{"negative zero", "get", `{"partition":-0}`, true},
 
 	{"empty body", "get", ``, false},
@@ -56,7 +63,7 @@ var requestCases = []struct {
 	{"garbage after the object", "get", `{"partition":3}x`, false},
 	{"invalid UTF-8", "task_head", "{\"task\":\"\xff\xfe\"}", false},
 	{"NUL in a task id", "task_head", `{"task":"a\u0000b"}`, false},
-	{"unknown field", "acquire", `{"partition":1,"holder":"w","gen":4}`, false},
+	{"unknown field", "acquire", `{"partition":1,"holder":"worker-a.1","gen":4}`, false},
 	{"field name cased differently", "get", `{"Partition":3}`, false},
 	{"duplicate partition", "get", `{"partition":1,"partition":2}`, false},
 	{"duplicate holder, one escaped", "acquire", `{"partition":1,"holder":"a","hol\u0064er":"b"}`, false},
@@ -69,17 +76,21 @@ var requestCases = []struct {
 	{"partition above int32", "get", `{"partition":2147483648}`, false},
 	{"partition above int64", "get", `{"partition":99999999999999999999999}`, false},
 	{"partition beyond float64", "get", `{"partition":1e400}`, false},
-	{"partition missing", "acquire", `{"holder":"w"}`, false},
+	{"partition missing", "acquire", `{"holder":"worker-a.1"}`, false},
 	{"partition null", "get", `{"partition":null}`, false},
 	{"holder as a number", "acquire", `{"partition":1,"holder":7}`, false},
-	{"holder missing", "acquire", `{"partition":1}`, false},
+	{"holder left out: the subject names it", "acquire", `{"partition":1}`, true},
+	{"holder of another than the subject", "acquire", `{"partition":1,"holder":"worker-b.1"}`, false},
+	{"request id on an acquire", "acquire", `{"partition":1,"request_id":"` + validULID + `"}`, true},
+	{"request id on a renewal", "renew", `{"partition":1,"generation":1,"request_id":"` + validULID + `"}`, false},
+	{"request id with a dot", "acquire", `{"partition":1,"request_id":"a.b"}`, false},
 	{"holder with a space", "acquire", `{"partition":1,"holder":"a b"}`, false},
-	{"generation missing", "renew", `{"partition":1,"holder":"w"}`, false},
-	{"generation zero", "release", `{"partition":1,"holder":"w","generation":0}`, false},
-	{"generation huge", "renew", `{"partition":1,"holder":"w","generation":18446744073709551616}`, false},
+	{"generation missing", "renew", `{"partition":1,"holder":"worker-a.1"}`, false},
+	{"generation zero", "release", `{"partition":1,"holder":"worker-a.1","generation":0}`, false},
+	{"generation huge", "renew", `{"partition":1,"holder":"worker-a.1","generation":18446744073709551616}`, false},
 	{"unused generation huge", "get", `{"partition":1,"generation":18446744073709551616}`, false},
-	{"ttl below 100 ms", "acquire", `{"partition":1,"holder":"w","ttl_ms":99}`, false},
-	{"ttl above 300000 ms", "renew", `{"partition":1,"holder":"w","generation":1,"ttl_ms":300001}`, false},
+	{"ttl below 100 ms", "acquire", `{"partition":1,"holder":"worker-a.1","ttl_ms":99}`, false},
+	{"ttl above 300000 ms", "renew", `{"partition":1,"holder":"worker-a.1","generation":1,"ttl_ms":300001}`, false},
 	{"nested object", "get", `{"partition":{"partition":3}}`, false},
 	{"deeply nested array", "get", `{"partition":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`, false},
 	{"deeply nested body", "get", strings.Repeat(`{"a":`, 50000) + "1" + strings.Repeat("}", 50000), false},
@@ -112,10 +123,10 @@ func TestLeaseRequestsAreAcceptedOrRefusedAsInvalid(t *testing.T) {
 
 func TestAcceptedLeaseRequestsCarryWhatWasSent(t *testing.T) {
 	t.Parallel()
-	r, err := decodeLeaseRequest("renew", []byte(`{"partition":3,"holder":"worker-a","generation":42,"ttl_ms":600}`))
+	r, err := decodeLeaseRequest("renew", subjectHolder, []byte(`{"partition":3,"generation":42,"ttl_ms":600}`))
 	require.NoError(t, err)
 	require.Equal(t, 3, *r.Partition)
-	require.Equal(t, "worker-a", r.Holder)
+	require.Equal(t, "worker-a.1", r.Holder)
 	require.EqualValues(t, 42, *r.Generation)
 	require.EqualValues(t, 600, *r.TTLMillis)
 
@@ -169,9 +180,10 @@ func checkLeaseRequest(t *testing.T, op string, body []byte, r wire.LeaseRequest
 	require.GreaterOrEqual(t, *r.Partition, 0)
 	require.Equal(t, std.Partition, r.Partition)
 	if op != "get" {
-		require.True(t, wire.ValidID(r.Holder), "%s accepted holder %q", op, r.Holder)
-		require.Equal(t, std.Holder, r.Holder)
+		require.Equal(t, subjectHolder, r.Holder, "%s: the holder is the subject's", op)
+		require.Contains(t, []string{"", subjectHolder}, std.Holder, "%s accepted a body holder other than the subject's", op)
 	}
+	require.Equal(t, std.RequestID, r.RequestID)
 	if op == "renew" || op == "release" {
 		require.NotNil(t, r.Generation)
 		require.GreaterOrEqual(t, *r.Generation, int64(1))

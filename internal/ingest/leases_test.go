@@ -25,34 +25,34 @@ func TestLeaseServiceFollowsTheContract(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, ingest.Config{})
 
-	a, er, _ := e.lease("acquire", map[string]any{"partition": 3, "holder": "worker-a"})
+	a, er, _ := e.lease("acquire", map[string]any{"partition": 3, "holder": "worker-a.1"})
 	require.Nil(t, er)
-	require.Equal(t, wire.LeaseReply{Partition: 3, Holder: "worker-a", Generation: 1, ExpiresAt: a.ExpiresAt, TTLMillis: 3000}, a,
+	require.Equal(t, wire.LeaseReply{Partition: 3, Holder: "worker-a.1", Generation: 1, ExpiresAt: a.ExpiresAt, TTLMillis: 3000}, a,
 		"a never-leased partition gets generation 1 and the default TTL")
 	exp, err := time.Parse(time.RFC3339Nano, a.ExpiresAt)
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now().Add(3*time.Second), exp, 2*time.Second)
 
-	_, er, h := e.lease("acquire", map[string]any{"partition": 3, "holder": "worker-b", "ttl_ms": 5000})
+	_, er, h := e.lease("acquire", map[string]any{"partition": 3, "holder": "worker-b.1", "ttl_ms": 5000})
 	require.NotNil(t, er)
 	require.Equal(t, "held", er.Error)
-	require.Equal(t, "worker-a", er.Holder)
+	require.Equal(t, "worker-a.1", er.Holder)
 	require.EqualValues(t, 1, er.Generation)
 	require.NotEmpty(t, er.ExpiresAt)
 	require.NotEmpty(t, h.Get(micro.ErrorHeader), "micro service error headers are set")
 	require.Equal(t, "409", h.Get(micro.ErrorCodeHeader))
 
-	again, er, _ := e.lease("acquire", map[string]any{"partition": 3, "holder": "worker-a", "ttl_ms": 60000})
+	again, er, _ := e.lease("acquire", map[string]any{"partition": 3, "holder": "worker-a.1", "ttl_ms": 60000})
 	require.Nil(t, er)
 	require.EqualValues(t, 2, again.Generation, "the same holder re-acquiring fences its earlier incarnation")
 	require.EqualValues(t, 60000, again.TTLMillis)
 
-	renewed, er, _ := e.lease("renew", map[string]any{"partition": 3, "holder": "worker-a", "generation": 2})
+	renewed, er, _ := e.lease("renew", map[string]any{"partition": 3, "holder": "worker-a.1", "generation": 2})
 	require.Nil(t, er)
 	require.EqualValues(t, 2, renewed.Generation)
 	require.EqualValues(t, 60000, renewed.TTLMillis, "a renewal keeps the lease's TTL")
 
-	_, er, _ = e.lease("renew", map[string]any{"partition": 3, "holder": "worker-a", "generation": 1})
+	_, er, _ = e.lease("renew", map[string]any{"partition": 3, "holder": "worker-a.1", "generation": 1})
 	require.Equal(t, "lost", er.Error)
 	require.EqualValues(t, 2, er.Generation)
 
@@ -61,8 +61,8 @@ func TestLeaseServiceFollowsTheContract(t *testing.T) {
 	require.NotNil(t, got.Valid)
 	require.True(t, *got.Valid)
 
-	b, _ := json.Marshal(map[string]any{"partition": 3, "holder": "worker-a", "generation": 2})
-	resp, err := e.nc.Request(e.subj.LeaseRelease(), b, 5*time.Second)
+	b, _ := json.Marshal(map[string]any{"partition": 3, "holder": "worker-a.1", "generation": 2})
+	resp, err := e.nc.Request(e.subj.Lease(wire.LeaseRelease, "worker-a.1"), b, 5*time.Second)
 	require.NoError(t, err)
 	var rel wire.ReleaseReply
 	require.NoError(t, json.Unmarshal(resp.Data, &rel))
@@ -71,19 +71,18 @@ func TestLeaseServiceFollowsTheContract(t *testing.T) {
 	got, _, _ = e.lease("get", map[string]any{"partition": 3})
 	require.False(t, *got.Valid)
 	require.EqualValues(t, 2, got.Generation, "a released lease keeps its generation")
-	next := e.acquire(3, "worker-b", 1000)
+	next := e.acquire(3, "worker-b.1", 1000)
 	require.EqualValues(t, 3, next.Generation)
 
 	_, er, _ = e.lease("get", map[string]any{"partition": 9})
 	require.Equal(t, "no_lease", er.Error)
 
-	for name, req := range map[string]any{
-		"ttl below 100 ms":       map[string]any{"partition": 1, "holder": "w", "ttl_ms": 99},
-		"ttl above 300000 ms":    map[string]any{"partition": 1, "holder": "w", "ttl_ms": 300001},
-		"partition out of range": map[string]any{"partition": 16, "holder": "w"},
-		"no partition":           map[string]any{"holder": "w"},
-		"bad holder":             map[string]any{"partition": 1, "holder": "a b"},
-		"unknown field":          map[string]any{"partition": 1, "holder": "w", "gen": 4},
+	for name, req := range map[string]map[string]any{
+		"ttl below 100 ms":       {"partition": 1, "holder": "w.1", "ttl_ms": 99},
+		"ttl above 300000 ms":    {"partition": 1, "holder": "w.1", "ttl_ms": 300001},
+		"partition out of range": {"partition": 16, "holder": "w.1"},
+		"no partition":           {"holder": "w.1"},
+		"unknown field":          {"partition": 1, "holder": "w.1", "gen": 4},
 	} {
 		_, er, h := e.lease("acquire", req)
 		require.NotNil(t, er, name)
@@ -91,18 +90,24 @@ func TestLeaseServiceFollowsTheContract(t *testing.T) {
 		require.NotEmpty(t, er.Message, name)
 		require.Equal(t, "400", h.Get(micro.ErrorCodeHeader), name)
 	}
-	resp, err = e.nc.Request(e.subj.LeaseAcquire(), []byte("not json"), 5*time.Second)
+	resp, err = e.nc.Request(e.subj.Lease(wire.LeaseAcquire, "w.1"), []byte("not json"), 5*time.Second)
 	require.NoError(t, err)
 	require.Contains(t, string(resp.Data), `"error":"invalid"`)
+
+	// The holder is the subject's: one in the body must be the same.
+	resp, err = e.nc.Request(e.subj.Lease(wire.LeaseAcquire, "w.1"), []byte(`{"partition":1,"holder":"v.1"}`), 5*time.Second)
+	require.NoError(t, err)
+	require.Contains(t, string(resp.Data), `"error":"invalid"`)
+	require.Contains(t, string(resp.Data), "not the subject's")
 }
 
 func TestTaskHeadOverNATS(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, ingest.Config{})
-	rc := e.receipts("worker-a")
-	l := e.acquire(7, "worker-a", 60000)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(7, "worker-a.1", 60000)
 	for v := int64(1); v <= 3; v++ {
-		ev := event{id: newID(), partition: 7, task: "report-7", holder: "worker-a", generation: l.Generation, version: v, typ: "x", payload: `{}`}
+		ev := event{id: newID(), partition: 7, task: "report-7", holder: "worker-a.1", generation: l.Generation, version: v, typ: "x", payload: `{}`}
 		e.publish(ev)
 		receiptFor(t, rc, ev.id)
 	}
@@ -138,7 +143,7 @@ func TestLeaseServiceIsDiscoverable(t *testing.T) {
 	for _, ep := range info.Endpoints {
 		subjects[ep.Subject] = true
 	}
-	for _, s := range []string{"ledger.lease.acquire", "ledger.lease.renew", "ledger.lease.release", "ledger.lease.get", "ledger.task.head"} {
+	for _, s := range []string{"ledger.lease.acquire.*.*", "ledger.lease.renew.*.*", "ledger.lease.release.*.*", "ledger.lease.get", "ledger.task.head"} {
 		require.True(t, subjects[s], "endpoint %s", s)
 	}
 }
@@ -178,7 +183,7 @@ func TestLeaseServiceRefusesHostileBodiesAndKeepsServing(t *testing.T) {
 		`{"partition":1,"` + strings.Repeat("f", 3<<10) + `":1}`, // under the 4 KiB limit
 		`{"partition":1,"holder":"w","generation":1} {"task":"t"}`,
 	}
-	for _, subject := range []string{e.subj.LeaseAcquire(), e.subj.LeaseRenew(), e.subj.LeaseRelease(),
+	for _, subject := range []string{e.subj.Lease(wire.LeaseAcquire, "worker-a.1"), e.subj.Lease(wire.LeaseRenew, "worker-a.1"), e.subj.Lease(wire.LeaseRelease, "worker-a.1"),
 		e.subj.LeaseGet(), e.subj.TaskHead()} {
 		for _, body := range hostile {
 			resp := e.request(subject, []byte(body))
@@ -189,7 +194,7 @@ func TestLeaseServiceRefusesHostileBodiesAndKeepsServing(t *testing.T) {
 		}
 	}
 	// Still serving.
-	granted := e.acquire(2, "worker-a", 60000)
+	granted := e.acquire(2, "worker-a.1", 60000)
 	require.EqualValues(t, 1, granted.Generation)
 }
 
@@ -228,14 +233,14 @@ func TestLeaseErrorRepliesNeverEchoDatabaseErrors(t *testing.T) {
 	require.NoError(t, svc.Start(context.Background()))
 	t.Cleanup(svc.Stop)
 	e := &env{t: t, db: db, store: store, ns: ns, nc: ns.Conn(t)}
-	e.acquire(1, "worker-a", 60000)
+	e.acquire(1, "worker-a.1", 60000)
 
 	requests := map[string]string{
-		e.subj.LeaseAcquire(): `{"partition":2,"holder":"worker-a"}`,
-		e.subj.LeaseRenew():   `{"partition":1,"holder":"worker-a","generation":1}`,
-		e.subj.LeaseRelease(): `{"partition":1,"holder":"worker-a","generation":1}`,
-		e.subj.LeaseGet():     `{"partition":1}`,
-		e.subj.TaskHead():     `{"task":"job","event_id":"01JD0000000000000000000001"}`,
+		e.subj.Lease(wire.LeaseAcquire, "worker-a.1"): `{"partition":2,"holder":"worker-a.1"}`,
+		e.subj.Lease(wire.LeaseRenew, "worker-a.1"):   `{"partition":1,"holder":"worker-a.1","generation":1}`,
+		e.subj.Lease(wire.LeaseRelease, "worker-a.1"): `{"partition":1,"holder":"worker-a.1","generation":1}`,
+		e.subj.LeaseGet(): `{"partition":1}`,
+		e.subj.TaskHead(): `{"task":"job","event_id":"01JD0000000000000000000001"}`,
 	}
 	leaks := func(what string, secrets ...string) {
 		t.Helper()
@@ -277,12 +282,12 @@ func TestLeaseErrorRepliesNeverEchoDatabaseErrors(t *testing.T) {
 func TestTaskHeadWithEventIDTellsItsRecordedVerdict(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, ingest.Config{})
-	rc := e.receipts("worker-a")
-	old := e.acquire(4, "worker-a", 60000)
-	cur := e.acquire(4, "worker-a", 60000) // fences old
-	committed := event{id: newID(), partition: 4, task: "job", holder: "worker-a", generation: cur.Generation, version: 1, typ: "x", payload: `{}`}
-	stale := event{id: newID(), partition: 4, task: "job", holder: "worker-a", generation: old.Generation, version: 2, typ: "x", payload: `{}`}
-	ahead := event{id: newID(), partition: 4, task: "job", holder: "worker-a", generation: cur.Generation, version: 9, typ: "x", payload: `{}`}
+	rc := e.receipts("worker-a.1")
+	old := e.acquire(4, "worker-a.1", 60000)
+	cur := e.acquire(4, "worker-a.1", 60000) // fences old
+	committed := event{id: newID(), partition: 4, task: "job", holder: "worker-a.1", generation: cur.Generation, version: 1, typ: "x", payload: `{}`}
+	stale := event{id: newID(), partition: 4, task: "job", holder: "worker-a.1", generation: old.Generation, version: 2, typ: "x", payload: `{}`}
+	ahead := event{id: newID(), partition: 4, task: "job", holder: "worker-a.1", generation: cur.Generation, version: 9, typ: "x", payload: `{}`}
 	for _, ev := range []event{committed, stale} {
 		e.publish(ev)
 		receiptFor(t, rc, ev.id)

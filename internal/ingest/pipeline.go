@@ -252,9 +252,9 @@ func (s *Service) capWaiting(ctx context.Context, batch []*inbound, pos []int, n
 	return true
 }
 
-// earlierPending reports whether LEDGER_IN holds a message on in's subject
-// (its task's) that was stored before in, or whether that cannot be told
-// now: a fault is never turned into a verdict.
+// earlierPending reports whether LEDGER_IN holds a message of in's task,
+// from any holder, that was stored before in, or whether that cannot be
+// told now: a fault is never turned into a verdict.
 func (s *Service) earlierPending(ctx context.Context, in *inbound) bool {
 	if h := s.cfg.hooks; h != nil && h.noEarlierCheck {
 		return false
@@ -264,7 +264,8 @@ func (s *Service) earlierPending(ctx context.Context, in *inbound) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
-	first, err := s.inStream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(in.msg.Subject()))
+	// Any holder's: the predecessor may be a previous holder's.
+	first, err := s.inStream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(s.subjects.InTask(in.event.Partition, in.event.Task)))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return false // not even in itself: another copy of it was acked
@@ -433,7 +434,7 @@ func (s *Service) deadLetter(in *inbound) *nats.Msg {
 		subject = s.subjects.DLQ(in.event.Partition, in.event.Task)
 	}
 	r := in.result
-	return wire.DeadLetterMsg(subject, in.msg.Headers(), in.msg.Data(), wire.Rejection{
+	return wire.DeadLetterMsg(subject, in.msg.Subject(), in.msg.Headers(), in.msg.Data(), wire.Rejection{
 		Verdict: r.Verdict, Reason: r.Reason, CurrentGeneration: r.CurrentGeneration, CurrentHolder: r.CurrentHolder,
 		RejectedAt: time.Now(), SourceSeq: in.sourceSeq}, s.letterMax)
 }
@@ -457,7 +458,7 @@ func (s *Service) shrinkLetter(m *nats.Msg) *nats.Msg {
 // are at least once: a message redelivered after a crash gets a second
 // (duplicate) receipt.
 func (s *Service) sendReceipt(in *inbound) {
-	if !wire.ValidID(in.event.Holder) {
+	if !wire.ValidHolder(in.event.Holder) {
 		return
 	}
 	if err := s.nc.Publish(s.subjects.Receipt(in.event.Holder), receiptJSON(in)); err != nil {

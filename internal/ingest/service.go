@@ -212,7 +212,7 @@ func (s *Service) route(m jetstream.Msg) {
 	}
 	s.waiting.back(in.sourceSeq)
 	l := s.lanes[0]
-	if p, _, err := s.subjects.ParseIn(m.Subject()); err == nil {
+	if _, p, _, err := s.subjects.ParseIn(m.Subject()); err == nil {
 		l = s.lanes[p%len(s.lanes)]
 	}
 	select {

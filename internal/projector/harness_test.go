@@ -156,7 +156,7 @@ func (e *env) commit(partition int, task string, types []string, payloads []stri
 			version: head + int64(i) + 1, typ: types[i], payload: payloads[i]}
 		require.NoError(e.t, e.db.Pool.QueryRow(context.Background(), `
 			INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
-			VALUES ($1, $2, $3, $4, $5, $6::jsonb, 'worker-a', 1, clock_timestamp()) RETURNING seq`,
+			VALUES ($1, $2, $3, $4, $5, $6::jsonb, 'worker-a.1', 1, clock_timestamp()) RETURNING seq`,
 			c.id, c.partition, c.task, c.version, c.typ, c.payload).Scan(&c.seq))
 		out[i] = c
 	}
@@ -173,7 +173,7 @@ func (e *env) publishLog(c committed) {
 	m.Header.Set(wire.HeaderPartition, strconv.Itoa(c.partition))
 	m.Header.Set(wire.HeaderVersion, strconv.FormatInt(c.version, 10))
 	m.Header.Set(wire.HeaderType, c.typ)
-	m.Header.Set(wire.HeaderHolder, "worker-a")
+	m.Header.Set(wire.HeaderHolder, "worker-a.1")
 	m.Header.Set(wire.HeaderGeneration, "1")
 	m.Header.Set(wire.HeaderCommittedAt, wire.FormatTime(time.Now()))
 	m.Data = []byte(c.payload)

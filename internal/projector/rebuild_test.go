@@ -36,7 +36,7 @@ func (e *env) seedDB(tasks, versions int) {
 		SELECT 'e-' || t || '-' || v, t % 16, 'task-' || t, v,
 		       CASE WHEN v = $2 THEN 'completed' ELSE 'progress' END,
 		       jsonb_build_object('step', v, 'k' || (v % 5), t, 'last', CASE WHEN v % 7 = 0 THEN NULL ELSE v END),
-		       'worker-a', 1, clock_timestamp()
+		       'worker-a.1', 1, clock_timestamp()
 		FROM generate_series(1, $2) v, generate_series(1, $1) t ORDER BY v, t`, tasks, versions)
 	require.NoError(e.t, err)
 }

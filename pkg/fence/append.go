@@ -244,8 +244,8 @@ func (s *Store) validate(e *Event) (reason, detail string) {
 		return wire.ReasonBadPartition, fmt.Sprintf("partition %d is outside [0, %d)", e.Partition, s.cfg.Partitions)
 	case !wire.ValidID(e.Task):
 		return wire.ReasonBadTask, fmt.Sprintf("task id %q is not 1..128 of [A-Za-z0-9_-]", e.Task)
-	case !wire.ValidID(e.Holder):
-		return wire.ReasonBadHolder, fmt.Sprintf("holder %q is not 1..128 of [A-Za-z0-9_-]", e.Holder)
+	case !wire.ValidHolder(e.Holder):
+		return wire.ReasonBadHolder, fmt.Sprintf("holder %q is not <principal>.<instance>, each 1..64 of [A-Za-z0-9_-]", e.Holder)
 	case !wire.ValidType(e.Type):
 		return wire.ReasonBadType, fmt.Sprintf("type %q is not 1..64 of [A-Za-z0-9_.:-]", e.Type)
 	case e.Version < 1:

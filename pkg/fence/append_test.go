@@ -20,13 +20,13 @@ func TestStaleHoldersLateWriteIsRejectedAfterTakeover(t *testing.T) {
 	s, db := newStore(t, fence.Config{})
 	ctx := context.Background()
 
-	a, err := s.Acquire(ctx, 3, "worker-a", longTTL)
+	a, err := s.Acquire(ctx, 3, "worker-a.1", longTTL)
 	require.NoError(t, err)
 	r := appendOne(t, s, ev(a, "report-7", 1, "running"))
 	require.Equal(t, wire.VerdictCommitted, r.Verdict)
 
 	expire(t, db, 3) // A pauses past its lease
-	b, err := s.Acquire(ctx, 3, "worker-b", longTTL)
+	b, err := s.Acquire(ctx, 3, "worker-b.1", longTTL)
 	require.NoError(t, err)
 	require.Equal(t, a.Generation+1, b.Generation)
 
@@ -38,7 +38,7 @@ func TestStaleHoldersLateWriteIsRejectedAfterTakeover(t *testing.T) {
 	require.Equal(t, wire.VerdictStale, ra.Verdict)
 	require.Equal(t, wire.ReasonSuperseded, ra.Reason)
 	require.Equal(t, b.Generation, ra.CurrentGeneration)
-	require.Equal(t, "worker-b", ra.CurrentHolder)
+	require.Equal(t, "worker-b.1", ra.CurrentHolder)
 
 	require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM ledger.rejections
 		WHERE event_id = $1 AND verdict = 'stale' AND reason = 'superseded' AND current_generation = $2`,
@@ -51,13 +51,13 @@ func TestStaleHoldersLateWriteIsRejectedAfterTakeover(t *testing.T) {
 
 	var holder string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT holder FROM ledger.events WHERE task_id = 'report-7' ORDER BY version DESC LIMIT 1`).Scan(&holder))
-	require.Equal(t, "worker-b", holder, "the task keeps B's result")
+	require.Equal(t, "worker-b.1", holder, "the task keeps B's result")
 }
 
 func TestSameHolderAfterExpiryWithoutTakeoverIsLeaseExpired(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t, fence.Config{})
-	a, err := s.Acquire(context.Background(), 0, "worker-a", longTTL)
+	a, err := s.Acquire(context.Background(), 0, "worker-a.1", longTTL)
 	require.NoError(t, err)
 	expire(t, db, 0)
 	e := ev(a, "t1", 1, "running")
@@ -71,12 +71,12 @@ func TestStaleReasons(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t, fence.Config{})
 	ctx := context.Background()
-	a, err := s.Acquire(ctx, 1, "worker-a", longTTL)
+	a, err := s.Acquire(ctx, 1, "worker-a.1", longTTL)
 	require.NoError(t, err)
 
-	never := ev(fence.Lease{Partition: 2, Holder: "worker-a", Generation: 1}, "t-never", 1, "x")
-	notHolder := ev(fence.Lease{Partition: 1, Holder: "worker-z", Generation: a.Generation}, "t-z", 1, "x")
-	future := ev(fence.Lease{Partition: 1, Holder: "worker-a", Generation: a.Generation + 5}, "t-f", 1, "x")
+	never := ev(fence.Lease{Partition: 2, Holder: "worker-a.1", Generation: 1}, "t-never", 1, "x")
+	notHolder := ev(fence.Lease{Partition: 1, Holder: "worker-z.1", Generation: a.Generation}, "t-z", 1, "x")
+	future := ev(fence.Lease{Partition: 1, Holder: "worker-a.1", Generation: a.Generation + 5}, "t-f", 1, "x")
 	res, err := s.Append(ctx, []fence.Event{never, notHolder, future})
 	require.NoError(t, err)
 	require.Equal(t, wire.ReasonNoLease, res[0].Reason)
@@ -91,7 +91,7 @@ func TestDuplicatesConflictsAndOrdering(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t, fence.Config{})
 	ctx := context.Background()
-	l, err := s.Acquire(ctx, 5, "worker-a", longTTL)
+	l, err := s.Acquire(ctx, 5, "worker-a.1", longTTL)
 	require.NoError(t, err)
 	v1 := ev(l, "task-d", 1, "running")
 	first := appendOne(t, s, v1)
@@ -101,7 +101,7 @@ func TestDuplicatesConflictsAndOrdering(t *testing.T) {
 	sameContentNewID.ID = newID()
 	reordered := v1
 	reordered.ID = newID()
-	reordered.Payload = []byte(`{ "by" : "worker-a", "v" : 1 }`) // equal as JSON
+	reordered.Payload = []byte(`{ "by" : "worker-a.1", "v" : 1 }`) // equal as JSON
 	otherContent := v1
 	otherContent.ID = newID()
 	otherContent.Payload = []byte(`{"v":1,"by":"someone-else"}`)
@@ -113,7 +113,7 @@ func TestDuplicatesConflictsAndOrdering(t *testing.T) {
 	ahead := ev(l, "task-d", 5, "completed")
 	aheadFinal := ev(l, "task-d", 6, "completed")
 	aheadFinal.Final = true
-	wrongPartition := ev(fence.Lease{Partition: 6, Holder: "worker-a", Generation: 1}, "task-d", 2, "completed")
+	wrongPartition := ev(fence.Lease{Partition: 6, Holder: "worker-a.1", Generation: 1}, "task-d", 2, "completed")
 
 	for _, tc := range []struct {
 		name    string
@@ -149,7 +149,7 @@ func TestBatchCommitsDenseVersionsInOrder(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t, fence.Config{})
 	ctx := context.Background()
-	l, err := s.Acquire(ctx, 0, "worker-a", longTTL)
+	l, err := s.Acquire(ctx, 0, "worker-a.1", longTTL)
 	require.NoError(t, err)
 
 	// Out of order inside one batch, with an in-batch duplicate and a hole.
@@ -185,7 +185,7 @@ func TestInvalidEventsAreRefusedOneByOne(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t, fence.Config{MaxPayload: 4096})
 	ctx := context.Background()
-	l, err := s.Acquire(ctx, 0, "worker-a", longTTL)
+	l, err := s.Acquire(ctx, 0, "worker-a.1", longTTL)
 	require.NoError(t, err)
 
 	good := ev(l, "good", 1, "ok")
@@ -243,7 +243,7 @@ func TestAppendGivesNoVerdictWithoutDatabase(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t, fence.Config{})
 	ctx := context.Background()
-	l, err := s.Acquire(ctx, 0, "worker-a", longTTL)
+	l, err := s.Acquire(ctx, 0, "worker-a.1", longTTL)
 	require.NoError(t, err)
 	db.Pool.Close()
 	res, err := s.Append(ctx, []fence.Event{ev(l, "t", 1, "x")})
@@ -265,9 +265,9 @@ func TestLeaseExpiringBeforeTheInsertCommitsNothingOfTheAttempt(t *testing.T) {
 	// a slow machine.
 	const ttl = time.Second
 	acquired := time.Now()
-	short, err := s.Acquire(ctx, 0, "worker-a", ttl)
+	short, err := s.Acquire(ctx, 0, "worker-a.1", ttl)
 	require.NoError(t, err)
-	long, err := s.Acquire(ctx, 1, "worker-b", longTTL)
+	long, err := s.Acquire(ctx, 1, "worker-b.1", longTTL)
 	require.NoError(t, err)
 
 	attempts := 0

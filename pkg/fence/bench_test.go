@@ -25,7 +25,7 @@ func BenchmarkAppend(b *testing.B) {
 			const partitions, tasks = 16, 1000
 			leases := make([]fence.Lease, partitions)
 			for p := range partitions {
-				l, err := s.Acquire(ctx, p, fmt.Sprintf("bench-%d", p), fence.TTLMax)
+				l, err := s.Acquire(ctx, p, fmt.Sprintf("bench.%d", p), fence.TTLMax)
 				require.NoError(b, err)
 				leases[p] = l
 			}
@@ -73,7 +73,7 @@ func BenchmarkRenewUnderAppends(b *testing.B) {
 	s, _ := newStore(b, fence.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	l, err := s.Acquire(ctx, 0, "bench", fence.TTLMax)
+	l, err := s.Acquire(ctx, 0, "bench.1", fence.TTLMax)
 	require.NoError(b, err)
 	filler := strings.Repeat("x", 150)
 	errs := make(chan error, 3)

@@ -14,7 +14,7 @@ import (
 func TestClassifyDecidesInTheContractsOrder(t *testing.T) {
 	t.Parallel()
 	const id = "01J00000000000000000000001"
-	base := Event{ID: id, Partition: 1, Task: "t", Version: 4, Type: "step", Payload: []byte(`{"a":1}`), Holder: "w", Generation: 5}
+	base := Event{ID: id, Partition: 1, Task: "t", Version: 4, Type: "step", Payload: []byte(`{"a":1}`), Holder: "w.1", Generation: 5}
 	with := func(f func(*Event)) Event { e := base; f(&e); return e }
 	storedRow := &stored{c: Committed{Seq: 9, EventID: id, Partition: 1, Task: "t", Version: 4, Type: "step"}, samePayload: true}
 	for _, c := range []struct {
@@ -36,9 +36,9 @@ func TestClassifyDecidesInTheContractsOrder(t *testing.T) {
 			verdict: wire.VerdictGap, reason: wire.ReasonTooFarAhead},
 		{name: "an older generation is superseded", e: with(func(e *Event) { e.Generation = 4 }),
 			verdict: wire.VerdictStale, reason: wire.ReasonSuperseded},
-		{name: "another holder is not the holder", e: with(func(e *Event) { e.Holder = "x" }),
+		{name: "another holder is not the holder", e: with(func(e *Event) { e.Holder = "x.1" }),
 			verdict: wire.VerdictStale, reason: wire.ReasonNotHolder},
-		{name: "an expired lease", e: base, lease: &leaseState{holder: "w", gen: 5},
+		{name: "an expired lease", e: base, lease: &leaseState{holder: "w.1", gen: 5},
 			verdict: wire.VerdictStale, reason: wire.ReasonLeaseExpired},
 		{name: "another partition is wrong", e: with(func(e *Event) { e.Partition = 2 }),
 			verdict: wire.VerdictInvalid, reason: wire.ReasonWrongPartition},
@@ -55,7 +55,7 @@ func TestClassifyDecidesInTheContractsOrder(t *testing.T) {
 			res := make([]Result, 1)
 			b := s.prepare([]Event{c.e}, res)
 			require.Len(t, b.order, 1, "%+v", res[0])
-			lease := leaseState{holder: "w", gen: 5, valid: true}
+			lease := leaseState{holder: "w.1", gen: 5, valid: true}
 			if c.lease != nil {
 				lease = *c.lease
 			}
@@ -82,13 +82,13 @@ func TestClassifyPlansABatchInVersionOrder(t *testing.T) {
 	t.Parallel()
 	s := &Store{cfg: Config{}.WithDefaults()}
 	ev := func(id string, v int64) Event {
-		return Event{ID: id, Partition: 0, Task: "t", Version: v, Type: "step", Payload: []byte(`{}`), Holder: "w", Generation: 1}
+		return Event{ID: id, Partition: 0, Task: "t", Version: v, Type: "step", Payload: []byte(`{}`), Holder: "w.1", Generation: 1}
 	}
 	events := []Event{ev("01J00000000000000000000003", 3), ev("01J00000000000000000000001", 1),
 		ev("01J00000000000000000000002", 2), ev("01J00000000000000000000001", 1)}
 	res := make([]Result, len(events))
 	b := s.prepare(events, res)
-	st := state{leases: map[int]leaseState{0: {holder: "w", gen: 1, valid: true}}, heads: map[string]taskHead{},
+	st := state{leases: map[int]leaseState{0: {holder: "w.1", gen: 1, valid: true}}, heads: map[string]taskHead{},
 		existing: make([]existing, len(b.order)), recorded: map[string]recorded{}}
 	p, err := s.classify(b, st, res)
 	require.NoError(t, err)

@@ -18,7 +18,7 @@ func TestRecordedRejectionIsFinal(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t, fence.Config{})
 	ctx := context.Background()
-	l, err := s.Acquire(ctx, 0, "worker-a", longTTL)
+	l, err := s.Acquire(ctx, 0, "worker-a.1", longTTL)
 	require.NoError(t, err)
 
 	v1, e2 := ev(l, "report-7", 1, "running"), ev(l, "report-7", 2, "completed")
@@ -43,9 +43,9 @@ func TestRecordedRejectionIsFinal(t *testing.T) {
 
 	// A stale copy and a copy restamped with the valid lease, in one batch
 	// and then again: the first verdict holds for both.
-	old := ev(fence.Lease{Partition: 0, Holder: "worker-z", Generation: l.Generation}, "report-8", 1, "running")
+	old := ev(fence.Lease{Partition: 0, Holder: "worker-z.1", Generation: l.Generation}, "report-8", 1, "running")
 	restamped := old
-	restamped.Holder = "worker-a"
+	restamped.Holder = "worker-a.1"
 	res, err := s.Append(ctx, []fence.Event{old, restamped})
 	require.NoError(t, err)
 	require.Equal(t, wire.VerdictStale, res[0].Verdict)
@@ -101,7 +101,7 @@ func TestConcurrentRejectionAndCommitOfOneEventID(t *testing.T) {
 func raceRejectionAndCommit(t *testing.T, shared bool) (stalled, redelivered fence.Result, committed, rejected int) {
 	s, db := newStore(t, fence.Config{})
 	ctx := context.Background()
-	l, err := s.Acquire(ctx, 0, "worker-a", longTTL)
+	l, err := s.Acquire(ctx, 0, "worker-a.1", longTTL)
 	require.NoError(t, err)
 	v1, e2 := ev(l, "invoice-42", 1, "running"), ev(l, "invoice-42", 2, "completed")
 	timedOut := e2
@@ -150,7 +150,7 @@ func TestAppendDoesNotBlockRenewButBlocksTakeover(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t, fence.Config{})
 	ctx := context.Background()
-	l, err := s.Acquire(ctx, 1, "worker-a", longTTL)
+	l, err := s.Acquire(ctx, 1, "worker-a.1", longTTL)
 	require.NoError(t, err)
 
 	takeover := make(chan struct{})
@@ -163,14 +163,14 @@ func TestAppendDoesNotBlockRenewButBlocksTakeover(t *testing.T) {
 			var renewErr error
 			go func() {
 				defer close(renewed)
-				_, renewErr = s.Renew(ctx, 1, "worker-a", l.Generation, 0)
+				_, renewErr = s.Renew(ctx, 1, "worker-a.1", l.Generation, 0)
 			}()
 			require.False(t, waitDoneOrBlocked(t, db, renewed), "the renewal waits for the append's lock")
 			require.NoError(t, renewErr)
 
 			go func() {
 				defer close(takeover)
-				took, tookErr = s.Acquire(ctx, 1, "worker-a", longTTL) // a re-grant takes the row FOR UPDATE too
+				took, tookErr = s.Acquire(ctx, 1, "worker-a.1", longTTL) // a re-grant takes the row FOR UPDATE too
 			}()
 			require.True(t, waitDoneOrBlocked(t, db, takeover), "the takeover did not wait for the append")
 		})

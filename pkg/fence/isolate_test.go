@@ -33,7 +33,7 @@ BEGIN
 END $$;
 CREATE TRIGGER test_poison BEFORE INSERT ON ledger.events FOR EACH ROW EXECUTE FUNCTION ledger.test_poison();`)
 	require.NoError(t, err)
-	l, err := s.Acquire(ctx, 0, "worker-a", longTTL)
+	l, err := s.Acquire(ctx, 0, "worker-a.1", longTTL)
 	require.NoError(t, err)
 
 	poison := ev(l, "b", 1, "x")
@@ -78,7 +78,7 @@ func TestSilentConnectionDoesNotHoldTheLeaseLocked(t *testing.T) {
 	actx, acancel := context.WithCancel(ctx)
 	t.Cleanup(func() { acancel(); proxy.Cut() })
 
-	l, err := s.Acquire(ctx, 2, "worker-a", longTTL)
+	l, err := s.Acquire(ctx, 2, "worker-a.1", longTTL)
 	require.NoError(t, err)
 	silenced := make(chan struct{})
 	half := fence.BeforeWrite(zombie, func() {
@@ -95,7 +95,7 @@ func TestSilentConnectionDoesNotHoldTheLeaseLocked(t *testing.T) {
 
 	tctx, cancel := context.WithTimeout(ctx, 10*idle)
 	defer cancel()
-	b, err := s.Acquire(tctx, 2, "worker-b", longTTL)
+	b, err := s.Acquire(tctx, 2, "worker-b.1", longTTL)
 	require.NoError(t, err, "the takeover waited on a silent connection's lock for 10x the idle timeout")
 	require.Equal(t, l.Generation+1, b.Generation)
 	select {

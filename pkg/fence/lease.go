@@ -59,8 +59,8 @@ func (s *Store) checkLeaseArgs(partition int, holder string, needHolder bool, tt
 	if partition < 0 || partition >= s.cfg.Partitions {
 		return leaseErr(ErrInvalid, nil, "partition %d is outside [0, %d)", partition, s.cfg.Partitions)
 	}
-	if needHolder && !wire.ValidID(holder) {
-		return leaseErr(ErrInvalid, nil, "holder %q is not 1..128 of [A-Za-z0-9_-]", holder)
+	if needHolder && !wire.ValidHolder(holder) {
+		return leaseErr(ErrInvalid, nil, "holder %q is not <principal>.<instance>, each 1..64 of [A-Za-z0-9_-]", holder)
 	}
 	if ttl != 0 && (ttl < TTLMin || ttl > TTLMax) {
 		return leaseErr(ErrInvalid, nil, "ttl %v is outside [%v, %v]", ttl, TTLMin, TTLMax)

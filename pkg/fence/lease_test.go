@@ -24,7 +24,7 @@ func TestConcurrentTakeoverOfExpiredLeaseHasOneWinner(t *testing.T) {
 	var l fence.Lease
 	var err error
 	for range 41 { // bring the partition to generation 41, held by worker A
-		l, err = s.Acquire(ctx, 3, "worker-a", longTTL)
+		l, err = s.Acquire(ctx, 3, "worker-a.1", longTTL)
 		require.NoError(t, err)
 	}
 	require.EqualValues(t, 41, l.Generation)
@@ -45,7 +45,7 @@ func TestConcurrentTakeoverOfExpiredLeaseHasOneWinner(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			got, err := s.TakeOver(ctx, 3, "worker-"+string(rune('b'+i)), observed.Generation, longTTL)
+			got, err := s.TakeOver(ctx, 3, "worker-"+string(rune('b'+i))+".1", observed.Generation, longTTL)
 			if err != nil {
 				errs <- err
 				return
@@ -83,20 +83,20 @@ func TestLeaseRules(t *testing.T) {
 	t.Run("never leased partition is granted generation 1", func(t *testing.T) {
 		t.Parallel()
 		s, db := newStore(t, fence.Config{})
-		l, err := s.Acquire(ctx, 0, "worker-a", 0)
+		l, err := s.Acquire(ctx, 0, "worker-a.1", 0)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, l.Generation)
 		require.True(t, l.Valid)
 		require.Equal(t, fence.TTLDefault, l.TTL, "default TTL is 3000 ms")
-		require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM ledger.lease_grants WHERE partition = 0 AND generation = 1 AND holder = 'worker-a'`))
+		require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM ledger.lease_grants WHERE partition = 0 AND generation = 1 AND holder = 'worker-a.1'`))
 	})
 
 	t.Run("valid lease is not stolen", func(t *testing.T) {
 		t.Parallel()
 		s, _ := newStore(t, fence.Config{})
-		a, err := s.Acquire(ctx, 1, "worker-a", longTTL)
+		a, err := s.Acquire(ctx, 1, "worker-a.1", longTTL)
 		require.NoError(t, err)
-		_, err = s.Acquire(ctx, 1, "worker-b", longTTL)
+		_, err = s.Acquire(ctx, 1, "worker-b.1", longTTL)
 		require.ErrorIs(t, err, fence.ErrHeld)
 		cur, err := s.Get(ctx, 1)
 		require.NoError(t, err)
@@ -107,44 +107,44 @@ func TestLeaseRules(t *testing.T) {
 	t.Run("same holder re-acquiring fences its earlier incarnation", func(t *testing.T) {
 		t.Parallel()
 		s, _ := newStore(t, fence.Config{})
-		first, err := s.Acquire(ctx, 1, "worker-a", longTTL)
+		first, err := s.Acquire(ctx, 1, "worker-a.1", longTTL)
 		require.NoError(t, err)
-		second, err := s.Acquire(ctx, 1, "worker-a", longTTL)
+		second, err := s.Acquire(ctx, 1, "worker-a.1", longTTL)
 		require.NoError(t, err)
 		require.Equal(t, first.Generation+1, second.Generation)
-		_, err = s.Renew(ctx, 1, "worker-a", first.Generation, 0)
+		_, err = s.Renew(ctx, 1, "worker-a.1", first.Generation, 0)
 		require.ErrorIs(t, err, fence.ErrLost, "the earlier incarnation cannot renew")
 	})
 
 	t.Run("expired lease is taken over with the next generation", func(t *testing.T) {
 		t.Parallel()
 		s, db := newStore(t, fence.Config{})
-		a, err := s.Acquire(ctx, 2, "worker-a", longTTL)
+		a, err := s.Acquire(ctx, 2, "worker-a.1", longTTL)
 		require.NoError(t, err)
 		expire(t, db, 2)
-		b, err := s.Acquire(ctx, 2, "worker-b", longTTL)
+		b, err := s.Acquire(ctx, 2, "worker-b.1", longTTL)
 		require.NoError(t, err)
 		require.Equal(t, a.Generation+1, b.Generation)
-		require.Equal(t, "worker-b", b.Holder)
+		require.Equal(t, "worker-b.1", b.Holder)
 	})
 
 	t.Run("renew extends only the current holder and generation", func(t *testing.T) {
 		t.Parallel()
 		s, db := newStore(t, fence.Config{})
-		a, err := s.Acquire(ctx, 4, "worker-a", time.Second)
+		a, err := s.Acquire(ctx, 4, "worker-a.1", time.Second)
 		require.NoError(t, err)
-		renewed, err := s.Renew(ctx, 4, "worker-a", a.Generation, 5*time.Second)
+		renewed, err := s.Renew(ctx, 4, "worker-a.1", a.Generation, 5*time.Second)
 		require.NoError(t, err)
 		require.True(t, renewed.ExpiresAt.After(a.ExpiresAt))
 		require.Equal(t, 5*time.Second, renewed.TTL)
 		require.Equal(t, a.Generation, renewed.Generation)
 
-		_, err = s.Renew(ctx, 4, "worker-b", a.Generation, 0)
+		_, err = s.Renew(ctx, 4, "worker-b.1", a.Generation, 0)
 		require.ErrorIs(t, err, fence.ErrLost, "wrong holder")
-		_, err = s.Renew(ctx, 4, "worker-a", a.Generation+1, 0)
+		_, err = s.Renew(ctx, 4, "worker-a.1", a.Generation+1, 0)
 		require.ErrorIs(t, err, fence.ErrLost, "wrong generation")
 		expire(t, db, 4)
-		_, err = s.Renew(ctx, 4, "worker-a", a.Generation, 0)
+		_, err = s.Renew(ctx, 4, "worker-a.1", a.Generation, 0)
 		require.ErrorIs(t, err, fence.ErrLost, "after expiry")
 		var le *fence.LeaseError
 		require.True(t, errors.As(err, &le))
@@ -156,19 +156,19 @@ func TestLeaseRules(t *testing.T) {
 	t.Run("release needs the current holder and keeps the generation", func(t *testing.T) {
 		t.Parallel()
 		s, _ := newStore(t, fence.Config{})
-		a, err := s.Acquire(ctx, 5, "worker-a", longTTL)
+		a, err := s.Acquire(ctx, 5, "worker-a.1", longTTL)
 		require.NoError(t, err)
-		require.ErrorIs(t, s.Release(ctx, 5, "worker-b", a.Generation), fence.ErrLost)
-		require.ErrorIs(t, s.Release(ctx, 5, "worker-a", a.Generation+1), fence.ErrLost)
-		require.NoError(t, s.Release(ctx, 5, "worker-a", a.Generation))
-		require.ErrorIs(t, s.Release(ctx, 5, "worker-a", a.Generation), fence.ErrLost, "already released")
+		require.ErrorIs(t, s.Release(ctx, 5, "worker-b.1", a.Generation), fence.ErrLost)
+		require.ErrorIs(t, s.Release(ctx, 5, "worker-a.1", a.Generation+1), fence.ErrLost)
+		require.NoError(t, s.Release(ctx, 5, "worker-a.1", a.Generation))
+		require.ErrorIs(t, s.Release(ctx, 5, "worker-a.1", a.Generation), fence.ErrLost, "already released")
 
 		cur, err := s.Get(ctx, 5)
 		require.NoError(t, err)
 		require.False(t, cur.Valid)
 		require.Equal(t, a.Generation, cur.Generation, "a released lease keeps its generation")
 
-		next, err := s.Acquire(ctx, 5, "worker-b", longTTL)
+		next, err := s.Acquire(ctx, 5, "worker-b.1", longTTL)
 		require.NoError(t, err)
 		require.Equal(t, a.Generation+1, next.Generation, "the next acquire bumps it")
 	})
@@ -185,10 +185,10 @@ func TestLeaseRules(t *testing.T) {
 		s, _ := newStore(t, fence.Config{})
 		for name, call := range map[string]func() error{
 			"partition below 0":   func() error { _, err := s.Acquire(ctx, -1, "w", 0); return err },
-			"partition too large": func() error { _, err := s.Acquire(ctx, 16, "w", 0); return err },
+			"partition too large": func() error { _, err := s.Acquire(ctx, 16, "w.1", 0); return err },
 			"bad holder":          func() error { _, err := s.Acquire(ctx, 0, "no spaces", 0); return err },
-			"ttl too short":       func() error { _, err := s.Acquire(ctx, 0, "w", 99*time.Millisecond); return err },
-			"ttl too long":        func() error { _, err := s.Acquire(ctx, 0, "w", 301*time.Second); return err },
+			"ttl too short":       func() error { _, err := s.Acquire(ctx, 0, "w.1", 99*time.Millisecond); return err },
+			"ttl too long":        func() error { _, err := s.Acquire(ctx, 0, "w.1", 301*time.Second); return err },
 			"renew ttl too long":  func() error { _, err := s.Renew(ctx, 0, "w", 1, time.Hour); return err },
 			"get out of range":    func() error { _, err := s.Get(ctx, 99); return err },
 		} {
@@ -201,12 +201,12 @@ func TestLeaseExpiresByDatabaseClock(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t, fence.Config{})
 	ctx := context.Background()
-	a, err := s.Acquire(ctx, 0, "worker-a", 100*time.Millisecond)
+	a, err := s.Acquire(ctx, 0, "worker-a.1", 100*time.Millisecond)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		l, err := s.Get(ctx, 0)
 		return err == nil && !l.Valid
 	}, 5*time.Second, 20*time.Millisecond, "a 100 ms lease never expired")
-	_, err = s.Renew(ctx, 0, "worker-a", a.Generation, 0)
+	_, err = s.Renew(ctx, 0, "worker-a.1", a.Generation, 0)
 	require.ErrorIs(t, err, fence.ErrLost)
 }

@@ -39,7 +39,7 @@ const (
 )
 
 var (
-	modelHolders = []string{"h0", "h1", "h2"}
+	modelHolders = []string{"h.0", "h.1", "h.2"}
 	modelTasks   = []string{"ta", "tb", "tc", "td"} // home partition: index mod modelPartitions
 	modelTypes   = []string{"created", "updated"}
 )
@@ -786,7 +786,7 @@ func TestModelJSONNumberForms(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t, fence.Config{Partitions: modelPartitions, TTL: modelTTL})
 	ctx := context.Background()
-	l, err := s.Acquire(ctx, 0, "h0", 0)
+	l, err := s.Acquire(ctx, 0, "h.0", 0)
 	require.NoError(t, err)
 	one := func(task, payload string) fence.Event {
 		e := ev(l, task, 1, "created")
@@ -818,7 +818,7 @@ func TestModelReusedIDAheadOfHead(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t, fence.Config{Partitions: modelPartitions, TTL: modelTTL})
 	ctx := context.Background()
-	l, err := s.Acquire(ctx, 0, "h0", 0)
+	l, err := s.Acquire(ctx, 0, "h.0", 0)
 	require.NoError(t, err)
 	first := ev(l, "ta", 1, "created")
 	require.Equal(t, wire.VerdictCommitted, appendOne(t, s, first).Verdict)

@@ -47,7 +47,7 @@ func TestNumbersThatRenderHugeAreInvalid(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t, fence.Config{})
 	ctx := context.Background()
-	l, err := s.Acquire(ctx, 0, "worker-a", longTTL)
+	l, err := s.Acquire(ctx, 0, "worker-a.1", longTTL)
 	require.NoError(t, err)
 
 	var batch []fence.Event

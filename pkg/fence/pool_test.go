@@ -59,7 +59,7 @@ CREATE FUNCTION ledger.test_slow() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$;
 CREATE TRIGGER test_slow BEFORE INSERT ON ledger.events FOR EACH ROW EXECUTE FUNCTION ledger.test_slow();`)
 	require.NoError(t, err)
-	l, err := s.Acquire(ctx, 0, "worker-a", longTTL)
+	l, err := s.Acquire(ctx, 0, "worker-a.1", longTTL)
 	require.NoError(t, err)
 	_, err = s.Append(ctx, []fence.Event{ev(l, "t", 1, "x")})
 	require.Error(t, err)

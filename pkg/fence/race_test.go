@@ -204,8 +204,8 @@ type raceWorker struct {
 
 func (w *raceWorker) tasks(p int) []string {
 	return []string{
-		fmt.Sprintf("%s-p%d-a", w.holder, p),
-		fmt.Sprintf("%s-p%d-b", w.holder, p),
+		fmt.Sprintf("w%d-p%d-a", w.id, p),
+		fmt.Sprintf("w%d-p%d-b", w.id, p),
 		fmt.Sprintf("shared-p%d", p), // every holder of p writes it
 	}
 }
@@ -353,7 +353,7 @@ func (w *raceWorkload) run(t *testing.T) raceResult {
 	workers := make([]*raceWorker, raceAppenders)
 	var wg sync.WaitGroup
 	for i := range workers {
-		workers[i] = &raceWorker{w: w, id: i, holder: fmt.Sprintf("w%d", i),
+		workers[i] = &raceWorker{w: w, id: i, holder: fmt.Sprintf("w.%d", i),
 			rng: rand.New(rand.NewPCG(w.seed, uint64(i))), next: map[string]int64{}}
 		wg.Go(func() { workers[i].run(ctx) })
 	}

@@ -19,9 +19,11 @@ import (
 // Inbound is an event as a worker publishes it to LEDGER_IN (CONTRACT §2).
 type Inbound struct {
 	// ID is the event id, a ULID: the idempotency key.
-	ID         string
-	Partition  int
-	Task       string
+	ID        string
+	Partition int
+	Task      string
+	// Holder is <principal>.<instance>: it travels in the subject, where
+	// the NATS server's permissions decide who may publish it.
 	Holder     string
 	Generation int64
 	Version    int64
@@ -32,9 +34,8 @@ type Inbound struct {
 
 // InboundMsg is e as a LEDGER_IN message.
 func (s Subjects) InboundMsg(e Inbound) *nats.Msg {
-	m := nats.NewMsg(s.In(e.Partition, e.Task))
+	m := nats.NewMsg(s.In(e.Holder, e.Partition, e.Task))
 	m.Header.Set(HeaderMsgID, e.ID)
-	m.Header.Set(HeaderHolder, e.Holder)
 	m.Header.Set(HeaderGeneration, strconv.FormatInt(e.Generation, 10))
 	m.Header.Set(HeaderVersion, strconv.FormatInt(e.Version, 10))
 	m.Header.Set(HeaderType, e.Type)
@@ -63,20 +64,21 @@ type DecodedInbound struct {
 }
 
 // DecodeInbound reads a LEDGER_IN message into an event, or says why it is
-// invalid. It checks what travels outside the payload: the subject, the
-// header limits, that each required header is there once, and that numbers
-// are decimal integers. Ids, types, ranges and the payload are the fence's
-// to check (pkg/fence), so each rule lives in one place.
+// invalid. It checks what travels outside the payload: the subject (which
+// names the holder), the header limits, that each required header is there
+// once, that numbers are decimal integers, and that a Ledger-Holder header,
+// if sent, names the subject's holder. Ids, types, ranges and the payload
+// are the fence's to check (pkg/fence), so each rule lives in one place.
 func (s Subjects) DecodeInbound(subject string, h nats.Header, data []byte) (DecodedInbound, *Invalid) {
 	var d DecodedInbound
 	values := 0
 	d.HeaderBytes, values = HeaderSize(h)
-	p, task, err := s.ParseIn(subject)
+	holder, p, task, err := s.ParseIn(subject)
 	if err != nil {
 		return d, &Invalid{ReasonBadSubject, err.Error()}
 	}
 	d.SubjectOK = true
-	d.Partition, d.Task = p, task
+	d.Holder, d.Partition, d.Task = holder, p, task
 
 	var bad *Invalid
 	note := func(inv *Invalid) {
@@ -86,8 +88,11 @@ func (s Subjects) DecodeInbound(subject string, h nats.Header, data []byte) (Dec
 	}
 	d.ID, err = single(h, HeaderMsgID, ReasonMissingEventID)
 	note(asInvalid(err))
-	d.Holder, err = single(h, HeaderHolder, ReasonMissingHolder)
-	note(asInvalid(err))
+	if vals := h.Values(HeaderHolder); len(vals) > 1 {
+		note(&Invalid{ReasonRepeatedHeader, fmt.Sprintf("header %s is given %d times", HeaderHolder, len(vals))})
+	} else if len(vals) == 1 && vals[0] != holder {
+		note(&Invalid{ReasonHolderMismatch, fmt.Sprintf("header %s says %q, the subject %q", HeaderHolder, vals[0], holder)})
+	}
 	d.Type, err = single(h, HeaderType, ReasonMissingType)
 	note(asInvalid(err))
 	d.Generation, err = decimal(h, HeaderGeneration, ReasonMissingGen, ReasonBadGeneration)
@@ -322,12 +327,12 @@ type Rejection struct {
 const DeadLetterSlack = 512
 
 // DeadLetterMsg is the LEDGER_DLQ copy of a rejected message: its body and
-// headers plus r, on subject. It always fits in limit bytes: headers over
+// headers plus r and the subject it was published on (source), on subject. It always fits in limit bytes: headers over
 // the inbound limits are dropped (Ledger-Headers-Dropped records their
 // size), a body that would not fit is cut (Ledger-Truncated records its
 // size), and a worker's own headers of the ledger's names or a publisher's
 // Nats-Expected-* expectations are not carried over.
-func DeadLetterMsg(subject string, orig nats.Header, data []byte, r Rejection, limit int) *nats.Msg {
+func DeadLetterMsg(subject, source string, orig nats.Header, data []byte, r Rejection, limit int) *nats.Msg {
 	m := nats.NewMsg(subject)
 	if hb, values := HeaderSize(orig); hb <= MaxHeaderBytes && values <= MaxHeaderValues {
 		for k, vs := range orig {
@@ -347,6 +352,9 @@ func DeadLetterMsg(subject string, orig nats.Header, data []byte, r Rejection, l
 	}
 	m.Header.Set(HeaderRejectedAt, FormatTime(r.RejectedAt))
 	m.Header.Set(HeaderSourceSeq, strconv.FormatUint(r.SourceSeq, 10))
+	if len(source) <= MaxHeaderBytes/4 {
+		m.Header.Set(HeaderSourceSubject, source)
+	}
 	m.Data = data
 	FitDeadLetter(m, limit)
 	return m
@@ -372,6 +380,8 @@ func FitDeadLetter(m *nats.Msg, limit int) {
 // headers and body, and the rejection.
 type DeadLetter struct {
 	Rejection
+	// SourceSubject is the subject the original was published on.
+	SourceSubject string
 	// Header holds the original message's headers, without the ledger's.
 	Header nats.Header
 	Data   []byte
@@ -396,7 +406,7 @@ func DecodeDeadLetter(h nats.Header, data []byte) (DeadLetter, error) {
 	if !d.Verdict.Final() {
 		errs = append(errs, fmt.Errorf("header %s: %q is not a verdict", HeaderVerdict, d.Verdict))
 	}
-	d.CurrentHolder = h.Get(HeaderCurrentHolder)
+	d.CurrentHolder, d.SourceSubject = h.Get(HeaderCurrentHolder), h.Get(HeaderSourceSubject)
 	opt := func(name string) int64 {
 		v := h.Get(name)
 		if v == "" {

@@ -20,7 +20,7 @@ func TestLogMsgCarriesTheContractHeaders(t *testing.T) {
 	s := wire.Subjects{Prefix: "acme"}
 	at := time.Date(2026, 11, 29, 10, 0, 0, 123456789, time.UTC)
 	c := &wire.LogCopy{Seq: 1234567890123, EventID: "01JD0000000000000000000001", Partition: 15, Task: "report-7",
-		Version: 42, Type: "progress", Payload: []byte(`{"step":3}`), Holder: "worker-b", Generation: 987654321, CommittedAt: at}
+		Version: 42, Type: "progress", Payload: []byte(`{"step":3}`), Holder: "worker-b.1", Generation: 987654321, CommittedAt: at}
 	m := s.LogMsg(c)
 	require.Equal(t, "acme.log.15.report-7", m.Subject)
 	require.Equal(t, `{"step":3}`, string(m.Data))
@@ -31,7 +31,7 @@ func TestLogMsgCarriesTheContractHeaders(t *testing.T) {
 		wire.HeaderPartition:   "15",
 		wire.HeaderVersion:     "42",
 		wire.HeaderType:        "progress",
-		wire.HeaderHolder:      "worker-b",
+		wire.HeaderHolder:      "worker-b.1",
 		wire.HeaderGeneration:  "987654321",
 		wire.HeaderCommittedAt: wire.FormatTime(at),
 	}
@@ -54,7 +54,7 @@ func TestDecodeLogRefusesBrokenCopies(t *testing.T) {
 	t.Parallel()
 	s := wire.Subjects{}
 	good := s.LogMsg(&wire.LogCopy{Seq: 1, EventID: "01JD0000000000000000000001", Partition: 3, Task: "t", Version: 1,
-		Type: "x", Holder: "w", Generation: 1, CommittedAt: time.Now()})
+		Type: "x", Holder: "w.1", Generation: 1, CommittedAt: time.Now()})
 	for name, mutate := range map[string]func(m *nats.Msg){
 		"no seq":         func(m *nats.Msg) { m.Header.Del(wire.HeaderSeq) },
 		"bad version":    func(m *nats.Msg) { m.Header.Set(wire.HeaderVersion, "v1") },
@@ -103,17 +103,18 @@ func TestDeadLetterRoundTripAndFit(t *testing.T) {
 	at := time.Date(2026, 11, 30, 1, 2, 3, 4, time.UTC)
 	rej := wire.Rejection{Verdict: wire.VerdictStale, Reason: wire.ReasonSuperseded, CurrentGeneration: 7,
 		CurrentHolder: "w2", RejectedAt: at, SourceSeq: 99}
-	m := wire.DeadLetterMsg("ledger.dlq.3.t", orig, []byte(`{"a":1}`), rej, 1<<20)
+	m := wire.DeadLetterMsg("ledger.dlq.3.t", "ledger.in.w.1.3.t", orig, []byte(`{"a":1}`), rej, 1<<20)
 	d, err := wire.DecodeDeadLetter(m.Header, m.Data)
 	require.NoError(t, err)
 	require.Equal(t, rej, d.Rejection)
+	require.Equal(t, "ledger.in.w.1.3.t", d.SourceSubject)
 	require.Equal(t, "abc", d.Header.Get("X-Trace"))
 	require.Empty(t, d.Header.Get("Nats-Expected-Stream"))
 	require.Equal(t, []string{"stale"}, m.Header.Values(wire.HeaderVerdict), "the worker's forged verdict is gone")
 	require.Equal(t, -1, d.Truncated)
 
 	big := []byte(strings.Repeat("x", 10000))
-	m = wire.DeadLetterMsg("ledger.dlq.3.t", orig, big, rej, 4096)
+	m = wire.DeadLetterMsg("ledger.dlq.3.t", "ledger.in.w.1.3.t", orig, big, rej, 4096)
 	hb, _ := wire.HeaderSize(m.Header)
 	require.LessOrEqual(t, hb+len(m.Data)+wire.DeadLetterSlack, 4096)
 	d, err = wire.DecodeDeadLetter(m.Header, m.Data)
@@ -122,7 +123,7 @@ func TestDeadLetterRoundTripAndFit(t *testing.T) {
 
 	huge := nats.Header{}
 	huge.Set("X-Pad", strings.Repeat("h", wire.MaxHeaderBytes))
-	m = wire.DeadLetterMsg("ledger.dlq.invalid", huge, nil, rej, 1<<20)
+	m = wire.DeadLetterMsg("ledger.dlq.invalid", "bad.subject", huge, nil, rej, 1<<20)
 	require.Empty(t, m.Header.Get("X-Pad"))
 	d, err = wire.DecodeDeadLetter(m.Header, m.Data)
 	require.NoError(t, err)

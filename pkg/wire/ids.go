@@ -2,6 +2,7 @@ package wire
 
 import (
 	"hash/fnv"
+	"strings"
 
 	"github.com/oklog/ulid/v2"
 )
@@ -32,6 +33,32 @@ func ValidID(s string) bool {
 	}
 	return true
 }
+
+// MaxHolderPartLen is the longest principal or instance of a holder id.
+const MaxHolderPartLen = 64
+
+// ValidHolder reports whether s is a holder id: <principal>.<instance>,
+// each 1..64 characters of [A-Za-z0-9_-] (CONTRACT, Identifiers).
+func ValidHolder(s string) bool {
+	principal, instance, ok := strings.Cut(s, ".")
+	return ok && len(principal) <= MaxHolderPartLen && len(instance) <= MaxHolderPartLen &&
+		ValidID(principal) && ValidID(instance)
+}
+
+// Holder is the holder id of instance of principal.
+func Holder(principal, instance string) string { return principal + "." + instance }
+
+// Principal is the principal of a holder id: the part before the dot.
+func Principal(holder string) string {
+	p, _, _ := strings.Cut(holder, ".")
+	return p
+}
+
+// InboxPrefix is the inbox prefix of a principal's connections: its
+// replies come to <InboxPrefix>.>, which only that principal may
+// subscribe to (CONTRACT §9). Connect with
+// nats.CustomInboxPrefix(wire.InboxPrefix(principal)).
+func InboxPrefix(principal string) string { return "_INBOX." + principal }
 
 // ValidType reports whether s is a valid event type: 1..64 of [A-Za-z0-9_.:-].
 func ValidType(s string) bool {

@@ -27,25 +27,27 @@ func headerFrom(text string) nats.Header {
 // event whose fields are exactly what the subject and headers say, or an
 // invalid verdict with a contract reason and a detail.
 func FuzzDecodeInbound(f *testing.F) {
-	valid := "Nats-Msg-Id: 01J00000000000000000000000\nLedger-Holder: w\nLedger-Generation: 1\nLedger-Version: 2\nLedger-Type: step"
+	valid := "Nats-Msg-Id: 01J00000000000000000000000\nLedger-Generation: 1\nLedger-Version: 2\nLedger-Type: step"
 	for _, c := range []struct{ subject, header, data string }{
-		{"ledger.in.3.task", valid, `{"a":1}`},
-		{"ledger.in.3.task", valid + "\nLedger-Version: 3", ``},
-		{"ledger.in.3.task", strings.Replace(valid, "Ledger-Generation: 1", "Ledger-Generation: 99999999999999999999", 1), ``},
-		{"ledger.in.3.task", strings.Replace(valid, "Ledger-Version: 2", "Ledger-Version: -2", 1), ``},
-		{"ledger.in.3.task", valid + "\nX-Pad: " + strings.Repeat("x", 9000), ``},
-		{"ledger.in.3.task", strings.Repeat("X-A: 1\n", 70) + valid, ``},
-		{"ledger.in.03.task", valid, ``},
-		{"ledger.in.3", valid, ``},
-		{"ledger.in.3.task", "", `{}`},
-		{"ledger.in.3.task", valid + "\nLedger-Verdict: committed", `1e131071`},
+		{"ledger.in.w.1.3.task", valid, `{"a":1}`},
+		{"ledger.in.w.1.3.task", valid + "\nLedger-Version: 3", ``},
+		{"ledger.in.w.1.3.task", strings.Replace(valid, "Ledger-Generation: 1", "Ledger-Generation: 99999999999999999999", 1), ``},
+		{"ledger.in.w.1.3.task", strings.Replace(valid, "Ledger-Version: 2", "Ledger-Version: -2", 1), ``},
+		{"ledger.in.w.1.3.task", valid + "\nX-Pad: " + strings.Repeat("x", 9000), ``},
+		{"ledger.in.w.1.3.task", strings.Repeat("X-A: 1\n", 70) + valid, ``},
+		{"ledger.in.w.1.03.task", valid, ``},
+		{"ledger.in.w.1.3", valid, ``},
+		{"ledger.in.w.1.3.task", "", `{}`},
+		{"ledger.in.w.1.3.task", valid + "\nLedger-Verdict: committed", `1e131071`},
+		{"ledger.in.w.1.3.task", valid + "\nLedger-Holder: w.1", `{}`},
+		{"ledger.in.w.1.3.task", valid + "\nLedger-Holder: v.1", `{}`},
 	} {
 		f.Add(c.subject, c.header, []byte(c.data))
 	}
 	subjects := wire.Subjects{}
 	reasons := map[string]bool{}
 	for _, r := range []string{wire.ReasonBadSubject, wire.ReasonHeadersTooLarge, wire.ReasonMissingEventID,
-		wire.ReasonMissingHolder, wire.ReasonMissingType, wire.ReasonMissingGen, wire.ReasonBadGeneration,
+		wire.ReasonHolderMismatch, wire.ReasonMissingType, wire.ReasonMissingGen, wire.ReasonBadGeneration,
 		wire.ReasonMissingVersion, wire.ReasonBadVersion, wire.ReasonRepeatedHeader} {
 		reasons[r] = true
 	}
@@ -58,14 +60,17 @@ func FuzzDecodeInbound(f *testing.F) {
 			}
 			return
 		}
-		p, task, err := subjects.ParseIn(subject)
-		if err != nil || p != d.Partition || task != d.Task || !d.SubjectOK {
-			t.Fatalf("event (%d, %q) does not match subject %q", d.Partition, d.Task, subject)
+		holder, p, task, err := subjects.ParseIn(subject)
+		if err != nil || holder != d.Holder || p != d.Partition || task != d.Task || !d.SubjectOK {
+			t.Fatalf("event (%q, %d, %q) does not match subject %q", d.Holder, d.Partition, d.Task, subject)
+		}
+		if hs := h.Values(wire.HeaderHolder); len(hs) > 0 && hs[0] != holder {
+			t.Fatalf("Ledger-Holder %q accepted on %q", hs[0], subject)
 		}
 		if d.HeaderBytes > wire.MaxHeaderBytes {
 			t.Fatalf("%d header bytes accepted", d.HeaderBytes)
 		}
-		if d.ID != h.Get(wire.HeaderMsgID) || d.Holder != h.Get(wire.HeaderHolder) || d.Type != h.Get(wire.HeaderType) {
+		if d.ID != h.Get(wire.HeaderMsgID) || d.Type != h.Get(wire.HeaderType) {
 			t.Fatalf("event %+v does not match headers %v", d.Inbound, h)
 		}
 		if d.Generation < 0 || d.Version < 0 || string(d.Payload) != string(data) {

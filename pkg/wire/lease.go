@@ -25,10 +25,15 @@ const (
 // LeaseRequest is the body of acquire, renew, release and get. Fields a
 // call does not use are ignored. Pointers tell "absent" from zero.
 type LeaseRequest struct {
-	Partition  *int   `json:"partition"`
+	Partition *int `json:"partition"`
+	// Holder is optional: the subject names the holder, and a holder in
+	// the body must be the same.
 	Holder     string `json:"holder,omitempty"`
 	Generation *int64 `json:"generation,omitempty"`
 	TTLMillis  *int64 `json:"ttl_ms,omitempty"`
+	// RequestID, on an acquire only, makes a retry of the same request
+	// return the same grant.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // LeaseReply is the success reply of acquire, renew and get.

@@ -50,6 +50,9 @@ const (
 	// HeaderTruncated is set on a dead letter whose original body was cut
 	// to fit the stream; its value is the original body's size in bytes.
 	HeaderTruncated = "Ledger-Truncated"
+	// HeaderSourceSubject is the subject the rejected message was published
+	// on (it names the holder that sent it).
+	HeaderSourceSubject = "Ledger-Source-Subject"
 	// HeaderHeadersDropped is set on a dead letter whose original headers
 	// were too large to carry; its value is their size in bytes.
 	HeaderHeadersDropped = "Ledger-Headers-Dropped"
@@ -58,7 +61,7 @@ const (
 // DeadLetterHeaders are the headers only the ledger writes on a dead
 // letter; a worker's own headers of these names are not carried over.
 var DeadLetterHeaders = []string{HeaderVerdict, HeaderReason, HeaderCurrentGeneration, HeaderCurrentHolder,
-	HeaderRejectedAt, HeaderSourceSeq, HeaderTruncated, HeaderHeadersDropped}
+	HeaderRejectedAt, HeaderSourceSeq, HeaderSourceSubject, HeaderTruncated, HeaderHeadersDropped}
 
 // Limits on an inbound message's headers (CONTRACT §3: oversized headers
 // are invalid). They keep every dead letter within the stream's message
@@ -86,13 +89,24 @@ func (s Subjects) p() string {
 	return s.Prefix
 }
 
-// In is the subject a worker publishes an event to: <prefix>.in.<partition>.<task>.
-func (s Subjects) In(partition int, task string) string {
-	return s.p() + ".in." + strconv.Itoa(partition) + "." + task
+// In is the subject a holder publishes an event to (CONTRACT §2):
+// <prefix>.in.<principal>.<instance>.<partition>.<task>. holder is the
+// holder id, <principal>.<instance>.
+func (s Subjects) In(holder string, partition int, task string) string {
+	return s.p() + ".in." + holder + "." + strconv.Itoa(partition) + "." + task
 }
 
 // InAll is the filter of every inbound subject.
 func (s Subjects) InAll() string { return s.p() + ".in.>" }
+
+// InTask is the filter of one task's inbound subjects, whoever publishes.
+func (s Subjects) InTask(partition int, task string) string {
+	return s.p() + ".in.*.*." + strconv.Itoa(partition) + "." + task
+}
+
+// InPrincipal is the filter of every inbound subject of one principal:
+// what a worker of that principal may publish to.
+func (s Subjects) InPrincipal(principal string) string { return s.p() + ".in." + principal + ".>" }
 
 // Log is the committed-log subject of a task: <prefix>.log.<partition>.<task>.
 func (s Subjects) Log(partition int, task string) string {
@@ -118,21 +132,62 @@ func (s Subjects) DLQInvalid() string { return s.p() + ".dlq.invalid" }
 // DLQAll is the filter of every dead letter.
 func (s Subjects) DLQAll() string { return s.p() + ".dlq.>" }
 
-// Receipt is the core-NATS subject a holder's verdicts are sent to.
+// Receipt is the core-NATS subject a holder's verdicts are sent to:
+// <prefix>.receipt.<principal>.<instance>.
 func (s Subjects) Receipt(holder string) string { return s.p() + ".receipt." + holder }
 
-// Lease service endpoints.
-func (s Subjects) LeaseAcquire() string { return s.p() + ".lease.acquire" }
-func (s Subjects) LeaseRenew() string   { return s.p() + ".lease.renew" }
-func (s Subjects) LeaseRelease() string { return s.p() + ".lease.release" }
-func (s Subjects) LeaseGet() string     { return s.p() + ".lease.get" }
-func (s Subjects) TaskHead() string     { return s.p() + ".task.head" }
+// ReceiptPrincipal is the filter of every receipt subject of one principal.
+func (s Subjects) ReceiptPrincipal(principal string) string {
+	return s.p() + ".receipt." + principal + ".>"
+}
 
-// ParseIn splits an inbound subject into partition and task. It checks the
-// shape and the task id; whether the partition is below the configured count
-// is the caller's check.
-func (s Subjects) ParseIn(subject string) (partition int, task string, err error) {
-	return s.parse(subject, "in")
+// Lease operations a holder calls with its own holder id in the subject
+// (CONTRACT §1).
+const (
+	LeaseAcquire = "acquire"
+	LeaseRenew   = "renew"
+	LeaseRelease = "release"
+)
+
+// Lease is the subject of a lease operation of holder:
+// <prefix>.lease.<op>.<principal>.<instance>.
+func (s Subjects) Lease(op, holder string) string { return s.p() + ".lease." + op + "." + holder }
+
+// LeaseAny is the subject the lease service serves op on, for every holder.
+func (s Subjects) LeaseAny(op string) string { return s.p() + ".lease." + op + ".*.*" }
+
+// LeaseGet and TaskHead are the public reads of the lease service.
+func (s Subjects) LeaseGet() string { return s.p() + ".lease.get" }
+func (s Subjects) TaskHead() string { return s.p() + ".task.head" }
+
+// ParseLease reads the holder of a lease operation's subject.
+func (s Subjects) ParseLease(op, subject string) (holder string, err error) {
+	holder, ok := strings.CutPrefix(subject, s.p()+".lease."+op+".")
+	if !ok || !ValidHolder(holder) {
+		return "", fmt.Errorf("subject %q is not %s.lease.%s.<principal>.<instance>", subject, s.p(), op)
+	}
+	return holder, nil
+}
+
+// ParseIn splits an inbound subject into holder, partition and task. It
+// checks the shape and the ids; whether the partition is below the
+// configured count is the caller's check.
+func (s Subjects) ParseIn(subject string) (holder string, partition int, task string, err error) {
+	rest, ok := strings.CutPrefix(subject, s.p()+".in.")
+	principal, rest, ok2 := strings.Cut(rest, ".")
+	instance, rest, ok3 := strings.Cut(rest, ".")
+	if !ok || !ok2 || !ok3 {
+		return "", 0, "", fmt.Errorf("subject %q is not %s.in.<principal>.<instance>.<partition>.<task>", subject, s.p())
+	}
+	holder = principal + "." + instance
+	if !ValidHolder(holder) {
+		return "", 0, "", fmt.Errorf("subject %q: holder %q is not <principal>.<instance>, each 1..64 of [A-Za-z0-9_-]", subject, holder)
+	}
+	partition, task, err = s.parse(s.p()+".in."+rest, "in")
+	if err != nil {
+		return "", 0, "", fmt.Errorf("subject %q: %w", subject, err)
+	}
+	return holder, partition, task, nil
 }
 
 // ParseLog splits a committed-log subject into partition and task.

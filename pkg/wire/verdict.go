@@ -52,7 +52,6 @@ const (
 	ReasonBadTask         = "bad_task_id"
 	ReasonMissingEventID  = "missing_event_id"
 	ReasonBadEventID      = "bad_event_id"
-	ReasonMissingHolder   = "missing_holder"
 	ReasonBadHolder       = "bad_holder"
 	ReasonMissingGen      = "missing_generation"
 	ReasonBadGeneration   = "bad_generation"
@@ -64,4 +63,5 @@ const (
 	ReasonPayloadTooLarge = "payload_too_large"
 	ReasonRepeatedHeader  = "repeated_header"
 	ReasonHeadersTooLarge = "headers_too_large"
+	ReasonHolderMismatch  = "holder_mismatch" // Ledger-Holder differs from the subject's holder
 )

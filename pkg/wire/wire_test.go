@@ -14,44 +14,38 @@ func TestParseInSplitsOnlyWellFormedSubjects(t *testing.T) {
 	s := wire.Subjects{}
 	for _, c := range []struct {
 		subject   string
+		holder    string
 		partition int
 		task      string
 		ok        bool
 	}{
-		{"ledger.in.3.report-7", 3, "report-7", true},
-		{"ledger.in.0.A_b-9", 0, "A_b-9", true},
-		{"ledger.in.3", 0, "", false},
-		{"ledger.in.3.a.b", 0, "", false},
-		{"ledger.in.x.task", 0, "", false},
-		{"ledger.in.-1.task", 0, "", false},
-		{"ledger.in.+1.task", 0, "", false},
-		{"ledger.log.3.task", 0, "", false},
-		{"other.in.3.task", 0, "", false},
-		{"ledger.in.3." + strings.Repeat("t", 129), 0, "", false},
-		{"ledger.in.003.task", 0, "", false},
-		{"ledger.in.00.task", 0, "", false},
-		{"ledger.in.10.task", 10, "task", true},
+		{"ledger.in.reports.pod-7.3.report-7", "reports.pod-7", 3, "report-7", true},
+		{"ledger.in.a.b.0.A_b-9", "a.b", 0, "A_b-9", true},
+		{"ledger.in.a.b.10.task", "a.b", 10, "task", true},
+		{"ledger.in.a.b.3", "", 0, "", false},
+		{"ledger.in.a.3.task", "", 0, "", false},
+		{"ledger.in.3.task", "", 0, "", false},
+		{"ledger.in.a.b.3.a.b", "", 0, "", false},
+		{"ledger.in.a.b.x.task", "", 0, "", false},
+		{"ledger.in.a.b.-1.task", "", 0, "", false},
+		{"ledger.in.a.b.+1.task", "", 0, "", false},
+		{"ledger.in.a.b.003.task", "", 0, "", false},
+		{"ledger.in.a.b.00.task", "", 0, "", false},
+		{"ledger.in.a*.b.3.task", "", 0, "", false},
+		{"ledger.in." + strings.Repeat("p", 65) + ".b.3.task", "", 0, "", false},
+		{"ledger.log.3.task", "", 0, "", false},
+		{"other.in.a.b.3.task", "", 0, "", false},
+		{"ledger.in.a.b.3." + strings.Repeat("t", 129), "", 0, "", false},
 	} {
-		p, task, err := s.ParseIn(c.subject)
+		h, p, task, err := s.ParseIn(c.subject)
 		if !c.ok {
 			require.Error(t, err, c.subject)
 			continue
 		}
 		require.NoError(t, err, c.subject)
+		require.Equal(t, c.holder, h, c.subject)
 		require.Equal(t, c.partition, p, c.subject)
 		require.Equal(t, c.task, task, c.subject)
-	}
-	p, task, err := wire.Subjects{Prefix: "acme"}.ParseLog("acme.log.5.t")
-	require.NoError(t, err)
-	require.Equal(t, 5, p)
-	require.Equal(t, "t", task)
-	p, task, err = wire.Subjects{Prefix: "acme"}.ParseDLQ("acme.dlq.7.job-1")
-	require.NoError(t, err)
-	require.Equal(t, 7, p)
-	require.Equal(t, "job-1", task)
-	for _, bad := range []string{"acme.dlq.invalid", "acme.dlq.7", "acme.dlq.x.t", "acme.log.7.t", "ledger.dlq.7.t"} {
-		_, _, err := wire.Subjects{Prefix: "acme"}.ParseDLQ(bad)
-		require.Error(t, err, bad)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,6 +63,10 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	if nc == nil {
 		return nil, errors.New("worker: a NATS connection is required")
 	}
+	if prefix := wire.InboxPrefix(wire.Principal(cfg.Holder)); !strings.HasPrefix(nc.NewInbox(), prefix+".") {
+		return nil, fmt.Errorf("worker: the connection's replies must come to %s.>, the only inbox the holder's principal may read: "+
+			"connect with worker.InboxOption(%q)", prefix, cfg.Holder)
+	}
 	// Client bounds its events per lease itself (MaxInFlight), so
 	// JetStream's own bound is only a backstop and must never stall first.
 	c := &Client{nc: nc, cfg: cfg, subj: wire.Subjects{Prefix: cfg.Prefix}, log: cfg.Logger,
@@ -83,6 +88,14 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("worker: subscribe to receipts: %w", err)
 	}
 	return c, nil
+}
+
+// InboxOption is the NATS connection option a worker of holder connects
+// with: its replies (lease service answers, publish acks) come to
+// _INBOX.<principal>.>, which in an authenticated deployment only that
+// principal may subscribe to (CONTRACT §9).
+func InboxOption(holder string) nats.Option {
+	return nats.CustomInboxPrefix(wire.InboxPrefix(wire.Principal(holder)))
 }
 
 // Holder returns the client's holder id.

@@ -31,8 +31,11 @@ const (
 
 // Config configures a Client. Only Holder is required.
 type Config struct {
-	// Holder is the holder id the client acquires leases as, and the last
-	// token of its receipt subject: 1..128 of [A-Za-z0-9_-]. Required.
+	// Holder is the holder id the client acquires leases and publishes as:
+	// <principal>.<instance>, each 1..64 of [A-Za-z0-9_-] (wire.Holder).
+	// The principal is the NATS user the connection authenticates as (in
+	// an authenticated deployment the server lets it publish nothing
+	// else); the instance names this process, such as a pod name. Required.
 	// Two processes with the same holder fence each other: a new Acquire
 	// by the same holder bumps the generation (CONTRACT §1).
 	Holder string
@@ -93,8 +96,8 @@ func (c Config) validate() error {
 	minTTL := time.Duration(wire.TTLMinMillis) * time.Millisecond
 	maxTTL := time.Duration(wire.TTLMaxMillis) * time.Millisecond
 	switch {
-	case !wire.ValidID(c.Holder):
-		return fmt.Errorf("worker: holder %q must be 1..128 of [A-Za-z0-9_-]", c.Holder)
+	case !wire.ValidHolder(c.Holder):
+		return fmt.Errorf("worker: holder %q must be <principal>.<instance>, each 1..64 of [A-Za-z0-9_-] (the principal is the NATS user)", c.Holder)
 	case !wire.ValidID(c.Prefix):
 		return fmt.Errorf("worker: prefix %q must be one subject token of [A-Za-z0-9_-]", c.Prefix)
 	case c.Partitions < 1:

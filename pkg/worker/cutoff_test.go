@@ -30,11 +30,12 @@ func TestWriterCutOffFromTheServiceLearnsItLostTheLeaseBeforeTheTakeoverCommits(
 	u, err := url.Parse(l.ns.URL())
 	require.NoError(t, err)
 	proxy := faultproxy.Start(t, u.Host)
-	ncA, err := nats.Connect("nats://"+proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	ncA, err := nats.Connect("nats://"+proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+		worker.InboxOption("worker-a.1"))
 	require.NoError(t, err)
 	t.Cleanup(ncA.Close)
-	a := newClient(t, ncA, worker.Config{Holder: "worker-a", TTL: ttl})
-	b := l.client(nil, worker.Config{Holder: "worker-b"})
+	a := newClient(t, ncA, worker.Config{Holder: "worker-a.1", TTL: ttl})
+	b := l.client(nil, worker.Config{Holder: "worker-b.1"})
 
 	leaseA, err := a.Acquire(ctx, partition)
 	require.NoError(t, err)

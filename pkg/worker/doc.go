@@ -6,7 +6,7 @@
 // contract (CONTRACT.md): the lease micro service, LEDGER_IN and the
 // holder's receipt subject.
 //
-//	c, err := worker.New(nc, worker.Config{Holder: "worker-a"})
+//	c, err := worker.New(nc, worker.Config{Holder: "worker-a.1"})
 //	defer c.Close()
 //	lease, err := c.Acquire(ctx, c.PartitionOf("report-7"))
 //	p, err := lease.Publish(lease.Context(), "report-7", "running", []byte(`{"pct":10}`))

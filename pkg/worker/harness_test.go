@@ -45,7 +45,7 @@ func newLedger(t *testing.T) *ledger {
 func (l *ledger) client(nc *nats.Conn, cfg worker.Config) *worker.Client {
 	l.t.Helper()
 	if nc == nil {
-		nc = l.ns.Conn(l.t)
+		nc = l.ns.Conn(l.t, worker.InboxOption(cfg.Holder))
 	}
 	return newClient(l.t, nc, cfg)
 }

@@ -98,12 +98,12 @@ func (c *Client) Acquire(ctx context.Context, partition int) (*Lease, error) {
 
 func (c *Client) acquire(ctx context.Context, partition int) (*Lease, error) {
 	ttlMS := c.cfg.TTL.Milliseconds()
-	req := wire.LeaseRequest{Partition: &partition, Holder: c.cfg.Holder, TTLMillis: &ttlMS}
+	req := wire.LeaseRequest{Partition: &partition, TTLMillis: &ttlMS}
 	var reply wire.LeaseReply
 	// The local deadline counts from before the request is sent: the
 	// database's expiry counts from later, so ours cannot be the later one.
 	sent := time.Now()
-	if err := c.request(ctx, c.subj.LeaseAcquire(), req, &reply); err != nil {
+	if err := c.request(ctx, c.subj.Lease(wire.LeaseAcquire, c.cfg.Holder), req, &reply); err != nil {
 		return nil, fmt.Errorf("worker: acquire partition %d: %w", partition, err)
 	}
 	l := &Lease{c: c, partition: partition, generation: reply.Generation, ttl: c.cfg.TTL,
@@ -207,10 +207,10 @@ func (l *Lease) renew() (time.Time, error) {
 	ctx, cancel := context.WithDeadline(l.kaCtx, l.Deadline())
 	defer cancel()
 	ttlMS := l.ttl.Milliseconds()
-	req := wire.LeaseRequest{Partition: &l.partition, Holder: l.c.cfg.Holder, Generation: &l.generation, TTLMillis: &ttlMS}
+	req := wire.LeaseRequest{Partition: &l.partition, Generation: &l.generation, TTLMillis: &ttlMS}
 	var reply wire.LeaseReply
 	sent := time.Now()
-	if err := l.c.request(ctx, l.c.subj.LeaseRenew(), req, &reply); err != nil {
+	if err := l.c.request(ctx, l.c.subj.Lease(wire.LeaseRenew, l.c.cfg.Holder), req, &reply); err != nil {
 		return sent, err
 	}
 	ttl := l.grantedTTL(reply)
@@ -346,9 +346,9 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err := l.usable(); err != nil && !errors.Is(err, ErrReleased) {
 		return err
 	}
-	req := wire.LeaseRequest{Partition: &l.partition, Holder: l.c.cfg.Holder, Generation: &l.generation}
+	req := wire.LeaseRequest{Partition: &l.partition, Generation: &l.generation}
 	var reply wire.ReleaseReply
-	err := l.c.request(ctx, l.c.subj.LeaseRelease(), req, &reply)
+	err := l.c.request(ctx, l.c.subj.Lease(wire.LeaseRelease, l.c.cfg.Holder), req, &reply)
 	switch {
 	case err == nil:
 		l.end(ErrReleased, false)

@@ -41,7 +41,8 @@ func (l *ledger) cutOffWorker(cfg worker.Config) *cutOffWorker {
 	u, err := url.Parse(l.ns.URL())
 	require.NoError(l.t, err)
 	w := &cutOffWorker{l: l, proxy: faultproxy.Start(l.t, u.Host)}
-	w.nc, err = nats.Connect("nats://"+w.proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	w.nc, err = nats.Connect("nats://"+w.proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		worker.InboxOption(cfg.Holder))
 	require.NoError(l.t, err)
 	l.t.Cleanup(w.nc.Close)
 	cfg.ReceiptTimeout = receiptTimeout
@@ -121,7 +122,7 @@ func TestLostReceiptIsLearnedFromTheLedger(t *testing.T) {
 	t.Parallel()
 	l := newLedger(t)
 	ctx := testCtx(t, 60*time.Second)
-	w := l.cutOffWorker(worker.Config{Holder: "worker-a", TTL: 30 * time.Second})
+	w := l.cutOffWorker(worker.Config{Holder: "worker-a.1", TTL: 30 * time.Second})
 	lease, err := w.c.Acquire(ctx, 2)
 	require.NoError(t, err)
 
@@ -141,7 +142,7 @@ func TestLostReceiptFreesItsInFlightSlot(t *testing.T) {
 	t.Parallel()
 	l := newLedger(t)
 	ctx := testCtx(t, 60*time.Second)
-	w := l.cutOffWorker(worker.Config{Holder: "worker-a", TTL: 30 * time.Second, MaxInFlight: 1})
+	w := l.cutOffWorker(worker.Config{Holder: "worker-a.1", TTL: 30 * time.Second, MaxInFlight: 1})
 	lease, err := w.c.Acquire(ctx, 2)
 	require.NoError(t, err)
 
@@ -157,7 +158,7 @@ func TestReleaseReturnsAfterALostReceipt(t *testing.T) {
 	t.Parallel()
 	l := newLedger(t)
 	ctx := testCtx(t, 60*time.Second)
-	w := l.cutOffWorker(worker.Config{Holder: "worker-a", TTL: 30 * time.Second})
+	w := l.cutOffWorker(worker.Config{Holder: "worker-a.1", TTL: 30 * time.Second})
 	lease, err := w.c.Acquire(ctx, 2)
 	require.NoError(t, err)
 
@@ -174,7 +175,7 @@ func TestResyncTaskReturnsAfterALostReceipt(t *testing.T) {
 	t.Parallel()
 	l := newLedger(t)
 	ctx := testCtx(t, 60*time.Second)
-	w := l.cutOffWorker(worker.Config{Holder: "worker-a", TTL: 30 * time.Second})
+	w := l.cutOffWorker(worker.Config{Holder: "worker-a.1", TTL: 30 * time.Second})
 	lease, err := w.c.Acquire(ctx, 1)
 	require.NoError(t, err)
 	first, err := lease.Publish(ctx, "job", "start", nil)
@@ -183,7 +184,7 @@ func TestResyncTaskReturnsAfterALostReceipt(t *testing.T) {
 
 	// Another writer under the same lease (outside this client) takes
 	// version 2, so the client's version 2 is a conflict.
-	m := wire.Subjects{}.InboundMsg(wire.Inbound{ID: ulid.Make().String(), Partition: 1, Task: "job", Holder: "worker-a",
+	m := wire.Subjects{}.InboundMsg(wire.Inbound{ID: ulid.Make().String(), Partition: 1, Task: "job", Holder: "worker-a.1",
 		Generation: lease.Generation(), Version: 2, Type: "elsewhere"})
 	_, err = l.ns.JetStream(t).PublishMsg(ctx, m)
 	require.NoError(t, err)
@@ -213,7 +214,7 @@ func TestReceiptArrivingAfterTheLookupIsIgnored(t *testing.T) {
 	t.Parallel()
 	l := newLedger(t)
 	ctx := testCtx(t, 60*time.Second)
-	w := l.cutOffWorker(worker.Config{Holder: "worker-a", TTL: 30 * time.Second, MaxInFlight: 1})
+	w := l.cutOffWorker(worker.Config{Holder: "worker-a.1", TTL: 30 * time.Second, MaxInFlight: 1})
 	lease, err := w.c.Acquire(ctx, 2)
 	require.NoError(t, err)
 	p, missed := w.publishLosingReceipt(ctx, lease, "job")
@@ -227,7 +228,7 @@ func TestReceiptArrivingAfterTheLookupIsIgnored(t *testing.T) {
 	svc := l.ns.Conn(t)
 	for _, r := range []wire.Receipt{missed, late} {
 		b, _ := json.Marshal(r)
-		require.NoError(t, svc.Publish(wire.Subjects{}.Receipt("worker-a"), b))
+		require.NoError(t, svc.Publish(wire.Subjects{}.Receipt("worker-a.1"), b))
 	}
 	require.NoError(t, svc.Flush())
 	// A receipt of an event published after them is routed behind them.
@@ -281,7 +282,7 @@ func TestVerdictLookupsRepeatOneAtATimeWhileTheLedgerHasNone(t *testing.T) {
 	t.Cleanup(func() { _ = lookups.Unsubscribe() })
 	require.NoError(t, svc.Flush())
 
-	c := newClient(t, ns.Conn(t), worker.Config{Holder: "worker-a", ReceiptTimeout: 20 * time.Millisecond})
+	c := newClient(t, ns.Conn(t, worker.InboxOption("worker-a.1")), worker.Config{Holder: "worker-a.1", ReceiptTimeout: 20 * time.Millisecond})
 	lease, err := c.Acquire(ctx, 1)
 	require.NoError(t, err)
 	p, err := lease.Publish(ctx, "job", "step", nil)

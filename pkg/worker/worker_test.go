@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestEventsCommitAndReleaseWaitsForTheirReceipts(t *testing.T) {
 	t.Parallel()
 	l := newLedger(t)
 	ctx := testCtx(t, 20*time.Second)
-	c := l.client(nil, worker.Config{Holder: "worker-a"})
+	c := l.client(nil, worker.Config{Holder: "worker-a.1"})
 
 	lease, err := c.Acquire(ctx, 3)
 	require.NoError(t, err)
@@ -67,7 +68,7 @@ func TestEventsCommitAndReleaseWaitsForTheirReceipts(t *testing.T) {
 	require.Len(t, rows, 3)
 	for i, r := range rows {
 		require.Equal(t, row{Task: "report-7", Version: int64(i + 1), EventID: pending[i].ID(),
-			Holder: "worker-a", Generation: 1, Type: "step"}, r)
+			Holder: "worker-a.1", Generation: 1, Type: "step"}, r)
 	}
 	require.Len(t, l.events("report-8"), 2)
 
@@ -90,7 +91,7 @@ func TestNextLeaseContinuesTaskFromItsHead(t *testing.T) {
 	l := newLedger(t)
 	ctx := testCtx(t, 20*time.Second)
 
-	first := l.client(nil, worker.Config{Holder: "worker-a"})
+	first := l.client(nil, worker.Config{Holder: "worker-a.1"})
 	lease, err := first.Acquire(ctx, 5)
 	require.NoError(t, err)
 	for i := 0; i < 3; i++ {
@@ -99,7 +100,7 @@ func TestNextLeaseContinuesTaskFromItsHead(t *testing.T) {
 	}
 	require.NoError(t, lease.Release(ctx))
 
-	second := l.client(nil, worker.Config{Holder: "worker-b"})
+	second := l.client(nil, worker.Config{Holder: "worker-b.1"})
 	next, err := second.Acquire(ctx, 5)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), next.Generation())
@@ -114,7 +115,7 @@ func TestNextLeaseContinuesTaskFromItsHead(t *testing.T) {
 	require.Equal(t, 5, *head.Partition)
 	rows := l.events("report-9")
 	require.Len(t, rows, 4)
-	require.Equal(t, "worker-b", rows[3].Holder)
+	require.Equal(t, "worker-b.1", rows[3].Holder)
 	require.Equal(t, int64(2), rows[3].Generation)
 }
 
@@ -122,8 +123,8 @@ func TestAcquireOfAPartitionHeldByAnotherFailsWithErrHeld(t *testing.T) {
 	t.Parallel()
 	l := newLedger(t)
 	ctx := testCtx(t, 20*time.Second)
-	a := l.client(nil, worker.Config{Holder: "worker-a"})
-	b := l.client(nil, worker.Config{Holder: "worker-b"})
+	a := l.client(nil, worker.Config{Holder: "worker-a.1"})
+	b := l.client(nil, worker.Config{Holder: "worker-b.1"})
 
 	held, err := a.Acquire(ctx, 4)
 	require.NoError(t, err)
@@ -132,7 +133,7 @@ func TestAcquireOfAPartitionHeldByAnotherFailsWithErrHeld(t *testing.T) {
 	require.ErrorIs(t, err, worker.ErrHeld)
 	var se *worker.ServiceError
 	require.ErrorAs(t, err, &se)
-	require.Equal(t, "worker-a", se.Holder)
+	require.Equal(t, "worker-a.1", se.Holder)
 	require.Equal(t, held.Generation(), se.Generation)
 	require.False(t, se.ExpiresAt.IsZero())
 
@@ -154,18 +155,18 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 		{"no holder", worker.Config{}},
 		{"holder with a dot", worker.Config{Holder: "worker.a"}},
 		{"holder too long", worker.Config{Holder: string(make([]byte, 129))}},
-		{"prefix with a dot", worker.Config{Holder: "w", Prefix: "a.b"}},
-		{"ttl below 100 ms", worker.Config{Holder: "w", TTL: 50 * time.Millisecond}},
-		{"ttl not whole ms", worker.Config{Holder: "w", TTL: time.Second + time.Microsecond}},
-		{"renewal after half the ttl", worker.Config{Holder: "w", TTL: time.Second, RenewEvery: 600 * time.Millisecond}},
-		{"negative in flight", worker.Config{Holder: "w", MaxInFlight: -1}},
+		{"prefix with a dot", worker.Config{Holder: "w.1", Prefix: "a.b"}},
+		{"ttl below 100 ms", worker.Config{Holder: "w.1", TTL: 50 * time.Millisecond}},
+		{"ttl not whole ms", worker.Config{Holder: "w.1", TTL: time.Second + time.Microsecond}},
+		{"renewal after half the ttl", worker.Config{Holder: "w.1", TTL: time.Second, RenewEvery: 600 * time.Millisecond}},
+		{"negative in flight", worker.Config{Holder: "w.1", MaxInFlight: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := worker.New(nc, tc.cfg)
 			require.Error(t, err)
 		})
 	}
-	_, err := worker.New(nil, worker.Config{Holder: "w"})
+	_, err := worker.New(nil, worker.Config{Holder: "w.1"})
 	require.Error(t, err)
 }
 
@@ -173,7 +174,7 @@ func TestTaskPinnedToAnotherPartitionIsRefusedBeforePublishing(t *testing.T) {
 	t.Parallel()
 	l := newLedger(t)
 	ctx := testCtx(t, 20*time.Second)
-	c := l.client(nil, worker.Config{Holder: "worker-a"})
+	c := l.client(nil, worker.Config{Holder: "worker-a.1"})
 
 	on3, err := c.Acquire(ctx, 3)
 	require.NoError(t, err)
@@ -206,8 +207,8 @@ func TestEventThatComesBackStaleEndsTheLease(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 	// A long TTL: the next renewal is seconds away, so only the receipt can
 	// tell the old incarnation it was fenced.
-	old := l.client(nil, worker.Config{Holder: "worker-a", TTL: 30 * time.Second})
-	restarted := l.client(nil, worker.Config{Holder: "worker-a", TTL: 30 * time.Second})
+	old := l.client(nil, worker.Config{Holder: "worker-a.1", TTL: 30 * time.Second})
+	restarted := l.client(nil, worker.Config{Holder: "worker-a.1", TTL: 30 * time.Second})
 
 	stale, err := old.Acquire(ctx, 2)
 	require.NoError(t, err)
@@ -239,8 +240,8 @@ func TestRenewalRefusedEndsTheLease(t *testing.T) {
 	t.Parallel()
 	l := newLedger(t)
 	ctx := testCtx(t, 20*time.Second)
-	old := l.client(nil, worker.Config{Holder: "worker-a", TTL: 600 * time.Millisecond})
-	restarted := l.client(nil, worker.Config{Holder: "worker-a"})
+	old := l.client(nil, worker.Config{Holder: "worker-a.1", TTL: 600 * time.Millisecond})
+	restarted := l.client(nil, worker.Config{Holder: "worker-a.1"})
 
 	stale, err := old.Acquire(ctx, 6)
 	require.NoError(t, err)
@@ -260,7 +261,7 @@ func TestRefusedEventStopsItsTaskUntilResync(t *testing.T) {
 	t.Parallel()
 	l := newLedger(t)
 	ctx := testCtx(t, 20*time.Second)
-	c := l.client(nil, worker.Config{Holder: "worker-a"})
+	c := l.client(nil, worker.Config{Holder: "worker-a.1"})
 	lease, err := c.Acquire(ctx, 1)
 	require.NoError(t, err)
 	p, err := lease.Publish(ctx, "job", "start", nil)
@@ -269,7 +270,7 @@ func TestRefusedEventStopsItsTaskUntilResync(t *testing.T) {
 
 	// Another writer under the same lease (outside this client) takes
 	// version 2 behind the client's back.
-	m := wire.Subjects{}.InboundMsg(wire.Inbound{ID: ulid.Make().String(), Partition: 1, Task: "job", Holder: "worker-a",
+	m := wire.Subjects{}.InboundMsg(wire.Inbound{ID: ulid.Make().String(), Partition: 1, Task: "job", Holder: "worker-a.1",
 		Generation: lease.Generation(), Version: 2, Type: "elsewhere"})
 	_, err = l.ns.JetStream(t).PublishMsg(ctx, m)
 	require.NoError(t, err)
@@ -303,11 +304,12 @@ func fakeLeaseService(t *testing.T, nc *nats.Conn) {
 	grant := func(m *nats.Msg) {
 		var req wire.LeaseRequest
 		require.NoError(t, json.Unmarshal(m.Data, &req))
-		b, _ := json.Marshal(wire.LeaseReply{Partition: *req.Partition, Holder: req.Holder, Generation: 1,
+		holder := m.Subject[strings.LastIndex(m.Subject[:strings.LastIndex(m.Subject, ".")], ".")+1:]
+		b, _ := json.Marshal(wire.LeaseReply{Partition: *req.Partition, Holder: holder, Generation: 1,
 			ExpiresAt: wire.FormatTime(time.Now().Add(time.Hour)), TTLMillis: 3000})
 		_ = m.Respond(b)
 	}
-	for _, s := range []string{subj.LeaseAcquire(), subj.LeaseRenew()} {
+	for _, s := range []string{subj.LeaseAny(wire.LeaseAcquire), subj.LeaseAny(wire.LeaseRenew)} {
 		_, err := nc.Subscribe(s, grant)
 		require.NoError(t, err)
 	}
@@ -332,7 +334,7 @@ func TestPublishBlocksWhileMaxInFlightEventsAwaitReceipts(t *testing.T) {
 	svc := ns.Conn(t)
 	fakeLeaseService(t, svc)
 
-	c := newClient(t, ns.Conn(t), worker.Config{Holder: "worker-a", MaxInFlight: 2})
+	c := newClient(t, ns.Conn(t, worker.InboxOption("worker-a.1")), worker.Config{Holder: "worker-a.1", MaxInFlight: 2})
 	lease, err := c.Acquire(ctx, 1)
 	require.NoError(t, err)
 	p1, err := lease.Publish(ctx, "job", "step", nil)
@@ -369,7 +371,7 @@ func TestPublishBlocksWhileMaxInFlightEventsAwaitReceipts(t *testing.T) {
 	}
 	b, _ := json.Marshal(wire.Receipt{EventID: p1.ID(), Task: "job", Partition: 1, Version: 1,
 		Verdict: wire.VerdictCommitted, Seq: 1, Generation: 1})
-	require.NoError(t, svc.Publish(wire.Subjects{}.Receipt("worker-a"), b))
+	require.NoError(t, svc.Publish(wire.Subjects{}.Receipt("worker-a.1"), b))
 	select {
 	case p3 := <-done:
 		require.Equal(t, int64(2), p3.Version())
@@ -383,7 +385,7 @@ func TestConcurrentPublishersOfOneTaskGetDenseVersions(t *testing.T) {
 	t.Parallel()
 	l := newLedger(t)
 	ctx := testCtx(t, 20*time.Second)
-	c := l.client(nil, worker.Config{Holder: "worker-a", MaxInFlight: 16})
+	c := l.client(nil, worker.Config{Holder: "worker-a.1", MaxInFlight: 16})
 	lease, err := c.Acquire(ctx, 0)
 	require.NoError(t, err)
 

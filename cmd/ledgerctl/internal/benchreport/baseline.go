@@ -55,7 +55,7 @@ WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > clo
 )
 
 // baselineHolder holds every lease of ledger_bench.leases, at generation 1.
-const baselineHolder = "bench"
+const baselineHolder = "bench.baseline"
 
 // baselines measures the raw inserts into ledger_bench and fence.Append
 // into the ledger's own schema, each on one connection, batch after batch.
@@ -214,7 +214,7 @@ func (b *baselines) fenceAppend(ctx context.Context) (Row, error) {
 	if err != nil {
 		return Row{}, err
 	}
-	holder := "bench-" + b.id + "-append"
+	holder := wire.Holder("bench-"+b.id, "append")
 	var gens [partitions]int64
 	for p := range gens {
 		l, err := store.Acquire(ctx, p, holder, fence.TTLMax)

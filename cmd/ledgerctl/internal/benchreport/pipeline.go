@@ -54,7 +54,7 @@ func startPipeline(ctx context.Context, s *localstack.Stack, o Options, id strin
 	if p.mon, err = nats.Connect(url, nats.Name("bench-monitor")); err != nil {
 		return nil, fmt.Errorf("benchreport: connect the monitor: %w", err)
 	}
-	if p.sub, err = p.mon.Subscribe(wire.Subjects{}.Receipt("*"), p.onReceipt); err != nil {
+	if p.sub, err = p.mon.Subscribe(wire.Subjects{}.Receipt("*.*"), p.onReceipt); err != nil {
 		return nil, fmt.Errorf("benchreport: subscribe to receipts: %w", err)
 	}
 	_ = p.sub.SetPendingLimits(-1, -1) // a burst of receipts must never be dropped
@@ -75,12 +75,13 @@ func startPipeline(ctx context.Context, s *localstack.Stack, o Options, id strin
 	}
 
 	for w := range o.Workers {
-		nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("bench-worker-%d", w)))
+		holder := wire.Holder("bench-"+id, fmt.Sprintf("w%d", w))
+		nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("bench-worker-%d", w)), worker.InboxOption(holder))
 		if err != nil {
 			return nil, fmt.Errorf("benchreport: connect worker %d: %w", w, err)
 		}
 		p.conns = append(p.conns, nc)
-		c, err := worker.New(nc, worker.Config{Holder: fmt.Sprintf("bench-%s-w%d", id, w),
+		c, err := worker.New(nc, worker.Config{Holder: holder,
 			MaxInFlight: MaxInFlight, Logger: o.Logger})
 		if err != nil {
 			return nil, err

@@ -72,9 +72,9 @@ func TestLeasesListHolderGenerationAndTimeLeft(t *testing.T) {
 	store, err := fence.New(db.Pool, fence.Config{})
 	require.NoError(t, err)
 	ctx := context.Background()
-	_, err = store.Acquire(ctx, 3, "worker-a", time.Minute)
+	_, err = store.Acquire(ctx, 3, "worker-a.1", time.Minute)
 	require.NoError(t, err)
-	_, err = store.Acquire(ctx, 5, "worker-b", time.Second)
+	_, err = store.Acquire(ctx, 5, "worker-b.1", time.Second)
 	require.NoError(t, err)
 	ledgertest.ExpireLease(t, db.Pool, 5)
 
@@ -83,7 +83,7 @@ func TestLeasesListHolderGenerationAndTimeLeft(t *testing.T) {
 	require.Len(t, lines, 2)
 	valid, expired := lines[0], lines[1]
 	assert.Equal(t, float64(3), valid["partition"])
-	assert.Equal(t, "worker-a", valid["holder"])
+	assert.Equal(t, "worker-a.1", valid["holder"])
 	assert.Equal(t, float64(1), valid["generation"])
 	assert.Equal(t, true, valid["valid"])
 	assert.Greater(t, valid["time_left_ms"], float64(0))
@@ -94,7 +94,7 @@ func TestLeasesListHolderGenerationAndTimeLeft(t *testing.T) {
 
 	r = run(t, "-database-url", db.URL, "leases").ok(t)
 	assert.Contains(t, r.stdout, "TIME LEFT")
-	assert.Contains(t, r.stdout, "worker-a")
+	assert.Contains(t, r.stdout, "worker-a.1")
 	assert.Contains(t, r.stdout, "expired")
 
 	r = run(t, "-database-url", db.URL, "leases", "-partition", "3", "-json").ok(t)
@@ -105,15 +105,15 @@ func TestTaskShowsEventsRejectionsAndProjection(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	l := e.acquire(2, "worker-a")
+	l := e.acquire(2, "worker-a.1")
 	ev := func(version int64, holder, typ, payload string) fence.Event {
 		return fence.Event{ID: newID(), Partition: 2, Task: "report-7", Version: version, Type: typ,
 			Payload: []byte(payload), Holder: holder, Generation: l.Generation}
 	}
 	res, err := e.store.Append(ctx, []fence.Event{
-		ev(1, "worker-a", "started", `{"step": 1}`),
-		ev(2, "worker-a", "running", `{"step":2,"pct":50}`),
-		ev(3, "worker-z", "running", `{"step":3}`), // not the holder: stale
+		ev(1, "worker-a.1", "started", `{"step": 1}`),
+		ev(2, "worker-a.1", "running", `{"step":2,"pct":50}`),
+		ev(3, "worker-z.1", "running", `{"step":3}`), // not the holder: stale
 	})
 	require.NoError(t, err)
 	require.Equal(t, wire.VerdictStale, res[2].Verdict)
@@ -153,11 +153,11 @@ func TestTaskShowsEventsRejectionsAndProjection(t *testing.T) {
 // write by a holder whose expired lease was taken over.
 func staleDeadLetter(t *testing.T, e *env, partition int, task string) {
 	t.Helper()
-	old := e.acquire(partition, "worker-a")
+	old := e.acquire(partition, "worker-a.1")
 	e.expire(partition)
-	next := e.acquire(partition, "worker-b")
+	next := e.acquire(partition, "worker-b.1")
 	require.Equal(t, old.Generation+1, next.Generation)
-	e.publish(event{partition: partition, task: task, holder: "worker-a", generation: old.Generation,
+	e.publish(event{partition: partition, task: task, holder: "worker-a.1", generation: old.Generation,
 		version: 1, typ: "started", payload: `{"late":true}`})
 	e.waitMsgs(wire.StreamDLQ, 1)
 }
@@ -171,7 +171,7 @@ func TestDLQListShowsAStaleWritersDeadLetter(t *testing.T) {
 	assert.Contains(t, r.stdout, "ledger.dlq.1.job-1")
 	assert.Contains(t, r.stdout, "stale")
 	assert.Contains(t, r.stdout, "superseded")
-	assert.Contains(t, r.stdout, "worker-b/2", "the current holder and generation")
+	assert.Contains(t, r.stdout, "worker-b.1/2", "the current holder and generation")
 
 	r = e.run("dlq", "list", "-json").ok(t)
 	lines := r.jsonLines(t)
@@ -212,9 +212,9 @@ func TestDLQListShowsAStaleWritersDeadLetter(t *testing.T) {
 func TestDLQReplayOfAGapAfterItsPredecessorsArrived(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t).withIngest(ingest.Config{GapWindow: 200 * time.Millisecond})
-	l := e.acquire(4, "worker-a")
+	l := e.acquire(4, "worker-a.1")
 	ev := func(v int64) event {
-		return event{partition: 4, task: "gappy", holder: "worker-a", generation: l.Generation, version: v,
+		return event{partition: 4, task: "gappy", holder: "worker-a.1", generation: l.Generation, version: v,
 			typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
 	}
 	e.publish(ev(3))
@@ -237,7 +237,7 @@ func TestDLQReplayOfAGapAfterItsPredecessorsArrived(t *testing.T) {
 
 	r = e.run("dlq", "replay", "-seq", seq, "-new-id", "-dry-run").ok(t)
 	assert.Contains(t, r.stdout, "dry_run")
-	assert.Contains(t, r.stdout, "ledger.in.4.gappy")
+	assert.Contains(t, r.stdout, "ledger.in.worker-a.1.4.gappy")
 
 	e.publish(ev(1), ev(2))
 	e.waitCommitted("gappy", 2)
@@ -270,7 +270,7 @@ func TestDLQReplayOfAStaleWriteIsStaleAgain(t *testing.T) {
 func TestDLQReplayRefusesWhatItCannotReplay(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t).withIngest(ingest.Config{})
-	m := e.msg(event{partition: 0, task: "x", holder: "worker-a", generation: 1, version: 1, typ: "t"})
+	m := e.msg(event{partition: 0, task: "x", holder: "worker-a.1", generation: 1, version: 1, typ: "t"})
 	m.Subject = "ledger.in.not-a-number.x"
 	e.publishMsg(m)
 	e.waitMsgs(wire.StreamDLQ, 1)
@@ -291,7 +291,7 @@ func TestDLQReplayRefusesWhatItCannotReplay(t *testing.T) {
 
 	// A letter whose body was cut to fit the stream would replay a
 	// different event: it is refused, and says so.
-	big := e.msg(event{partition: 0, task: "big", holder: "worker-a", generation: 1, version: 1, typ: "bad type!"})
+	big := e.msg(event{partition: 0, task: "big", holder: "worker-a.1", generation: 1, version: 1, typ: "bad type!"})
 	big.Data = make([]byte, 1<<20-400) // fits LEDGER_IN, not with the dead letter's headers
 	e.publishMsg(big)
 	e.waitMsgs(wire.StreamDLQ, 2)
@@ -303,9 +303,9 @@ func TestDLQReplayRefusesWhatItCannotReplay(t *testing.T) {
 func TestTailPrintsCommittedEvents(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t).withIngest(ingest.Config{})
-	l := e.acquire(7, "worker-a")
+	l := e.acquire(7, "worker-a.1")
 	for v := int64(1); v <= 2; v++ {
-		e.publish(event{partition: 7, task: "tailed", holder: "worker-a", generation: l.Generation, version: v,
+		e.publish(event{partition: 7, task: "tailed", holder: "worker-a.1", generation: l.Generation, version: v,
 			typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)})
 	}
 
@@ -316,7 +316,7 @@ func TestTailPrintsCommittedEvents(t *testing.T) {
 		assert.Equal(t, "tailed", line["task"])
 		assert.Equal(t, float64(i+1), line["version"])
 		assert.Equal(t, float64(7), line["partition"])
-		assert.Equal(t, "worker-a", line["holder"])
+		assert.Equal(t, "worker-a.1", line["holder"])
 		assert.Equal(t, map[string]any{"v": float64(i + 1)}, line["payload"])
 	}
 
@@ -324,7 +324,7 @@ func TestTailPrintsCommittedEvents(t *testing.T) {
 	out := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, out, 2, r.stdout)
 	assert.Contains(t, out[0], "PAYLOAD")
-	assert.Contains(t, out[1], "worker-a/1")
+	assert.Contains(t, out[1], "worker-a.1/1")
 	assert.Contains(t, out[1], `{"v":2}`)
 }
 

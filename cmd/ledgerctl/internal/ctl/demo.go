@@ -28,7 +28,9 @@ func Demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if f.Conn.DatabaseURL == "" {
 			return Usagef("-external needs DATABASE_URL (or -database-url)")
 		}
-		o.NATS = func() (*nats.Conn, error) { return f.NATS(nats.MaxReconnects(-1)) }
+		o.NATS = func(opts ...nats.Option) (*nats.Conn, error) {
+			return f.NATS(append([]nats.Option{nats.MaxReconnects(-1)}, opts...)...)
+		}
 	}
 	_, err := demo.Run(ctx, o)
 	return err

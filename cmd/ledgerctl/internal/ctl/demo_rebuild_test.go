@@ -34,7 +34,7 @@ func TestRebuildCommandProjectsTheDatabase(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	require.NoError(t, streams.Apply(ctx, e.js, streams.Options{}))
-	l := e.acquire(4, "worker-a")
+	l := e.acquire(4, "worker-a.1")
 	var events []fence.Event
 	for v := int64(1); v <= 3; v++ {
 		events = append(events, fence.Event{ID: newID(), Partition: 4, Task: "report-9", Version: v, Type: "step",

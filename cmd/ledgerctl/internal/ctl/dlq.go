@@ -67,8 +67,14 @@ func newDeadLetter(subj wire.Subjects, seq uint64, subject string, h nats.Header
 		return n
 	}
 	oh := letter.Header
+	// The holder is the one the original subject named (a Ledger-Holder
+	// header is optional, and only an echo of it).
+	holder := oh.Get(wire.HeaderHolder)
+	if h, _, _, perr := subj.ParseIn(letter.SourceSubject); perr == nil {
+		holder = h
+	}
 	d := deadLetter{StreamSeq: seq, Subject: subject, EventID: oh.Get(wire.HeaderMsgID),
-		Version: num(wire.HeaderVersion), Type: oh.Get(wire.HeaderType), Holder: oh.Get(wire.HeaderHolder),
+		Version: num(wire.HeaderVersion), Type: oh.Get(wire.HeaderType), Holder: holder,
 		Generation: num(wire.HeaderGeneration), Verdict: string(letter.Verdict), Reason: letter.Reason,
 		CurrentGeneration: letter.CurrentGeneration, CurrentHolder: letter.CurrentHolder,
 		RejectedAt: h.Get(wire.HeaderRejectedAt), SourceSeq: letter.SourceSeq,
@@ -88,6 +94,8 @@ func newDeadLetter(subj wire.Subjects, seq uint64, subject string, h nats.Header
 		d.unusable = fmt.Sprintf("its headers (%d bytes) were too large to keep; publish a corrected event instead", letter.HeadersDropped)
 	case why != "":
 		d.unusable = why
+	case !wire.ValidHolder(holder):
+		d.unusable = "the holder that sent it is unknown (no Ledger-Source-Subject); publish a corrected event instead"
 	}
 	if why == "" {
 		d.Partition, d.Task = &p, task

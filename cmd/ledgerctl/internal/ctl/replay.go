@@ -182,7 +182,7 @@ func subscribeReceipts(nc *nats.Conn, subj wire.Subjects, letters []deadLetter) 
 	ch := make(chan *nats.Msg, 4096)
 	seen := map[string]bool{}
 	for _, d := range letters {
-		if !wire.ValidID(d.Holder) || seen[d.Holder] {
+		if !wire.ValidHolder(d.Holder) || seen[d.Holder] {
 			continue
 		}
 		seen[d.Holder] = true
@@ -211,7 +211,7 @@ func strippedHeader(name string) bool {
 
 // replayMsg is the LEDGER_IN message that re-submits d.
 func replayMsg(d deadLetter, subj wire.Subjects) *nats.Msg {
-	m := nats.NewMsg(subj.In(*d.Partition, d.Task))
+	m := nats.NewMsg(subj.In(d.Holder, *d.Partition, d.Task))
 	for k, vs := range d.header {
 		if strippedHeader(k) {
 			continue
@@ -265,7 +265,7 @@ func replayOne(ctx context.Context, js jetstream.JetStream, subj wire.Subjects, 
 func awaitVerdicts(ctx context.Context, receipts chan *nats.Msg, results []replayResult, wait time.Duration) {
 	waiting := map[string]int{}
 	for i, r := range results {
-		if r.Result == replaySubmitted && wire.ValidID(r.holder) {
+		if r.Result == replaySubmitted && wire.ValidHolder(r.holder) {
 			if _, dup := waiting[r.submittedID()]; !dup {
 				waiting[r.submittedID()] = i
 			}

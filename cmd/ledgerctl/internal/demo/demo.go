@@ -43,7 +43,7 @@ type Options struct {
 	// (DatabaseURL and NATS required) instead of starting one.
 	External bool
 	// NATS connects to the running ledger's NATS servers, for External.
-	NATS func() (*nats.Conn, error)
+	NATS func(opts ...nats.Option) (*nats.Conn, error)
 }
 
 // Summary counts the verdicts the demo's events received.
@@ -94,7 +94,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if r.kv, err = r.js.KeyValue(ctx, wire.BucketTasks); err != nil {
 		return Summary{}, err
 	}
-	sub, err := s.NC.Subscribe(wire.Subjects{}.Receipt("*"), r.onReceipt)
+	sub, err := s.NC.Subscribe(wire.Subjects{}.Receipt("*.*"), r.onReceipt)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -227,9 +227,13 @@ func (r *run) head(task string) (wire.TaskHeadReply, error) {
 // before "running" (version 1).
 func (r *run) outOfOrder(ctx context.Context) error {
 	fmt.Fprintf(r.out, "\nStory 1: a task's \"completed\" arrives before its \"running\"\n")
-	task, holder := "report-7-"+r.id, "reporter-"+r.id
+	task, holder := "report-7-"+r.id, wire.Holder("reports-"+r.id, "pod-1")
 	partition := wire.PartitionOf(task, wire.PartitionsDefault)
-	c, err := worker.New(r.s.NC, worker.Config{Holder: holder, Logger: r.log})
+	nc, err := r.s.Dial(worker.InboxOption(holder))
+	if err != nil {
+		return err
+	}
+	c, err := worker.New(nc, worker.Config{Holder: holder, Logger: r.log})
 	if err != nil {
 		return err
 	}
@@ -305,8 +309,14 @@ func (r *run) zombie(ctx context.Context) error {
 	fmt.Fprintf(r.out, "\nStory 2: a paused worker wakes up after its partition was taken over\n")
 	task := "invoice-42-" + r.id
 	partition := wire.PartitionOf(task, wire.PartitionsDefault)
-	nameA, nameB := "worker-a-"+r.id, "worker-b-"+r.id
-	a, err := worker.New(r.s.NC, worker.Config{Holder: nameA, TTL: time.Second, Logger: r.log})
+	// Two replicas of one service: one credential (principal), two
+	// instances, each the other's standby.
+	nameA, nameB := wire.Holder("invoices-"+r.id, "worker-a"), wire.Holder("invoices-"+r.id, "worker-b")
+	nc, err := r.s.Dial(worker.InboxOption(nameA))
+	if err != nil {
+		return err
+	}
+	a, err := worker.New(nc, worker.Config{Holder: nameA, TTL: time.Second, Logger: r.log})
 	if err != nil {
 		return err
 	}
@@ -330,7 +340,7 @@ func (r *run) zombie(ctx context.Context) error {
 	}
 	r.say("worker A", "pauses (a long GC, a frozen VM): its lease is no longer renewed")
 
-	b, err := worker.New(r.s.NC, worker.Config{Holder: nameB, Logger: r.log})
+	b, err := worker.New(nc, worker.Config{Holder: nameB, Logger: r.log})
 	if err != nil {
 		return err
 	}

@@ -36,8 +36,9 @@ type Options struct {
 	// DatabaseURL (required) and NATS through NATS (required), with the
 	// ingest and the projector running elsewhere. Nothing is started.
 	External bool
-	// NATS connects to the external NATS servers.
-	NATS func() (*nats.Conn, error)
+	// NATS connects to the external NATS servers, with the extra options
+	// given.
+	NATS func(opts ...nats.Option) (*nats.Conn, error)
 	// Ingest and Projector configure the services (zero: defaults, with a
 	// 1 s gap timeout for the projector).
 	Ingest    ingest.Config
@@ -53,6 +54,7 @@ type Stack struct {
 	Ingest    *ingest.Service
 	Projector *projector.Service
 	stops     []func()
+	dial      func(opts ...nats.Option) (*nats.Conn, error)
 	// startProjector starts a projector on the stack; nil for an external
 	// ledger, whose projector runs elsewhere.
 	startProjector func(context.Context) (*projector.Service, error)
@@ -74,6 +76,17 @@ func (s *Stack) RestartProjector(ctx context.Context, down func() error) error {
 	}
 	s.Projector = p
 	return nil
+}
+
+// Dial opens one more connection to the stack's NATS, with opts (a worker's
+// inbox prefix, say); the stack closes it with the rest.
+func (s *Stack) Dial(opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := s.dial(opts...)
+	if err != nil {
+		return nil, err
+	}
+	s.stops = append(s.stops, nc.Close)
+	return nc, nil
 }
 
 // CanRestartProjector reports whether RestartProjector can work.
@@ -164,7 +177,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	s.stops = append(s.stops, func() { s.NATS.Shutdown(); s.NATS.WaitForShutdown() })
 	say("NATS: embedded JetStream server at %s", s.NATS.ClientURL())
-	conn := func() (*nats.Conn, error) { return nats.Connect(s.NATS.ClientURL()) }
+	s.dial = func(opts ...nats.Option) (*nats.Conn, error) { return nats.Connect(s.NATS.ClientURL(), opts...) }
+	conn := func() (*nats.Conn, error) { return s.dial() }
 	if s.NC, err = conn(); err != nil {
 		return nil, err
 	}
@@ -237,6 +251,7 @@ func startExternal(ctx context.Context, o Options, say func(string, ...any)) (*S
 	}
 	s.Pool = pool
 	s.stops = append(s.stops, pool.Close)
+	s.dial = o.NATS
 	nc, err := o.NATS()
 	if err != nil {
 		s.Close()
