@@ -53,7 +53,20 @@ func provider(db *sql.DB, logger *slog.Logger) (*goose.Provider, error) {
 
 // Up applies every pending migration through pool and returns the versions it
 // applied (none when the schema is current).
+//
+// Only the schema's owner migrates: when a migration is pending and the
+// connected role is one of the ledger's group roles (or a member of one),
+// or lacks the rights of the ledger schema's owner, Up applies nothing and
+// returns an error wrapping ErrNotMigrator. When nothing is pending such a
+// role gets nil, so a service started with -migrate as its own user is
+// fine while the owner keeps the schema current.
 func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]int64, error) {
+	if err := checkMigrator(ctx, pool); err != nil {
+		if errors.Is(err, ErrNotMigrator) && schemaCurrent(ctx, pool) {
+			return nil, nil
+		}
+		return nil, err
+	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
 	p, err := provider(db, logger)

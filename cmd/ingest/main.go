@@ -24,7 +24,7 @@ func main() { os.Exit(connect.Run("ingest", run, os.Args[1:], os.Stderr)) }
 func run(args []string) error {
 	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
 	var svcf connect.Service
-	svcf.Register(fs, ":9090")
+	svcf.Register(fs, "9090")
 	var cfg ingest.Config
 	var fcfg fence.Config
 	fs.IntVar(&fcfg.Partitions, "partitions", connect.EnvInt("LEDGER_PARTITIONS", fence.PartitionsDefault), "partition count N (env LEDGER_PARTITIONS)")

@@ -26,7 +26,7 @@ func main() { os.Exit(connect.Run("projector", run, os.Args[1:], os.Stderr)) }
 func run(args []string) error {
 	fs := flag.NewFlagSet("projector", flag.ContinueOnError)
 	var svcf connect.Service
-	svcf.Register(fs, ":9091")
+	svcf.Register(fs, "9091")
 	var cfg projector.Config
 	fs.IntVar(&cfg.PartitionCount, "partition-count", connect.EnvInt("LEDGER_PARTITIONS", wire.PartitionsDefault), "partition count N (env LEDGER_PARTITIONS)")
 	parts := fs.String("partitions", connect.Env("LEDGER_PROJECT_PARTITIONS", "all"), `partitions this projector owns: "all", or like "0-7" or "1,3,8-9" (env LEDGER_PROJECT_PARTITIONS)`)

@@ -1,7 +1,9 @@
 -- The ledger's group roles, for servers where the user that migrates the
--- ledger may not create roles (no CREATEROLE, as on many managed services).
--- An administrator runs this once per PostgreSQL server:
---   psql "$ADMIN_DATABASE_URL" -f deploy/postgres/roles.sql
+-- ledger may not create roles (no CREATEROLE, as on many managed services)
+-- or is not the owner of the ledger's database. An administrator runs this
+-- connected to the ledger's database, once per ledger database (the roles
+-- are made once per server; CONNECT is granted per database):
+--   psql "postgres://admin@db.example/ledger" -f deploy/postgres/roles.sql
 -- Migration 00002_roles.sql then only grants privileges to these roles. It is
 -- safe to run again. docs/operations.md, "PostgreSQL roles", says what each
 -- role may do and how to add LOGIN users to them.
@@ -25,5 +27,23 @@ BEGIN
         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
         END;
     END IF;
+END
+$$;
+
+-- Only the ledger's roles may connect to the ledger's database (the same
+-- statements as migrations/00004_connect.sql, which the owner's migration
+-- runs too): run this script connected to the ledger's database, once per
+-- ledger database. Connected to a maintenance database instead, it leaves
+-- that database alone rather than lock its other users out.
+DO $$
+DECLARE
+    db text := current_database();
+BEGIN
+    IF db IN ('postgres', 'template0', 'template1') THEN
+        RAISE NOTICE 'ledger roles: connected to %, not to a ledger database: CONNECT left as it is', db;
+        RETURN;
+    END IF;
+    EXECUTE format('REVOKE CONNECT ON DATABASE %I FROM PUBLIC', db);
+    EXECUTE format('GRANT CONNECT ON DATABASE %I TO ledger_ingest, ledger_projector, ledger_operator', db);
 END
 $$;

@@ -1,5 +1,12 @@
 // Package admin serves a service's operator endpoints: Prometheus metrics,
 // liveness and readiness.
+//
+// The endpoints are for the operator's network only: /metrics and /readyz
+// describe the service's dependencies, so the services bind them to
+// loopback unless told otherwise (internal/connect, -admin-addr). /readyz
+// names the checks that failed and nothing more; why they failed (error
+// text that can carry host names, user names or driver detail) goes to the
+// service's log.
 package admin
 
 import (
@@ -36,9 +43,19 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
+// readiness is the body of /readyz.
+type readiness struct {
+	Status string `json:"status"`
+	// Failed names the failed checks, in the order they were given.
+	Failed []string `json:"failed,omitempty"`
+}
+
 // Start listens on addr and serves /metrics, /healthz (the process is alive)
-// and /readyz (every check passes; 503 with the failures otherwise).
+// and /readyz (every check passes; 503 naming the failed checks otherwise,
+// with each failure's error written to log, at most once a minute per
+// distinct error).
 func Start(addr string, reg *prometheus.Registry, checks []Check, log *slog.Logger) (*Server, error) {
+	failures := newFailureLog(log, time.Now)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -47,21 +64,22 @@ func Start(addr string, reg *prometheus.Registry, checks []Check, log *slog.Logg
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
-		failed := map[string]string{}
+		var failed []string
 		for _, c := range checks {
 			if err := c.Func(ctx); err != nil {
-				failed[c.Name] = err.Error()
+				failed = append(failed, c.Name)
+				failures.report(c.Name, err)
 			}
 		}
 		if len(failed) > 0 {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unready", "failed": failed})
+			writeJSON(w, http.StatusServiceUnavailable, readiness{Status: "unready", Failed: failed})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"status": "ready"})
+		writeJSON(w, http.StatusOK, readiness{Status: "ready"})
 	})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listen for the admin endpoints on %s: %w", addr, err)
 	}
 	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
 	go func() {

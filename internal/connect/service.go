@@ -6,7 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"strings"
 )
+
+// AdminHostDefault is the host the admin endpoints listen on unless
+// -admin-addr says otherwise: 127.0.0.1. /metrics and /readyz describe the
+// service's dependencies to whoever asks, so they are not offered to other
+// hosts until the operator widens the address (0.0.0.0:9090 in a container
+// whose port is published, for example).
+const AdminHostDefault = "127.0.0.1"
 
 // Service holds what every service binary shares: the connection flags,
 // the subject prefix, the admin address and the log level.
@@ -19,13 +28,23 @@ type Service struct {
 	Log *slog.Logger
 }
 
-// Register adds the shared flags to fs; adminDefault is the service's own
-// admin address (":9090" for the ingest, ":9091" for the projector).
-func (s *Service) Register(fs *flag.FlagSet, adminDefault string) {
+// Register adds the shared flags to fs. adminPort is the service's own
+// admin port ("9090" for the ingest, "9091" for the projector; empty for no
+// admin endpoints by default): -admin-addr defaults to that port on
+// AdminHostDefault. It panics if adminPort is not a bare port, as the flag
+// package does on a misdeclared flag.
+func (s *Service) Register(fs *flag.FlagSet, adminPort string) {
+	adminDefault := ""
+	if adminPort != "" {
+		if strings.ContainsAny(adminPort, ":[]") {
+			panic(fmt.Sprintf("connect: admin port %q: want a bare port such as \"9090\"", adminPort))
+		}
+		adminDefault = net.JoinHostPort(AdminHostDefault, adminPort)
+	}
 	s.Conn.Register(fs)
 	fs.StringVar(&s.Prefix, "prefix", Env("LEDGER_PREFIX", "ledger"), "subject prefix (env LEDGER_PREFIX)")
 	fs.StringVar(&s.AdminAddr, "admin-addr", Env("LEDGER_ADMIN_ADDR", adminDefault),
-		"address of /metrics, /healthz and /readyz (env LEDGER_ADMIN_ADDR); empty disables")
+		"address of /metrics, /healthz and /readyz (env LEDGER_ADMIN_ADDR); loopback by default, 0.0.0.0:<port> serves other hosts; empty disables")
 	fs.StringVar(&s.LogLevel, "log-level", Env("LEDGER_LOG_LEVEL", "info"), "debug, info, warn or error (env LEDGER_LOG_LEVEL)")
 }
 

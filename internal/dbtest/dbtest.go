@@ -46,11 +46,26 @@ func ServerURL() string {
 	return URLDefault
 }
 
+// The template of this process's migration set; templateFor remakes it
+// when a run of another checkout (another migration set) dropped it as
+// stale while this process was using it.
 var (
-	templateOnce sync.Once
+	templateMu   sync.Mutex
 	templateName string
-	templateErr  error
 )
+
+func templateFor(ctx context.Context, remake bool) (string, error) {
+	templateMu.Lock()
+	defer templateMu.Unlock()
+	if templateName == "" || remake {
+		name, err := ensureTemplate(ctx)
+		if err != nil {
+			return "", err
+		}
+		templateName = name
+	}
+	return templateName, nil
+}
 
 // DB is one test's database.
 type DB struct {
@@ -68,9 +83,9 @@ func New(t testing.TB) *DB {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx) })
-	if templateErr != nil {
-		t.Fatalf("dbtest: template database on %s: %v", redact(ServerURL()), templateErr)
+	tmpl, err := templateFor(ctx, false)
+	if err != nil {
+		t.Fatalf("dbtest: template database on %s: %v", redact(ServerURL()), err)
 	}
 
 	admin, err := pgx.Connect(ctx, ServerURL())
@@ -80,7 +95,14 @@ func New(t testing.TB) *DB {
 	defer admin.Close(ctx)
 
 	name := "ledger_test_" + randomSuffix()
-	if err := createFromTemplate(ctx, admin, name, templateName); err != nil {
+	err = createFromTemplate(ctx, admin, name, tmpl)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidCatalogName {
+		if tmpl, err = templateFor(ctx, true); err == nil {
+			err = createFromTemplate(ctx, admin, name, tmpl)
+		}
+	}
+	if err != nil {
 		t.Fatalf("dbtest: create database %s: %v", name, err)
 	}
 	t.Cleanup(func() { drop(name) })

@@ -1,6 +1,7 @@
 package deploytest
 
 import (
+	"net"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -87,6 +88,10 @@ func TestComposeHealthchecksProbeReadiness(t *testing.T) {
 		require.Truef(t, ok, "service %s: set -admin-addr in its command, so the healthcheck's port is explicit", name)
 		port := portOf(addr)
 		require.NotEmptyf(t, port, "service %s: -admin-addr %q has no port", name, addr)
+		// The binaries listen on loopback by default, which a published port
+		// does not reach: the command must widen it, and say so.
+		host, _, _ := net.SplitHostPort(addr)
+		require.Equalf(t, "0.0.0.0", host, "service %s: -admin-addr %q must bind 0.0.0.0 explicitly, or its published port reaches nothing", name, addr)
 		require.Containsf(t, health(name), "http://127.0.0.1:"+port+"/readyz", "service %s healthcheck", name)
 		require.Containsf(t, s.containerPorts(), port, "service %s does not publish its admin port", name)
 	}
@@ -236,6 +241,26 @@ func TestComposeFlagsAndVariablesExist(t *testing.T) {
 			for v := range s.Environment {
 				require.Truef(t, helpHasWord(all, v), "service %s sets %s, which `%s -h` does not mention:\n%s", name, v, what, help)
 			}
+		})
+	}
+}
+
+// TestServicesServeAdminOnLoopbackByDefault reads the -admin-addr default
+// the real binaries print: other hosts must not reach /metrics and /readyz
+// unless the operator asks for it.
+func TestServicesServeAdminOnLoopbackByDefault(t *testing.T) {
+	t.Parallel()
+	for name, port := range map[string]string{"ingest": "9090", "projector": "9091"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			help := helpText(t, buildBinary(t, name))
+			m := regexp.MustCompile(`(?m)^\s*-admin-addr string\n[^\n]*\(default "([^"]*)"\)`).FindStringSubmatch(help)
+			require.NotNilf(t, m, "`%s -h` shows no default for -admin-addr:\n%s", name, help)
+			host, p, err := net.SplitHostPort(m[1])
+			require.NoError(t, err)
+			require.Equal(t, port, p)
+			ip := net.ParseIP(host)
+			require.Truef(t, ip != nil && ip.IsLoopback(), "%s serves its admin endpoints on %q by default", name, m[1])
 		})
 	}
 }

@@ -5,9 +5,11 @@
 //     builds, with flags and environment variables that binary documents in
 //     its -h output; JetStream, monitoring, ports, healthchecks and start
 //     order are as docs/operations.md describes.
-//   - migrations/00002_roles.sql and deploy/postgres/roles.sql: the group
-//     roles allow what each service does, through the real fence.Store, and
-//     nothing that rewrites history (DELETE, TRUNCATE, UPDATE of events).
+//   - migrations/00002_roles.sql, 00004_connect.sql and
+//     deploy/postgres/roles.sql: the group roles allow what each service
+//     does, through the real fence.Store, and nothing that rewrites history
+//     (DELETE, TRUNCATE, UPDATE of events); only they connect to the
+//     ledger's database; migrations refuse to run as them.
 //   - deploy/nats: the authorization in auth.conf lets each component do its
 //     part of the contract and no more, proven on an embedded server with
 //     the real ingest service and worker SDK; the cluster files are valid.

@@ -8,9 +8,11 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,7 +30,7 @@ const (
 	roleOperator  = "ledger_operator"
 )
 
-const sqlInsufficientPrivilege = "42501"
+const sqlInsufficientPrivilege = pgerrcode.InsufficientPrivilege
 
 // seed writes one lease and one event as the owner, so that the statements
 // under test have rows to act on.
@@ -123,16 +125,37 @@ func asRole(t *testing.T, pool *pgxpool.Pool, role, sql string) error {
 // is dropped when the test ends.
 func loginUser(t *testing.T, db *dbtest.DB, group string) string {
 	t.Helper()
-	ctx := context.Background()
+	return urlAs(t, db.URL, newLoginRole(t, group))
+}
+
+// newLoginRole creates a LOGIN role, in the group roles given, and drops it
+// when the test ends. Make it before any database it will own, so that the
+// database is dropped first.
+func newLoginRole(t *testing.T, groups ...string) string {
+	t.Helper()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	name := "deploytest_" + group + "_" + hex.EncodeToString(b)
-	_, err := db.Pool.Exec(ctx, "CREATE ROLE "+pgx.Identifier{name}.Sanitize()+" LOGIN IN ROLE "+pgx.Identifier{group}.Sanitize())
+	name := "deploytest_" + strings.Join(append(groups, "user"), "_") + "_" + hex.EncodeToString(b)
+	sql := "CREATE ROLE " + pgx.Identifier{name}.Sanitize() + " LOGIN"
+	if len(groups) > 0 {
+		ids := make([]string, len(groups))
+		for i, g := range groups {
+			ids[i] = pgx.Identifier{g}.Sanitize()
+		}
+		sql += " IN ROLE " + strings.Join(ids, ", ")
+	}
+	_, err := openPool(t, dbtest.ServerURL()).Exec(context.Background(), sql)
 	require.NoError(t, err)
 	t.Cleanup(func() { dropRole(name) })
-	u, err := url.Parse(db.URL)
+	return name
+}
+
+// urlAs is dbURL with user as its user.
+func urlAs(t *testing.T, dbURL, user string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
-	u.User = url.User(name)
+	u.User = url.User(user)
 	return u.String()
 }
 
@@ -234,28 +257,19 @@ func TestProjectorUserReadsButCannotWrite(t *testing.T) {
 func TestOwnerWithoutCreateRoleCanMigrate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	admin := openPool(t, dbtest.ServerURL())
-	_, err := admin.Exec(ctx, readRepoFile(t, "deploy/postgres/roles.sql"))
+	owner := newLoginRole(t) // before the database it owns: dropped after it
+	_, err := openPool(t, dbtest.ServerURL()).Exec(ctx, "ALTER ROLE "+pgx.Identifier{owner}.Sanitize()+" NOCREATEROLE")
 	require.NoError(t, err)
-
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	owner := "deploytest_owner_" + hex.EncodeToString(b)
-	_, err = admin.Exec(ctx, "CREATE ROLE "+pgx.Identifier{owner}.Sanitize()+" LOGIN NOCREATEROLE")
-	require.NoError(t, err)
-	t.Cleanup(func() { dropRole(owner) }) // after the database is dropped
 	dbURL := dbtest.NewEmpty(t)
+	admin := openPool(t, dbURL) // the administrator, connected to the ledger's database
+	_, err = admin.Exec(ctx, readRepoFile(t, "deploy/postgres/roles.sql"))
+	require.NoError(t, err)
 	cfg, err := pgconn.ParseConfig(dbURL)
 	require.NoError(t, err)
 	_, err = admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{cfg.Database}.Sanitize()+" OWNER TO "+pgx.Identifier{owner}.Sanitize())
 	require.NoError(t, err)
 
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	u.User = url.User(owner)
-	pool, err := pgxpool.New(ctx, u.String())
-	require.NoError(t, err)
-	defer pool.Close()
+	pool := openPool(t, urlAs(t, dbURL, owner))
 	_, err = migrations.Up(ctx, pool, nil)
 	require.NoError(t, err)
 
@@ -266,15 +280,16 @@ func TestOwnerWithoutCreateRoleCanMigrate(t *testing.T) {
 	require.True(t, ok, "the owner's migration granted the roles their privileges")
 }
 
-// TestRolesScriptMatchesTheMigration keeps deploy/postgres/roles.sql and
-// migrations/00002_roles.sql creating the same roles, and the script safe
-// to run twice.
+// TestRolesScriptMatchesTheMigration keeps deploy/postgres/roles.sql in step
+// with the migrations: the same roles as 00002_roles.sql, the same CONNECT
+// statements as 00004_connect.sql, and safe to run twice.
 func TestRolesScriptMatchesTheMigration(t *testing.T) {
 	t.Parallel()
 	createRole := regexp.MustCompile(`(?m)^\s*CREATE ROLE (\w+) NOLOGIN;`)
-	names := func(src string) []string {
+	connect := regexp.MustCompile(`(?m)^\s*EXECUTE format\('((?:GRANT|REVOKE) CONNECT ON DATABASE %I (?:TO|FROM) [^']+)', db\);`)
+	find := func(re *regexp.Regexp, src string) []string {
 		var out []string
-		for _, m := range createRole.FindAllStringSubmatch(src, -1) {
+		for _, m := range re.FindAllStringSubmatch(src, -1) {
 			out = append(out, m[1])
 		}
 		slices.Sort(out)
@@ -282,12 +297,168 @@ func TestRolesScriptMatchesTheMigration(t *testing.T) {
 	}
 	script := readRepoFile(t, "deploy/postgres/roles.sql")
 	want := []string{roleIngest, roleOperator, roleProjector}
-	require.Equal(t, want, names(script))
-	require.Equal(t, want, names(readRepoFile(t, "migrations/00002_roles.sql")))
+	require.Equal(t, want, find(createRole, script))
+	require.Equal(t, want, find(createRole, readRepoFile(t, "migrations/00002_roles.sql")))
 
-	admin := openPool(t, dbtest.ServerURL())
+	connects := find(connect, readRepoFile(t, "migrations/00004_connect.sql"))
+	require.Equal(t, []string{
+		"GRANT CONNECT ON DATABASE %I TO ledger_ingest, ledger_projector, ledger_operator",
+		"REVOKE CONNECT ON DATABASE %I FROM PUBLIC",
+	}, connects)
+	require.Equal(t, connects, find(connect, script))
+
+	// In a database of its own: the script changes who may connect to the
+	// database it runs in.
+	admin := openPool(t, dbtest.NewEmpty(t))
 	for range 2 {
 		_, err := admin.Exec(context.Background(), script)
 		require.NoError(t, err)
 	}
+}
+
+// pgConnectAs opens one connection to dbURL as user and runs a query, and
+// returns the error if either fails.
+func pgConnectAs(t *testing.T, dbURL, user string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, urlAs(t, dbURL, user))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "SELECT 1")
+	return err
+}
+
+// requireNoConnect checks that user is refused at the door of dbURL for
+// want of the CONNECT privilege.
+func requireNoConnect(t *testing.T, dbURL, user, why string) {
+	t.Helper()
+	err := pgConnectAs(t, dbURL, user)
+	var pgErr *pgconn.PgError
+	require.Truef(t, errors.As(err, &pgErr), "%s: want insufficient_privilege, got %v", why, err)
+	require.Equalf(t, sqlInsufficientPrivilege, pgErr.Code, "%s: %s", why, pgErr.Message)
+}
+
+// migratedDatabase is a fresh database migrated by the server's admin
+// user, as a deployment's owner would (dbtest.New copies a template, and a
+// copy does not keep the template's database privileges).
+func migratedDatabase(t *testing.T) string {
+	t.Helper()
+	dbURL := dbtest.NewEmpty(t)
+	_, err := migrations.Up(context.Background(), openPool(t, dbURL), nil)
+	require.NoError(t, err)
+	return dbURL
+}
+
+// The ledger's database admits the ledger's roles and the owner, not the
+// server's other users. The group roles are shared by every ledger on the
+// server; a second ledger whose administrator narrowed CONNECT to its own
+// LOGIN users, as docs/security.md describes, keeps the first ledger's
+// ingest out.
+func TestOnlyTheLedgersRolesConnect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ingestA, ingestB := newLoginRole(t, roleIngest), newLoginRole(t, roleIngest)
+	projector, operator := newLoginRole(t, roleProjector), newLoginRole(t, roleOperator)
+	outsider := newLoginRole(t) // another application's user on the same server
+	ledgerA, ledgerB := migratedDatabase(t), migratedDatabase(t)
+
+	for _, user := range []string{ingestA, projector, operator} {
+		require.NoErrorf(t, pgConnectAs(t, ledgerA, user), "%s reaches its ledger", user)
+	}
+	requireNoConnect(t, ledgerA, outsider, "a user outside the ledger's roles")
+
+	cfg, err := pgconn.ParseConfig(ledgerB)
+	require.NoError(t, err)
+	db := pgx.Identifier{cfg.Database}.Sanitize()
+	_, err = openPool(t, ledgerB).Exec(ctx, "REVOKE CONNECT ON DATABASE "+db+" FROM ledger_ingest, ledger_projector, ledger_operator;"+
+		"GRANT CONNECT ON DATABASE "+db+" TO "+pgx.Identifier{ingestB}.Sanitize())
+	require.NoError(t, err)
+	require.NoError(t, pgConnectAs(t, ledgerB, ingestB), "ledger B's ingest reaches ledger B")
+	requireNoConnect(t, ledgerB, ingestA, "ledger A's ingest at ledger B")
+	requireNoConnect(t, ledgerB, outsider, "a user outside the ledger's roles at ledger B")
+}
+
+// Migrations run as the owner: a service's or an operator's user is
+// refused with ErrNotMigrator before anything is applied, even where it
+// could have applied them (here it owns the database), since the service
+// would then own the history it may only append to.
+func TestMigrationsRefuseTheLedgersRoles(t *testing.T) {
+	t.Parallel()
+	for _, group := range []string{roleIngest, roleProjector, roleOperator} {
+		t.Run(group, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			user := newLoginRole(t, group)
+			dbURL := dbtest.NewEmpty(t)
+			cfg, err := pgconn.ParseConfig(dbURL)
+			require.NoError(t, err)
+			admin := openPool(t, dbURL)
+			_, err = admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{cfg.Database}.Sanitize()+" OWNER TO "+pgx.Identifier{user}.Sanitize())
+			require.NoError(t, err)
+
+			applied, err := migrations.Up(ctx, openPool(t, urlAs(t, dbURL, user)), nil)
+			require.ErrorIs(t, err, migrations.ErrNotMigrator)
+			require.ErrorContains(t, err, user)
+			require.ErrorContains(t, err, "is a member of "+group)
+			require.ErrorContains(t, err, "-migrate=false")
+			require.Empty(t, applied)
+			var schema, versions *string
+			require.NoError(t, admin.QueryRow(ctx, `SELECT to_regnamespace('ledger')::text, to_regclass('public.ledger_schema_version')::text`).Scan(&schema, &versions))
+			require.Nil(t, schema, "nothing was applied")
+			require.Nil(t, versions, "nothing was applied")
+		})
+	}
+}
+
+// A pending migration is refused to a role that does not own the ledger
+// schema, with the clear error rather than a "permission denied" halfway.
+func TestMigrationsRefuseARoleThatDoesNotOwnTheSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	stranger := newLoginRole(t)
+	db := dbtest.New(t)
+	_, err := db.Pool.Exec(ctx, `DELETE FROM public.ledger_schema_version WHERE version_id = (SELECT max(version_id) FROM public.ledger_schema_version)`)
+	require.NoError(t, err)
+
+	_, err = migrations.Up(ctx, openPool(t, urlAs(t, db.URL, stranger)), nil)
+	require.ErrorIs(t, err, migrations.ErrNotMigrator)
+	require.ErrorContains(t, err, "does not own the ledger schema")
+	_, err = migrations.Up(ctx, openPool(t, loginUser(t, db, roleIngest)), nil)
+	require.ErrorIs(t, err, migrations.ErrNotMigrator, "the ingest's user, with a migration pending")
+}
+
+// A migrator that owns the schema but not the database cannot take CONNECT
+// from PUBLIC: the migration says so and how to fix it, rather than leave
+// the database open with a warning. Once an administrator has run
+// deploy/postgres/roles.sql in the database, the same migrator finishes.
+func TestMigratorThatDoesNotOwnTheDatabaseNeedsTheRolesScript(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	migrator := newLoginRole(t)
+	dbURL := dbtest.NewEmpty(t)
+	cfg, err := pgconn.ParseConfig(dbURL)
+	require.NoError(t, err)
+	db, who := pgx.Identifier{cfg.Database}.Sanitize(), pgx.Identifier{migrator}.Sanitize()
+	admin := openPool(t, dbURL)
+	_, err = admin.Exec(ctx, "GRANT CREATE ON DATABASE "+db+" TO "+who+"; GRANT CREATE ON SCHEMA public TO "+who)
+	require.NoError(t, err)
+
+	_, err = migrations.Up(ctx, openPool(t, urlAs(t, dbURL, migrator)), nil)
+	var pgErr *pgconn.PgError
+	require.Truef(t, errors.As(err, &pgErr), "want the migration's own error, got %v", err)
+	require.Equal(t, sqlInsufficientPrivilege, pgErr.Code)
+	require.Contains(t, pgErr.Message, "cannot take CONNECT")
+	require.Contains(t, pgErr.Hint, "deploy/postgres/roles.sql")
+	require.NoError(t, pgConnectAs(t, dbURL, newLoginRole(t)), "the database is still open to everyone: the migration did not pass")
+
+	_, err = admin.Exec(ctx, readRepoFile(t, "deploy/postgres/roles.sql"))
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "GRANT CONNECT ON DATABASE "+db+" TO "+who)
+	require.NoError(t, err)
+	_, err = migrations.Up(ctx, openPool(t, urlAs(t, dbURL, migrator)), nil)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Check(ctx, admin))
 }

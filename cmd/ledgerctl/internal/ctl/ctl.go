@@ -169,11 +169,12 @@ func exitCode(err error, stderr io.Writer) int {
 	var ue *UsageError
 	if errors.As(err, &ue) {
 		if !ue.printed {
-			fmt.Fprintf(stderr, "%s: %s\nRun '%s -h' for usage.\n", cmd, oneLine(ue.Msg), cmd)
+			fmt.Fprintf(stderr, "%s: %s\nRun '%s -h' for usage.\n", cmd, printable(oneLine(ue.Msg)), cmd)
 		}
 		return 2
 	}
-	fmt.Fprintf(stderr, "%s: %s\n", cmd, oneLine(errorText(err, ce)))
+	// Errors quote what they were given: a subject, a header, an id.
+	fmt.Fprintf(stderr, "%s: %s\n", cmd, printable(oneLine(errorText(err, ce))))
 	return 1
 }
 

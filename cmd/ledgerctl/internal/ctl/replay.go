@@ -337,13 +337,13 @@ func replaySummary(w io.Writer, results []replayResult, window time.Duration) er
 		byKind[r.Result] = append(byKind[r.Result], r)
 	}
 	for _, r := range byKind[replayNotFound] {
-		fmt.Fprintf(w, "seq %d: not found: %s\n", r.StreamSeq, r.Detail)
+		fmt.Fprintf(w, "seq %d: not found: %s\n", r.StreamSeq, printable(r.Detail))
 	}
 	for _, r := range byKind[replayUnusable] {
-		fmt.Fprintf(w, "seq %d: %s\n", r.StreamSeq, r.Detail)
+		fmt.Fprintf(w, "seq %d: %s\n", r.StreamSeq, printable(r.Detail))
 	}
 	for _, r := range byKind[replayFailed] {
-		fmt.Fprintf(w, "seq %d: failed: %s\n", r.StreamSeq, r.Detail)
+		fmt.Fprintf(w, "seq %d: failed: %s\n", r.StreamSeq, printable(r.Detail))
 	}
 	if dups := byKind[replayDeduplicated]; len(dups) > 0 {
 		seqs := make([]string, len(dups))

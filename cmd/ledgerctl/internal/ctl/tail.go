@@ -107,7 +107,7 @@ func Tail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		e, err := decodeLogEvent(f.Subjects(), m)
 		if err != nil {
 			// One unreadable copy is reported and skipped: the log goes on.
-			fmt.Fprintf(stderr, "ledgerctl tail: %v\n", err)
+			fmt.Fprintf(stderr, "ledgerctl tail: %s\n", printable(err.Error()))
 			continue
 		}
 		if f.JSON {
@@ -116,8 +116,8 @@ func Tail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			continue
 		}
-		fmt.Fprintf(stdout, line, e.StreamSeq, e.Seq, e.Partition, e.Task, e.Version, e.Type,
-			fmt.Sprintf("%s/%d", e.Holder, e.Generation), string(e.Payload))
+		fmt.Fprintf(stdout, line, e.StreamSeq, e.Seq, e.Partition, printable(e.Task), e.Version, printable(e.Type),
+			printable(fmt.Sprintf("%s/%d", e.Holder, e.Generation)), printable(string(e.Payload)))
 	}
 	return nil
 }

@@ -235,6 +235,6 @@ func printTask(w io.Writer, id string, events []taskEvent, rejections []taskReje
 	if proj.Note != "" {
 		fmt.Fprintln(w, proj.Note)
 	}
-	_, err := fmt.Fprintln(w, pretty.String())
+	_, err := fmt.Fprintln(w, printableLines(pretty.String()))
 	return err
 }
