@@ -74,7 +74,7 @@ func TestDLQListEscapesWhatWorkersSent(t *testing.T) {
 
 	// Through the ingest: an invalid event's headers are kept in its dead
 	// letter as they came.
-	m := e.msg(event{partition: 3, task: "report-7", holder: "worker-a", generation: 1, version: 1, typ: "t"})
+	m := e.msg(event{partition: 3, task: "report-7", holder: "worker-a.1", generation: 1, version: 1, typ: "t"})
 	m.Header.Set(wire.HeaderMsgID, clearScreen)
 	m.Header.Set(wire.HeaderHolder, setTitle)
 	m.Header.Set(wire.HeaderType, reverseText+c1CSI)
@@ -119,9 +119,9 @@ func TestDLQListEscapesWhatWorkersSent(t *testing.T) {
 func TestTaskAndTailEscapePayloadText(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t).withIngest(ingest.Config{})
-	l := e.acquire(5, "worker-a")
+	l := e.acquire(5, "worker-a.1")
 	payload := `{"note":"` + reverseText + c1CSI + "\x7f" + `"}`
-	e.publish(event{partition: 5, task: "hostile", holder: "worker-a", generation: l.Generation, version: 1,
+	e.publish(event{partition: 5, task: "hostile", holder: "worker-a.1", generation: l.Generation, version: 1,
 		typ: "step", payload: payload})
 	e.waitCommitted("hostile", 1)
 
