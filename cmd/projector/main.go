@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -48,6 +49,7 @@ func run(args []string) error {
 		return err
 	}
 	conn.Name = "ledger-projector"
+	conn.InboxPrefix = cmp.Or(conn.InboxPrefix, "_INBOX_projector")
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

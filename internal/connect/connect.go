@@ -40,6 +40,11 @@ type Options struct {
 	NATSCA, NATSCert, NATSKey string
 	// Name is the client name shown by the NATS server.
 	Name string
+	// InboxPrefix is the prefix of the connection's reply subjects. Each
+	// service uses its own (_INBOX_ingest, ...) so that a deployment can
+	// let each read only its own replies and nobody read _INBOX.> as a
+	// whole (CONTRACT §9); empty keeps nats.go's _INBOX.
+	InboxPrefix string
 	// MinPoolSize raises the PostgreSQL pool's size to at least this many
 	// connections unless the URL sets pool_max_conns itself.
 	MinPoolSize int
@@ -57,6 +62,8 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.NATSCA, "nats-ca", os.Getenv("NATS_CA"), "CA certificate file to verify the NATS server (env NATS_CA)")
 	fs.StringVar(&o.NATSCert, "nats-cert", os.Getenv("NATS_CERT"), "client certificate file for NATS mutual TLS (env NATS_CERT)")
 	fs.StringVar(&o.NATSKey, "nats-key", os.Getenv("NATS_KEY"), "client key file for NATS mutual TLS (env NATS_KEY)")
+	fs.StringVar(&o.InboxPrefix, "nats-inbox-prefix", os.Getenv("NATS_INBOX_PREFIX"),
+		"prefix of this client's NATS reply subjects; default _INBOX_<component> (env NATS_INBOX_PREFIX)")
 }
 
 // Env returns the environment variable name, or def when it is unset.
@@ -173,6 +180,9 @@ func (o *Options) NATSOptions(log *slog.Logger) ([]nats.Option, error) {
 				log.Info("nats reconnected", slog.String("url", nc.ConnectedUrlRedacted()))
 			}
 		}),
+	}
+	if o.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
 	}
 	auth := 0
 	if o.NATSUser != "" {

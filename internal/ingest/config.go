@@ -34,10 +34,10 @@ const (
 	// per waiting event until its window closes.
 	NotYetDelayMinDefault = 10 * time.Millisecond
 	NotYetDelayMaxDefault = time.Second
-	// MaxWaitingPerHolderDefault is how many of one holder's events may
-	// wait here for an earlier version at once: 2048, twice the SDK's
-	// in-flight limit per lease.
-	MaxWaitingPerHolderDefault = 2048
+	// MaxWaitingPerPrincipalDefault is how many of one principal's events
+	// may wait here for an earlier version at once: 4096, four times the
+	// SDK's in-flight limit per lease.
+	MaxWaitingPerPrincipalDefault = 4096
 	// StopTimeoutDefault bounds how long Stop waits for batches in hand: 10 s.
 	StopTimeoutDefault = 10 * time.Second
 )
@@ -79,10 +79,11 @@ type Config struct {
 	// below GapWindow: it is how long the messages of a crashed ingest wait
 	// before another takes them, and their successors wait for them.
 	AckWait time.Duration
-	// MaxWaitingPerHolder caps one holder's events waiting here for an
-	// earlier version; beyond it an event ahead of its head is judged gap
-	// (too_many_waiting) at once. Default 2048.
-	MaxWaitingPerHolder int
+	// MaxWaitingPerPrincipal caps one principal's events (all its
+	// instances together: instances are free within a principal) waiting
+	// here for an earlier version; beyond it an event ahead of its head is
+	// judged gap (too_many_waiting) at once. Default 4096.
+	MaxWaitingPerPrincipal int
 	// PublishTimeout bounds the wait for a copy's publish ack before the
 	// copy is published again; default 5 s.
 	PublishTimeout time.Duration
@@ -106,7 +107,7 @@ type hooks struct {
 	noKeepAlive bool
 	// dropCopy keeps the copies it returns true for from being sent.
 	dropCopy func(m *nats.Msg) bool
-	// noWaitingCap switches off MaxWaitingPerHolder.
+	// noWaitingCap switches off MaxWaitingPerPrincipal.
 	noWaitingCap bool
 	// blockingRoute makes route wait for room in its lane for ever.
 	blockingRoute bool
@@ -128,7 +129,7 @@ func (c Config) WithDefaults() Config {
 	c.StopTimeout = cmp.Or(c.StopTimeout, StopTimeoutDefault)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
-	c.MaxWaitingPerHolder = cmp.Or(c.MaxWaitingPerHolder, MaxWaitingPerHolderDefault)
+	c.MaxWaitingPerPrincipal = cmp.Or(c.MaxWaitingPerPrincipal, MaxWaitingPerPrincipalDefault)
 	return c
 }
 
@@ -148,8 +149,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("ingest: a minimum delay is above its maximum")
 	case c.AckWait < 100*time.Millisecond:
 		return fmt.Errorf("ingest: ack wait must be at least 100ms, got %v", c.AckWait)
-	case c.MaxWaitingPerHolder < 1:
-		return fmt.Errorf("ingest: max waiting per holder must be at least 1, got %d", c.MaxWaitingPerHolder)
+	case c.MaxWaitingPerPrincipal < 1:
+		return fmt.Errorf("ingest: max waiting per holder must be at least 1, got %d", c.MaxWaitingPerPrincipal)
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ type TestHooks struct {
 	// DropCopy, when it returns true, keeps a copy from being sent: its
 	// publish ack never comes, as if the publish was lost.
 	DropCopy func(m *nats.Msg) bool
-	// NoWaitingCap switches off MaxWaitingPerHolder.
+	// NoWaitingCap switches off MaxWaitingPerPrincipal.
 	NoWaitingCap bool
 	// BlockingRoute makes route wait for room in its lane as long as it
 	// takes, as it did before lanes could be stuck.

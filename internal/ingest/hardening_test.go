@@ -266,7 +266,7 @@ func TestDeadLetterDoesNotCarryForgedLedgerHeaders(t *testing.T) {
 func TestGapFloodIsBounded(t *testing.T) {
 	t.Parallel()
 	e := newBareEnv(t)
-	e.svc, _ = e.startIngestOn(ingest.Config{MaxWaitingPerHolder: 4, GapWindow: time.Minute, Lanes: 1}, e.store)
+	e.svc, _ = e.startIngestOn(ingest.Config{MaxWaitingPerPrincipal: 4, GapWindow: time.Minute, Lanes: 1}, e.store)
 	flood := e.receipts("flooder.1")
 	honest := e.receipts("worker-b.1")
 	lf := e.acquire(5, "flooder.1", 120000)

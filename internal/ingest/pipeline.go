@@ -217,7 +217,7 @@ func (s *Service) markFinal(ctx context.Context, batch []*inbound, pos []int, no
 }
 
 // capWaiting counts the batch's "not yet" events against their holders'
-// MaxWaitingPerHolder, and appends again, judged at once (gap,
+// MaxWaitingPerPrincipal, and appends again, judged at once (gap,
 // too_many_waiting), the ones beyond it. It is false if the service stopped
 // before that second append was done.
 func (s *Service) capWaiting(ctx context.Context, batch []*inbound, pos []int, now time.Time) bool {
@@ -230,7 +230,7 @@ func (s *Service) capWaiting(ctx context.Context, batch []*inbound, pos []int, n
 		if in.result.Verdict != fence.NotYet {
 			continue
 		}
-		if !s.waiting.reserve(in.event.Holder, in.sourceSeq, s.cfg.MaxWaitingPerHolder, now.Add(s.cfg.NotYetDelayMax+s.cfg.AckWait)) {
+		if !s.waiting.reserve(wire.Principal(in.event.Holder), in.sourceSeq, s.cfg.MaxWaitingPerPrincipal, now.Add(s.cfg.NotYetDelayMax+s.cfg.AckWait)) {
 			in.event.Final, in.event.GapReason = true, wire.ReasonTooManyWaiting
 			over = append(over, i)
 		}

@@ -24,8 +24,9 @@
 //
 // Hostile input is bounded: headers over wire.MaxHeaderBytes are invalid, a
 // dead letter always fits LEDGER_DLQ, a version more than MaxAhead ahead is
-// judged at once, and at most MaxWaitingPerHolder of a holder's events wait
-// here, so no single message or holder can stop the service for anyone else.
+// judged at once, and at most MaxWaitingPerPrincipal of a principal's events
+// wait here, so no single message or principal can stop the service for
+// anyone else.
 package ingest
 
 import (

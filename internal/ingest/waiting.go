@@ -5,39 +5,39 @@ import (
 	"time"
 )
 
-// waitingSet counts, per holder, the messages this process handed back to
+// waitingSet counts, per principal, the messages this process handed back to
 // wait for an earlier version ("not yet"), until they come back or their
-// redelivery is surely elsewhere. A holder at its cap gets no more waiting
+// redelivery is surely elsewhere. A principal at its cap gets no more waiting
 // messages: the next one of its events that would wait is judged at once
-// (gap, too_many_waiting). Without the cap one holder's events far ahead of
+// (gap, too_many_waiting). Without the cap one principal's events far ahead of
 // their heads could fill the consumer's max_ack_pending for a whole gap
-// window, and every other holder would wait with them.
+// window, and every other principal would wait with them.
 type waitingSet struct {
-	mu       sync.Mutex
-	byHolder map[string]map[uint64]time.Time // source seq → forget after
-	holderOf map[uint64]string
+	mu          sync.Mutex
+	byPrincipal map[string]map[uint64]time.Time // source seq → forget after
+	principalOf map[uint64]string
 }
 
 func newWaitingSet() *waitingSet {
-	return &waitingSet{byHolder: map[string]map[uint64]time.Time{}, holderOf: map[uint64]string{}}
+	return &waitingSet{byPrincipal: map[string]map[uint64]time.Time{}, principalOf: map[uint64]string{}}
 }
 
-// reserve counts the message seq of holder as waiting until about until,
-// unless holder already has max others waiting (false).
-func (w *waitingSet) reserve(holder string, seq uint64, max int, until time.Time) bool {
+// reserve counts the message seq of principal as waiting until about until,
+// unless principal already has max others waiting (false).
+func (w *waitingSet) reserve(principal string, seq uint64, max int, until time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	m := w.byHolder[holder]
+	m := w.byPrincipal[principal]
 	if m == nil {
 		m = map[uint64]time.Time{}
-		w.byHolder[holder] = m
+		w.byPrincipal[principal] = m
 	}
 	if _, ok := m[seq]; !ok && len(m) >= max {
 		now := time.Now()
 		for s, u := range m {
 			if now.After(u) {
 				delete(m, s)
-				delete(w.holderOf, s)
+				delete(w.principalOf, s)
 			}
 		}
 		if len(m) >= max {
@@ -45,7 +45,7 @@ func (w *waitingSet) reserve(holder string, seq uint64, max int, until time.Time
 		}
 	}
 	m[seq] = until
-	w.holderOf[seq] = holder
+	w.principalOf[seq] = principal
 	return true
 }
 
@@ -53,15 +53,15 @@ func (w *waitingSet) reserve(holder string, seq uint64, max int, until time.Time
 func (w *waitingSet) back(seq uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	h, ok := w.holderOf[seq]
+	h, ok := w.principalOf[seq]
 	if !ok {
 		return
 	}
-	delete(w.holderOf, seq)
-	if m := w.byHolder[h]; m != nil {
+	delete(w.principalOf, seq)
+	if m := w.byPrincipal[h]; m != nil {
 		delete(m, seq)
 		if len(m) == 0 {
-			delete(w.byHolder, h)
+			delete(w.byPrincipal, h)
 		}
 	}
 }

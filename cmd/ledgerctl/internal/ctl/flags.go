@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -128,6 +129,7 @@ func (g *Globals) Subjects() wire.Subjects { return wire.Subjects{Prefix: g.Pref
 // PostgresTimeout. A missing or malformed URL is a *UsageError.
 func (g *Globals) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
 	g.Conn.Name = "ledgerctl"
+	g.Conn.InboxPrefix = cmp.Or(g.Conn.InboxPrefix, "_INBOX_ledgerctl")
 	ctx, cancel := context.WithTimeout(ctx, PostgresTimeout)
 	defer cancel()
 	pool, err := g.Conn.Postgres(ctx)
@@ -148,6 +150,7 @@ func (g *Globals) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
 // once. extra options are applied last (tail allows reconnects).
 func (g *Globals) NATS(extra ...nats.Option) (*nats.Conn, error) {
 	g.Conn.Name = "ledgerctl"
+	g.Conn.InboxPrefix = cmp.Or(g.Conn.InboxPrefix, "_INBOX_ledgerctl")
 	opts, err := g.Conn.NATSOptions(nil)
 	if err != nil {
 		return nil, Usagef("%v", err)
