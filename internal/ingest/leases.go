@@ -344,7 +344,7 @@ func (ls *leaseService) acquire(ctx context.Context, subject string, data []byte
 	if err != nil {
 		return nil, err
 	}
-	l, err := ls.store.Acquire(ctx, *r.Partition, r.Holder, ttlOf(r))
+	l, err := ls.store.Acquire(ctx, *r.Partition, r.Holder, ttlOf(r), fence.WithRequestID(r.RequestID))
 	if err != nil {
 		return nil, err
 	}
@@ -410,8 +410,8 @@ func (ls *leaseService) taskHead(ctx context.Context, _ string, data []byte) (an
 	}
 	reply := wire.TaskHeadReply{Task: r.Task, Version: h.Version, Seq: h.Seq}
 	if h.Known {
-		p := h.Partition
-		reply.Partition = &p
+		p, typ := h.Partition, h.Type
+		reply.Partition, reply.Type = &p, &typ
 	}
 	if r.EventID == "" {
 		return reply, nil

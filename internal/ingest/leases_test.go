@@ -125,10 +125,29 @@ func TestTaskHeadOverNATS(t *testing.T) {
 	require.Equal(t, 7, *h.Partition)
 	require.EqualValues(t, 3, h.Version)
 	require.Positive(t, h.Seq)
+	require.NotNil(t, h.Type)
+	require.Equal(t, "x", *h.Type, "the last event's type tells a finished task from a running one")
 
 	unknown := head("nobody")
 	require.Nil(t, unknown.Partition, "partition is null for an unknown task")
+	require.Nil(t, unknown.Type, "type is null for an unknown task")
 	require.Zero(t, unknown.Version)
+}
+
+// An acquire retried with its request id over NATS gets the same grant.
+func TestAcquireRetriedWithItsRequestIDOverNATS(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, ingest.Config{})
+	req := map[string]any{"partition": 2, "holder": "worker-a.1", "ttl_ms": 60000, "request_id": "01JD0000000000000000000009"}
+	first, er, _ := e.lease("acquire", req)
+	require.Nil(t, er)
+	again, er, _ := e.lease("acquire", req)
+	require.Nil(t, er)
+	require.Equal(t, first, again)
+	delete(req, "request_id")
+	next, er, _ := e.lease("acquire", req)
+	require.Nil(t, er)
+	require.Equal(t, first.Generation+1, next.Generation)
 }
 
 func TestLeaseServiceIsDiscoverable(t *testing.T) {

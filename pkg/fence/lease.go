@@ -79,9 +79,23 @@ func scanLease(row pgx.Row, partition int) (Lease, error) {
 // Acquire takes partition's lease for holder for ttl (0: the configured TTL).
 // A never-leased partition gets generation 1; an expired lease is taken over
 // with generation + 1; the holder's own valid lease is re-granted with
-// generation + 1 at once. A valid lease of another holder fails with ErrHeld.
-func (s *Store) Acquire(ctx context.Context, partition int, holder string, ttl time.Duration) (Lease, error) {
-	return s.acquire(ctx, partition, holder, ttl, nil)
+// generation + 1 at once, unless the request is a retry of the grant that
+// made it (WithRequestID): then that grant is returned unchanged. A valid
+// lease of another holder fails with ErrHeld.
+func (s *Store) Acquire(ctx context.Context, partition int, holder string, ttl time.Duration, opts ...AcquireOption) (Lease, error) {
+	return s.acquire(ctx, partition, holder, ttl, nil, opts)
+}
+
+// AcquireOption is a per-call variant of Acquire.
+type AcquireOption func(*acquireOptions)
+
+type acquireOptions struct{ requestID string }
+
+// WithRequestID names the acquire request, so that a retry of it (the
+// reply was lost, the request timed out) gets the same grant instead of a
+// second generation.
+func WithRequestID(id string) AcquireOption {
+	return func(o *acquireOptions) { o.requestID = id }
 }
 
 // TakeOver is Acquire as a compare-and-swap on the generation the caller
@@ -90,10 +104,18 @@ func (s *Store) Acquire(ctx context.Context, partition int, holder string, ttl t
 // observed the same generation, one wins; the others get ErrHeld (the winner
 // holds it) or ErrObservationStale.
 func (s *Store) TakeOver(ctx context.Context, partition int, holder string, observed int64, ttl time.Duration) (Lease, error) {
-	return s.acquire(ctx, partition, holder, ttl, &observed)
+	return s.acquire(ctx, partition, holder, ttl, &observed, nil)
 }
 
-func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl time.Duration, observed *int64) (Lease, error) {
+func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl time.Duration, observed *int64, opts []AcquireOption) (Lease, error) {
+	var o acquireOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var reqID *string // NULL in the tables when the request has none
+	if o.requestID != "" {
+		reqID = &o.requestID
+	}
 	if err := s.checkLeaseArgs(partition, holder, true, ttl); err != nil {
 		return Lease{}, err
 	}
@@ -108,7 +130,7 @@ func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl t
 			return fmt.Errorf("fence: acquire partition %d: set timeouts: %w", partition, err)
 		}
 		if observed == nil || *observed == 0 {
-			l, err := scanLease(tx.QueryRow(ctx, sqlLeaseInsertFirst, partition, holder, ttlMS), partition)
+			l, err := scanLease(tx.QueryRow(ctx, sqlLeaseInsertFirst, partition, holder, ttlMS, reqID), partition)
 			if err == nil {
 				out = l
 				return nil
@@ -117,12 +139,21 @@ func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl t
 				return fmt.Errorf("fence: acquire partition %d: %w", partition, err)
 			}
 		}
-		cur, err := scanLease(tx.QueryRow(ctx, sqlLeaseLock, partition), partition)
+		cur := Lease{Partition: partition}
+		var curTTL int64
+		var curReqID string
+		err := tx.QueryRow(ctx, sqlLeaseLock, partition).Scan(&cur.Holder, &cur.Generation, &cur.ExpiresAt, &curTTL,
+			&cur.Valid, &curReqID)
+		cur.TTL = time.Duration(curTTL) * time.Millisecond
 		if err != nil {
 			if errors.Is(err, pgx.ErrNoRows) && observed != nil {
 				return leaseErr(ErrObservationStale, nil, "partition %d: observed generation %d but it was never leased", partition, *observed)
 			}
 			return fmt.Errorf("fence: lock lease of partition %d: %w", partition, err)
+		}
+		if cur.Valid && cur.Holder == holder && o.requestID != "" && curReqID == o.requestID {
+			out = cur // a retry of the grant that made this generation
+			return nil
 		}
 		if cur.Valid && cur.Holder != holder {
 			return leaseErr(ErrHeld, &cur, "partition %d is held by %s at generation %d until %s",
@@ -136,7 +167,7 @@ func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl t
 			return leaseErr(ErrObservationStale, &cur, "partition %d: observed generation %d, current is %d",
 				partition, want, cur.Generation)
 		}
-		l, err := scanLease(tx.QueryRow(ctx, sqlLeaseCAS, partition, holder, ttlMS, want), partition)
+		l, err := scanLease(tx.QueryRow(ctx, sqlLeaseCAS, partition, holder, ttlMS, want, reqID), partition)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Unreachable while the row lock is held; kept as a guard.
 			return leaseErr(ErrObservationStale, &cur, "partition %d: compare-and-swap on generation %d failed", partition, want)
@@ -247,6 +278,8 @@ type Head struct {
 	Partition int
 	Version   int64
 	Seq       int64
+	// Type is the type of the last committed event.
+	Type string
 }
 
 // TaskHead returns task's head.
@@ -255,7 +288,7 @@ func (s *Store) TaskHead(ctx context.Context, task string) (Head, error) {
 	if !wire.ValidID(task) {
 		return h, leaseErr(ErrInvalid, nil, "task id %q is not 1..128 of [A-Za-z0-9_-]", task)
 	}
-	err := s.pool.QueryRow(ctx, sqlTaskHead, task).Scan(&h.Partition, &h.Version, &h.Seq)
+	err := s.pool.QueryRow(ctx, sqlTaskHead, task).Scan(&h.Partition, &h.Version, &h.Seq, &h.Type)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return h, nil
 	}

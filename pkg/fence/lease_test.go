@@ -210,3 +210,39 @@ func TestLeaseExpiresByDatabaseClock(t *testing.T) {
 	_, err = s.Renew(ctx, 0, "worker-a.1", a.Generation, 0)
 	require.ErrorIs(t, err, fence.ErrLost)
 }
+
+// A retried acquire (its reply lost, or timed out and sent again) carries
+// the request id of the grant that made the current generation: it gets
+// that grant back, not a second bump. Any other acquire by the holder still
+// fences its earlier incarnation.
+func TestRetriedAcquireGetsTheSameGrant(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t, fence.Config{})
+	ctx := context.Background()
+	first, err := s.Acquire(ctx, 4, "worker-a.1", longTTL, fence.WithRequestID("req-1"))
+	require.NoError(t, err)
+	again, err := s.Acquire(ctx, 4, "worker-a.1", longTTL, fence.WithRequestID("req-1"))
+	require.NoError(t, err)
+	require.Equal(t, first.Generation, again.Generation, "a retry is the same grant")
+	require.Equal(t, first.ExpiresAt, again.ExpiresAt, "a retry is the same grant")
+
+	other, err := s.Acquire(ctx, 4, "worker-a.1", longTTL, fence.WithRequestID("req-2"))
+	require.NoError(t, err)
+	require.Equal(t, first.Generation+1, other.Generation, "a new request fences the earlier incarnation")
+	plain, err := s.Acquire(ctx, 4, "worker-a.1", longTTL)
+	require.NoError(t, err)
+	require.Equal(t, other.Generation+1, plain.Generation)
+	stale, err := s.Acquire(ctx, 4, "worker-a.1", longTTL, fence.WithRequestID("req-2"))
+	require.NoError(t, err)
+	require.Equal(t, plain.Generation+1, stale.Generation, "only the current grant's id is a retry")
+
+	_, err = s.Acquire(ctx, 4, "worker-b.1", longTTL, fence.WithRequestID("req-2"))
+	require.ErrorIs(t, err, fence.ErrHeld, "another holder's id is no key to the lease")
+
+	expire(t, db, 4)
+	after, err := s.Acquire(ctx, 4, "worker-a.1", longTTL, fence.WithRequestID("req-2"))
+	require.NoError(t, err)
+	require.Equal(t, stale.Generation+1, after.Generation, "an expired grant is not returned")
+	require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM ledger.lease_grants WHERE partition = 4 AND request_id = 'req-1'`),
+		"the retry wrote no second grant")
+}

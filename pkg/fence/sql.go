@@ -9,13 +9,13 @@ const (
 	// sqlLeaseInsertFirst grants generation 1 on a partition never leased.
 	sqlLeaseInsertFirst = `
 WITH ins AS (
-    INSERT INTO ledger.leases (partition, holder, generation, expires_at, ttl_ms)
-    VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * interval '1 millisecond', $3)
+    INSERT INTO ledger.leases (partition, holder, generation, expires_at, ttl_ms, request_id)
+    VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * interval '1 millisecond', $3, $4)
     ON CONFLICT (partition) DO NOTHING
-    RETURNING partition, holder, generation, expires_at, ttl_ms
+    RETURNING partition, holder, generation, expires_at, ttl_ms, request_id
 ), grant_row AS (
-    INSERT INTO ledger.lease_grants (partition, generation, holder, granted_at)
-    SELECT partition, generation, holder, clock_timestamp() FROM ins
+    INSERT INTO ledger.lease_grants (partition, generation, holder, granted_at, request_id)
+    SELECT partition, generation, holder, clock_timestamp(), request_id FROM ins
 )
 SELECT holder, generation, expires_at, ttl_ms, true FROM ins`
 
@@ -23,7 +23,7 @@ SELECT holder, generation, expires_at, ttl_ms, true FROM ins`
 	// for every append that holds the row (FOR KEY SHARE, or FOR UPDATE), and
 	// expiry is judged by the clock after the lock is granted.
 	sqlLeaseLock = `
-SELECT holder, generation, expires_at, ttl_ms, expires_at > clock_timestamp()
+SELECT holder, generation, expires_at, ttl_ms, expires_at > clock_timestamp(), coalesce(request_id, '')
 FROM ledger.leases WHERE partition = $1 FOR UPDATE`
 
 	// sqlLeaseCAS is the compare-and-swap of a takeover: it replaces the lease
@@ -33,13 +33,14 @@ FROM ledger.leases WHERE partition = $1 FOR UPDATE`
 WITH up AS (
     UPDATE ledger.leases
     SET holder = $2, generation = generation + 1,
-        expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', ttl_ms = $3
+        expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', ttl_ms = $3,
+        request_id = $5
     WHERE partition = $1 AND generation = $4
       AND (expires_at <= clock_timestamp() OR holder = $2)
-    RETURNING partition, holder, generation, expires_at, ttl_ms
+    RETURNING partition, holder, generation, expires_at, ttl_ms, request_id
 ), grant_row AS (
-    INSERT INTO ledger.lease_grants (partition, generation, holder, granted_at)
-    SELECT partition, generation, holder, clock_timestamp() FROM up
+    INSERT INTO ledger.lease_grants (partition, generation, holder, granted_at, request_id)
+    SELECT partition, generation, holder, clock_timestamp(), request_id FROM up
 )
 SELECT holder, generation, expires_at, ttl_ms, true FROM up`
 
@@ -65,7 +66,7 @@ SELECT partition, holder, generation, expires_at, ttl_ms, expires_at > clock_tim
 FROM ledger.leases ORDER BY partition`
 
 	sqlTaskHead = `
-SELECT partition, version, seq FROM ledger.events
+SELECT partition, version, seq, type FROM ledger.events
 WHERE task_id = $1 ORDER BY version DESC LIMIT 1`
 
 	// sqlAppendLockLeases locks the batch's lease rows FOR KEY SHARE until

@@ -78,6 +78,10 @@ type TaskHeadReply struct {
 	Partition *int   `json:"partition"`
 	Version   int64  `json:"version"`
 	Seq       int64  `json:"seq"`
+	// Type is the type of the task's last committed event (null if the
+	// task has none), so that a new holder can tell a finished task from
+	// a running one.
+	Type *string `json:"type"`
 }
 
 // TaskHeadEventReply is the reply of ledger.task.head to a request with
