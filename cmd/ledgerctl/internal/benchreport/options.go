@@ -102,6 +102,8 @@ func ParseSections(spec string) ([]Section, error) {
 			out = append(out, s)
 		}
 	}
+	// They run in one order whatever the list's; the report lists them so.
+	slices.SortFunc(out, func(a, b Section) int { return slices.Index(Sections, a) - slices.Index(Sections, b) })
 	return out, nil
 }
 
@@ -205,6 +207,11 @@ func (o Options) validate() error {
 		}
 	}
 	return nil
+}
+
+// sections lists the sections the run includes, in run order.
+func (o Options) sections() []Section {
+	return slices.DeleteFunc(slices.Clone(Sections), func(s Section) bool { return !o.runs(s) })
 }
 
 // runs reports whether the run includes section s.

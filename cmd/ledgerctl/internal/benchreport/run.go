@@ -45,9 +45,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	prog := newProgress(o.Progress)
 	defer prog.close()
 	id := runID()
-	names := make([]string, len(o.Only))
-	for i, s := range o.Only {
-		names[i] = string(s)
+	var names []string
+	for _, s := range o.sections() {
+		names = append(names, string(s))
 	}
 	prog.say("run %s: %s; %s events a phase, %d rounds, %d workers", id, strings.Join(names, ", "),
 		group(int64(o.Events)), o.Rounds, o.Workers)
@@ -60,7 +60,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	// localstack falls back to a throwaway cluster when the URL does not
 	// answer; its pool then has another connection string.
 	throwaway := o.DatabaseURL == "" || s.Pool.Config().ConnString() != o.DatabaseURL
-	r := Report{Machine: machine(ctx, s.Pool, throwaway), Sections: o.Only, Events: o.Events, Rounds: o.Rounds,
+	r := Report{Machine: machine(ctx, s.Pool, throwaway), Sections: o.sections(), Events: o.Events, Rounds: o.Rounds,
 		Tasks: taskCount(o.Events), Workers: o.Workers, LatencyDuration: o.LatencyDuration}
 	if err := runSections(ctx, s, o, id, prog, &r); err != nil {
 		return Report{}, err

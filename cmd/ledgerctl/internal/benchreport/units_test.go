@@ -78,6 +78,7 @@ func TestParseSections(t *testing.T) {
 		"":                      Sections,
 		"all":                   Sections,
 		"pipeline,latency":      {SectionPipeline, SectionLatency},
+		"projector,baselines":   {SectionBaselines, SectionProjector},
 		" sdk , projector,sdk ": {SectionSDK, SectionProjector},
 		"baselines":             {SectionBaselines},
 	} {
