@@ -33,10 +33,8 @@ type env struct {
 	subj  wire.Subjects
 }
 
-func newEnv(t *testing.T, cfg ingest.Config) *env { return newBenchEnv(t, cfg) }
-
-// newBenchEnv is newEnv for tests and benchmarks alike.
-func newBenchEnv(t testing.TB, cfg ingest.Config) *env {
+// newEnv starts an ingest with cfg on its own database and NATS server.
+func newEnv(t *testing.T, cfg ingest.Config) *env {
 	t.Helper()
 	e := &env{t: t, db: dbtest.New(t), ns: natstest.Start(t), cfg: cfg}
 	var err error

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowness/ledger/pkg/fence"
@@ -66,21 +67,29 @@ type baselines struct {
 	prog *progress
 }
 
-// run fills the four baseline rows of r.
-func (b *baselines) run(ctx context.Context, r *Report) error {
+// createScratch creates the schema ledger_bench, which the baselines and
+// the bare pipeline insert into, with every partition leased to
+// baselineHolder for an hour; drop removes it.
+func createScratch(ctx context.Context, pool *pgxpool.Pool) (drop func(), err error) {
 	for _, q := range sqlBenchSchema {
-		if _, err := b.pool.Exec(ctx, q); err != nil {
-			return fmt.Errorf("benchreport: create schema ledger_bench: %w", err)
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return nil, fmt.Errorf("benchreport: create schema ledger_bench: %w", err)
 		}
 	}
-	defer func() {
+	drop = func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		_, _ = b.pool.Exec(ctx, sqlBenchDrop)
-	}()
-	if _, err := b.pool.Exec(ctx, sqlBenchLeases, baselineHolder, partitions); err != nil {
-		return fmt.Errorf("benchreport: lease ledger_bench's partitions: %w", err)
+		_, _ = pool.Exec(ctx, sqlBenchDrop)
 	}
+	if _, err := pool.Exec(ctx, sqlBenchLeases, baselineHolder, partitions); err != nil {
+		drop()
+		return nil, fmt.Errorf("benchreport: lease ledger_bench's partitions: %w", err)
+	}
+	return drop, nil
+}
+
+// run fills the four baseline rows of r; ledger_bench must exist.
+func (b *baselines) run(ctx context.Context, r *Report) error {
 	if err := b.raw(ctx, r); err != nil {
 		return err
 	}
@@ -166,25 +175,43 @@ type setBatch struct {
 	versions, gens                       []int64
 }
 
+func (s *setBatch) add(e fence.Event) {
+	s.ids, s.tasks, s.types = append(s.ids, e.ID), append(s.tasks, e.Task), append(s.types, e.Type)
+	s.payloads, s.holders = append(s.payloads, string(e.Payload)), append(s.holders, e.Holder)
+	s.parts, s.versions, s.gens = append(s.parts, int32(e.Partition)), append(s.versions, e.Version), append(s.gens, e.Generation)
+}
+
+// executor is a connection or a pool.
+type executor interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// insert runs sqlSetInsert on the batch and returns how many events the
+// fence let in.
+func (s *setBatch) insert(ctx context.Context, db executor) (int, error) {
+	tag, err := db.Exec(ctx, sqlSetInsert, s.ids, s.parts, s.tasks, s.versions, s.types, s.payloads, s.holders, s.gens)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 func setInsert(ctx context.Context, conn *pgx.Conn, events []fence.Event, done func(int)) error {
 	// Building the arrays is timed, as COPY's rows are: every client pays it.
 	var batches []setBatch
 	for i := 0; i < len(events); i += BatchSize {
-		chunk := events[i:min(i+BatchSize, len(events))]
 		var s setBatch
-		for _, e := range chunk {
-			s.ids, s.tasks, s.types = append(s.ids, e.ID), append(s.tasks, e.Task), append(s.types, e.Type)
-			s.payloads, s.holders = append(s.payloads, string(e.Payload)), append(s.holders, e.Holder)
-			s.parts, s.versions, s.gens = append(s.parts, int32(e.Partition)), append(s.versions, e.Version), append(s.gens, e.Generation)
+		for _, e := range events[i:min(i+BatchSize, len(events))] {
+			s.add(e)
 		}
 		batches = append(batches, s)
 	}
 	for _, s := range batches {
-		tag, err := conn.Exec(ctx, sqlSetInsert, s.ids, s.parts, s.tasks, s.versions, s.types, s.payloads, s.holders, s.gens)
+		n, err := s.insert(ctx, conn)
 		if err != nil {
 			return err
 		}
-		done(int(tag.RowsAffected()))
+		done(n)
 	}
 	return nil
 }
@@ -214,20 +241,12 @@ func (b *baselines) fenceAppend(ctx context.Context) (Row, error) {
 	if err != nil {
 		return Row{}, err
 	}
-	holder := wire.Holder("bench-"+b.id, "append")
-	var gens [partitions]int64
-	for p := range gens {
-		l, err := store.Acquire(ctx, p, holder, fence.TTLMax)
-		if err != nil {
-			return Row{}, fmt.Errorf("acquire partition %d: %w", p, err)
-		}
-		gens[p] = l.Generation
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = store.Release(ctx, p, holder, l.Generation)
-		}()
+	leases, err := acquireAll(ctx, store, wire.Holder("bench-"+b.id, "append"))
+	if err != nil {
+		return Row{}, err
 	}
+	defer leases.release()
+	holder, gens := leases.holder, leases.gens
 	events := newLoad("bench-"+b.id+"-append-", taskCount(b.o.Events)).events(b.o.Events, holder, gens)
 	return b.measure(LabelFenceAppend, len(events), func(done func(int)) error {
 		for i := 0; i < len(events); i += BatchSize {

@@ -9,79 +9,164 @@ import (
 	"unicode/utf8"
 )
 
-// Labels of the throughput rows, as the table prints them.
+// Labels of the rows whose label does not depend on the run, as the table
+// prints them.
 const (
-	LabelPerEventInsert  = "per-event fenced INSERT (1 conn)"
-	LabelSetInsert       = "set-based fenced insert (1000/batch)"
-	LabelCopy            = "COPY (1000/batch)"
-	LabelFenceAppend     = "fence.Append (1000/batch, all checks)"
-	LabelPipelineReceipt = "pipeline: SDK → ingest → receipt"
-	LabelPipelineKV      = "pipeline: SDK → ingest → projector KV"
+	LabelPerEventInsert = "per-event fenced INSERT (1 conn)"
+	LabelSetInsert      = "set-based fenced insert (1000/tx)"
+	LabelCopy           = "COPY (1000/batch)"
+	LabelFenceAppend    = "fence.Append (1000/batch, all checks)"
+	LabelFullPipeline   = "pipeline: raw → ingest (LOG copy, receipt), median"
+	LabelBarePipeline   = "pipeline: raw → bare (one set-based insert), median"
+	LabelSDKKV          = "pipeline: SDK → ingest → projector KV"
+	LabelCatchUp        = "projector: LEDGER_LOG → KV (catch-up)"
+	LabelLogRead        = "raw read of the same LEDGER_LOG messages"
+	LabelRebuild        = "projector: rebuild from PostgreSQL"
+	LabelEventsRead     = "raw read of the same ledger.events rows"
 )
 
-// Report is the outcome of a run: one Row per line of the table.
+// Report is the outcome of a run: one Row per line of the table. The rows
+// of a section that did not run are zero.
 type Report struct {
 	// Machine describes where the run ran.
-	Machine Machine
-	// Events, Tasks, Workers, Rate and LatencyDuration are the load the run
-	// used (Options with defaults applied; Tasks is how many tasks each
-	// phase spread its events over).
-	Events, Tasks, Workers, Rate int
-	LatencyDuration              time.Duration
+	Machine Machine `json:"machine"`
+	// Sections are the sections that ran, in run order.
+	Sections []Section `json:"sections"`
+	// Events, Rounds, Workers and LatencyDuration are the load the run
+	// used (Options with defaults applied); Tasks is how many tasks each
+	// phase spread its events over.
+	Events          int           `json:"events"`
+	Rounds          int           `json:"rounds"`
+	Tasks           int           `json:"tasks"`
+	Workers         int           `json:"workers"`
+	LatencyDuration time.Duration `json:"latency_duration_ns"`
+	// Rate is the load offered on each latency path, in events/s: the
+	// given Options.Rate (RateGiven), or half of Saturation.
+	Rate      int  `json:"rate,omitempty"`
+	RateGiven bool `json:"rate_given,omitempty"`
+	// Saturation is the full pipeline's rate, events/s: its median over
+	// the pipeline section's rounds, or one round's when that section did
+	// not run and the latency section needed it.
+	Saturation float64 `json:"saturation_per_second,omitempty"`
 
 	// The raw baselines, each on one connection: a fenced INSERT per event
 	// (autocommit), a set-based fenced insert and COPY, both 1,000 events a
 	// batch, into the scratch schema ledger_bench; and fence.Append, the
 	// ledger's own append with every check, into ledger.events.
-	PerEventInsert, SetInsert, Copy, FenceAppend Row
-	// The full pipeline at full speed: Workers SDK clients publish Events
-	// events over new tasks (so each task's first event waits for the SDK
-	// to learn its head, as with any fresh worker); rates from the first
-	// publish to the last commit receipt, and to the moment the bucket
-	// ledger_tasks holds every task at its last version.
-	PipelineReceipt, PipelineKV Row
-	// The full pipeline at a paced Rate for LatencyDuration: latency from
-	// each event's publish to its JetStream ack (LEDGER_IN stored it), to
-	// its commit receipt, and to the first bucket value of its task at its
-	// version or later. Their Events/PerSecond are the events published and
-	// the rate achieved.
-	LatencyAck, LatencyReceipt, LatencyKV Row
+	PerEventInsert Row `json:"per_event_insert,omitzero"`
+	SetInsert      Row `json:"set_insert,omitzero"`
+	Copy           Row `json:"copy,omitzero"`
+	FenceAppend    Row `json:"fence_append,omitzero"`
+	// Raw JetStream publishers (no SDK, projector stopped) into the full
+	// ingest (fence.Append, LEDGER_LOG copy, receipt, ack) and into the
+	// bare pipeline (fetch, one set-based fenced insert, ack), in
+	// alternating rounds of Events events: medians of the rounds' rates,
+	// FullPipeline.Relative the median of the per-round ratios full/bare,
+	// and the machine's CPU time per event (medians).
+	FullPipeline   Row     `json:"full_pipeline,omitzero"`
+	BarePipeline   Row     `json:"bare_pipeline,omitzero"`
+	PipelineRounds []Round `json:"pipeline_rounds,omitempty"`
+	// ProjectorBacklog is how many LEDGER_LOG messages the projector
+	// found waiting when it started again after the raw pipelines: every
+	// event they committed, since it was stopped meanwhile.
+	ProjectorBacklog int `json:"projector_backlog,omitempty"`
+	// CPURatio is the bare pipeline's CPU time per event over the full
+	// one's (medians): what full/bare would be on a machine doing nothing
+	// else, since both are CPU-bound on a small one.
+	CPURatio float64 `json:"cpu_ratio,omitempty"`
+	// Workers SDK clients publish Events events over new tasks (so each
+	// task's first event waits for the SDK to learn its head, as with any
+	// fresh worker): rates from the first publish to the last commit
+	// receipt, the same in the first FirstWindow and after it
+	// (SDKFirstSecond.Relative is their ratio), and to the moment the
+	// bucket ledger_tasks holds every task at its last version.
+	SDKReceipt     Row `json:"sdk_receipt,omitzero"`
+	SDKFirstSecond Row `json:"sdk_first_second,omitzero"`
+	SDKSteady      Row `json:"sdk_steady,omitzero"`
+	SDKKV          Row `json:"sdk_kv,omitzero"`
+	// Latency at Rate for LatencyDuration a path: raw publish → receipt
+	// and bare publish → commit (alternating halves, projector stopped),
+	// then the SDK's publish → JetStream ack, → receipt and → first bucket
+	// value of its task at its version or later. Each Relative is its p99
+	// over the bare pipeline's; Events/PerSecond are the events published
+	// and the rate achieved.
+	LatencyRaw        Row `json:"latency_raw,omitzero"`
+	LatencySDKAck     Row `json:"latency_sdk_ack,omitzero"`
+	LatencySDKReceipt Row `json:"latency_sdk_receipt,omitzero"`
+	LatencySDKKV      Row `json:"latency_sdk_kv,omitzero"`
+	LatencyBare       Row `json:"latency_bare,omitzero"`
+	// The projector catching up on Events log copies published while it
+	// was stopped, beside an ordered consumer reading the same messages;
+	// and a rebuild of every projection from ledger.events, beside a scan
+	// of the same rows in the same chunks. Relative is each projector rate
+	// over its raw read.
+	CatchUp    Row `json:"catch_up,omitzero"`
+	LogRead    Row `json:"log_read,omitzero"`
+	Rebuild    Row `json:"rebuild,omitzero"`
+	EventsRead Row `json:"events_read,omitzero"`
 }
+
+// Round is one round of the pipeline section.
+type Round struct {
+	// Full and Bare are the pipelines' rates, events/s.
+	Full float64 `json:"full_per_second"`
+	Bare float64 `json:"bare_per_second"`
+	// FullCPU and BareCPU are the machine's CPU time per event; 0 where
+	// /proc/stat could not be read.
+	FullCPU time.Duration `json:"full_cpu_per_event_ns"`
+	BareCPU time.Duration `json:"bare_cpu_per_event_ns"`
+}
+
+// Ratio is Full/Bare.
+func (r Round) Ratio() float64 { return r.Full / r.Bare }
 
 // Row is one line of the table.
 type Row struct {
 	// Label says what was measured.
-	Label string
+	Label string `json:"label"`
 	// Events is how many events were measured, in Elapsed.
-	Events  int
-	Elapsed time.Duration
-	// PerSecond is Events / Elapsed.
-	PerSecond float64
-	// Ratio is PerSecond relative to the set-based fenced insert; zero for
-	// latency rows.
-	Ratio float64
-	// Latency marks a latency row: P50 and P99 are set, Ratio is not.
-	Latency bool
-	// P50 and P99 are the latency percentiles of a latency row.
-	P50, P99 time.Duration
+	Events  int           `json:"events"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+	// PerSecond is Events / Elapsed; for a row of several rounds
+	// (Rounds > 0), the median of the rounds' rates.
+	PerSecond float64 `json:"per_second"`
+	Rounds    int     `json:"rounds,omitempty"`
+	// Ratio is PerSecond relative to the set-based fenced insert, for the
+	// rows that insert events; zero for the others.
+	Ratio float64 `json:"vs_set_insert,omitempty"`
+	// Latency marks a latency row: P50 and P99 are set.
+	Latency bool          `json:"latency,omitempty"`
+	P50     time.Duration `json:"p50_ns,omitempty"`
+	P99     time.Duration `json:"p99_ns,omitempty"`
+	// Relative is the row's own comparison, to what RelativeTo names: the
+	// full pipeline's to the bare one (median of the per-round ratios), a
+	// latency's p99 to the bare pipeline's, the SDK's first second to the
+	// rest of its run, a projector rate to a raw read of the same data.
+	Relative   float64 `json:"relative,omitempty"`
+	RelativeTo string  `json:"relative_to,omitempty"`
+	// CPUPerEvent is the machine's CPU time per event (pipeline rows);
+	// 0 when not measured.
+	CPUPerEvent time.Duration `json:"cpu_per_event_ns,omitempty"`
 }
 
 // Machine describes the host, the Go runtime and the database of a run.
 type Machine struct {
-	CPUs         int
-	MemoryBytes  uint64 // 0 when unknown
-	GOOS, GOARCH string
-	GoVersion    string
+	CPUs        int    `json:"cpus"`
+	MemoryBytes uint64 `json:"memory_bytes"` // 0 when unknown
+	GOOS        string `json:"goos"`
+	GOARCH      string `json:"goarch"`
+	GoVersion   string `json:"go_version"`
 	// PostgreSQL is the server's version (SHOW server_version).
-	PostgreSQL string
+	PostgreSQL string `json:"postgresql"`
 	// Fsync and SynchronousCommit are the server's settings ("on", "off",
 	// ...): with either off a commit does not wait for the disk, and the
 	// rates are not those of a durable ledger. The throwaway cluster runs
 	// with both off.
-	Fsync, SynchronousCommit string
+	Fsync             string `json:"fsync"`
+	SynchronousCommit string `json:"synchronous_commit"`
 	// Throwaway is true when the run used a throwaway cluster rather than
 	// Options.DatabaseURL.
-	Throwaway bool
+	Throwaway bool `json:"throwaway"`
 }
 
 func (m Machine) String() string {
@@ -100,33 +185,64 @@ func (m Machine) String() string {
 		m.CPUs, mem, m.GOOS, m.GOARCH, m.GoVersion, m.PostgreSQL, db)
 }
 
-// Rows returns the rows in table order.
+// Rows returns the measured rows in table order.
 func (r Report) Rows() []Row {
-	return []Row{r.PerEventInsert, r.SetInsert, r.Copy, r.FenceAppend, r.PipelineReceipt, r.PipelineKV,
-		r.LatencyAck, r.LatencyReceipt, r.LatencyKV}
+	all := []Row{r.PerEventInsert, r.SetInsert, r.Copy, r.FenceAppend,
+		r.FullPipeline, r.BarePipeline,
+		r.SDKReceipt, r.SDKFirstSecond, r.SDKSteady, r.SDKKV,
+		r.LatencyRaw, r.LatencySDKAck, r.LatencySDKReceipt, r.LatencySDKKV, r.LatencyBare,
+		r.CatchUp, r.LogRead, r.Rebuild, r.EventsRead}
+	return slices.DeleteFunc(all, func(row Row) bool { return row.Label == "" })
 }
 
 // Table renders the report: a machine line, one line per row (events/s,
-// ratio to the set-based fenced insert, latency percentiles) and a line
-// describing the load.
+// ratio to the set-based fenced insert, the row's own ratio, latency
+// percentiles, CPU time per event) and lines describing the load.
 func (r Report) Table() string {
-	cells := [][]string{{"what", "events/s", "vs set-based insert", "p50", "p99"}}
+	cells := [][]string{{"what", "events/s", "vs set-based insert", "ratio", "p50", "p99", "CPU/event"}}
 	for _, row := range r.Rows() {
-		c := []string{row.Label, group(int64(row.PerSecond + 0.5)), "", "", ""}
-		if row.Latency {
-			c[3], c[4] = formatLatency(row.P50), formatLatency(row.P99)
-		} else {
+		c := []string{row.Label, group(int64(row.PerSecond + 0.5)), "", "", "", "", ""}
+		if row.Ratio > 0 {
 			c[2] = fmt.Sprintf("%.2f", row.Ratio)
+		}
+		if row.RelativeTo != "" {
+			c[3] = fmt.Sprintf("%.2f × %s", row.Relative, row.RelativeTo)
+		}
+		if row.Latency {
+			c[4], c[5] = formatLatency(row.P50), formatLatency(row.P99)
+		}
+		if row.CPUPerEvent > 0 {
+			c[6] = fmt.Sprintf("%.0f µs", float64(row.CPUPerEvent)/float64(time.Microsecond))
 		}
 		cells = append(cells, c)
 	}
 	var b strings.Builder
 	b.WriteString(r.Machine.String() + "\n")
 	writeColumns(&b, cells)
-	fmt.Fprintf(&b, "load: %s events per throughput phase (per-event INSERT: %s) over %s tasks on %d partitions, "+
-		"%d-byte JSON payloads; pipeline: %d SDK workers, %s in flight per lease; latency: %s events at %s/s\n",
-		group(int64(r.Events)), group(int64(min(r.Events, PerEventMax))), group(int64(r.Tasks)), partitions,
-		len(payload(10)), r.Workers, group(MaxInFlight), group(int64(r.LatencyReceipt.Events)), group(int64(r.Rate)))
+	fmt.Fprintf(&b, "load: %s events a throughput phase (per-event INSERT: %s) over %s tasks on %d partitions, %d-byte JSON payloads\n",
+		group(int64(r.Events)), group(int64(min(r.Events, PerEventMax))), group(int64(r.Tasks)), partitions, len(payload(10)))
+	if len(r.PipelineRounds) > 0 {
+		ratios := make([]string, len(r.PipelineRounds))
+		for i, rd := range r.PipelineRounds {
+			ratios[i] = fmt.Sprintf("%.2f", rd.Ratio())
+		}
+		fmt.Fprintf(&b, "pipeline: %d rounds each, full then bare; full/bare by round %s", len(r.PipelineRounds), strings.Join(ratios, " "))
+		if r.CPURatio > 0 {
+			fmt.Fprintf(&b, "; machine CPU per event bare/full %.2f (medians)", r.CPURatio)
+		}
+		b.WriteString("; projector stopped\n")
+	}
+	if r.SDKReceipt.Label != "" {
+		fmt.Fprintf(&b, "sdk: %d SDK workers, %s in flight per lease, fresh tasks\n", r.Workers, group(MaxInFlight))
+	}
+	if r.Rate > 0 {
+		from := "given"
+		if !r.RateGiven {
+			from = fmt.Sprintf("half the full pipeline's %s events/s", group(int64(r.Saturation+0.5)))
+		}
+		fmt.Fprintf(&b, "latency: %s events a path at %s/s (%s); raw and bare alternate in two halves with the projector stopped, then the SDK with it\n",
+			group(int64(latencyEvents(r.Rate, r.LatencyDuration))), group(int64(r.Rate)), from)
+	}
 	return b.String()
 }
 
@@ -194,12 +310,28 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 	return sorted[max(k, 1)-1]
 }
 
-// ratios sets every throughput row's Ratio to the set-based insert.
+// ratios sets the ratios that compare rows with each other.
 func (r *Report) ratios() {
-	base := r.SetInsert.PerSecond
-	for _, row := range []*Row{&r.PerEventInsert, &r.SetInsert, &r.Copy, &r.FenceAppend, &r.PipelineReceipt, &r.PipelineKV} {
-		if base > 0 {
-			row.Ratio = row.PerSecond / base
+	if base := r.SetInsert.PerSecond; base > 0 {
+		for _, row := range []*Row{&r.PerEventInsert, &r.SetInsert, &r.Copy, &r.FenceAppend, &r.FullPipeline,
+			&r.BarePipeline, &r.SDKReceipt, &r.SDKFirstSecond, &r.SDKSteady, &r.SDKKV} {
+			if row.Label != "" {
+				row.Ratio = row.PerSecond / base
+			}
 		}
 	}
+	if bare := r.LatencyBare.P99; bare > 0 {
+		for _, row := range []*Row{&r.LatencyRaw, &r.LatencySDKAck, &r.LatencySDKReceipt, &r.LatencySDKKV} {
+			if row.Label != "" {
+				row.Relative, row.RelativeTo = float64(row.P99)/float64(bare), "bare p99"
+			}
+		}
+	}
+	relate := func(row *Row, base Row, to string) {
+		if row.Label != "" && base.PerSecond > 0 {
+			row.Relative, row.RelativeTo = row.PerSecond/base.PerSecond, to
+		}
+	}
+	relate(&r.CatchUp, r.LogRead, "raw LOG read")
+	relate(&r.Rebuild, r.EventsRead, "raw SELECT")
 }

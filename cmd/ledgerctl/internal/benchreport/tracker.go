@@ -140,6 +140,19 @@ func (t *tracker) last() (receipt, kv int64) {
 	return receipt, kv
 }
 
+// arrivals returns the time field picks of every event that has it.
+func (t *tracker) arrivals(field func(*sample) int64) []int64 {
+	out := make([]int64, 0, t.total)
+	for _, ss := range t.samples {
+		for k := range ss {
+			if at := field(&ss[k]); at != 0 {
+				out = append(out, at)
+			}
+		}
+	}
+	return out
+}
+
 // latencies returns, over every event that has both times, the time from
 // its publish to the one that field picks.
 func (t *tracker) latencies(field func(*sample) int64) []time.Duration {

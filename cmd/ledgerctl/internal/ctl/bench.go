@@ -8,16 +8,23 @@ import (
 )
 
 // Bench runs the benchmark report ("bench"): the raw PostgreSQL baselines,
-// fence.Append, the full pipeline and latency at a fixed load, in one run.
+// fence.Append, the full ingest against a bare pipeline, the SDK pipeline,
+// latency at a paced rate and the projector, in one run.
 func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl bench", "[-events N] [-rate N] [-duration D] [-workers N]",
-		"Run the benchmark report in one process: per-event fenced INSERT, set-based fenced insert\n"+
-			"and COPY baselines, fence.Append, the full pipeline (SDK workers → ingest → projector),\n"+
-			"and publish → receipt / publish → KV latency at a fixed offered load. It uses\n"+
-			"DATABASE_URL when that answers (point it at a scratch database), else a throwaway cluster.", stderr)
-	events := f.Int("events", benchreport.EventsDefault, "events per throughput phase")
-	rate := f.Int("rate", benchreport.RateDefault, "offered load of the latency phase, events/s")
-	duration := f.Duration("duration", benchreport.LatencyDurationDefault, "length of the latency phase")
+	f := NewFlags("ledgerctl bench", "[-only SECTIONS] [-events N] [-rounds N] [-rate N] [-duration D] [-workers N]",
+		"Run the benchmark report in one process, on one machine: per-event fenced INSERT, set-based\n"+
+			"fenced insert and COPY baselines and fence.Append (baselines); raw publishers into the full\n"+
+			"ingest and into a bare pipeline in alternating rounds, with CPU time per event (pipeline);\n"+
+			"publish → receipt latency at a paced rate through the raw path, the bare pipeline and the\n"+
+			"SDK (latency); SDK workers → ingest → receipt and → projector KV (sdk); the projector's\n"+
+			"catch-up and rebuild beside raw reads (projector). It uses DATABASE_URL when that answers\n"+
+			"(point it at a scratch database), else a throwaway cluster. docs/benchmarks.md explains\n"+
+			"every row.", stderr)
+	only := f.String("only", "all", "sections to run, comma-separated: baselines, pipeline, latency, sdk, projector")
+	events := f.Int("events", benchreport.EventsDefault, "events per throughput phase (and per pipeline round)")
+	rounds := f.Int("rounds", benchreport.RoundsDefault, "alternating rounds of the full and the bare pipeline")
+	rate := f.Int("rate", 0, "offered load of each latency path, events/s (0: half the full pipeline's saturation rate)")
+	duration := f.Duration("duration", benchreport.LatencyDurationDefault, "length of each latency path")
 	workers := f.Int("workers", benchreport.WorkersDefault, "SDK workers (each holds 16/workers partitions)")
 	if err := f.Parse(args); err != nil {
 		return err
@@ -25,11 +32,15 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if f.NArg() > 0 {
 		return Usagef("unexpected argument %q", f.Arg(0))
 	}
-	if *events < 1 || *rate < 1 || *duration <= 0 || *workers < 1 || *workers > 16 {
-		return Usagef("-events, -rate and -duration must be positive, -workers 1..16")
+	sections, err := benchreport.ParseSections(*only)
+	if err != nil {
+		return Usagef("-only: %v", err)
 	}
-	r, err := benchreport.Run(ctx, benchreport.Options{DatabaseURL: f.Conn.DatabaseURL, Events: *events, Rate: *rate,
-		LatencyDuration: *duration, Workers: *workers, Progress: stderr})
+	if *events < 1 || *rounds < 1 || *rate < 0 || *duration <= 0 || *workers < 1 || *workers > 16 {
+		return Usagef("-events, -rounds and -duration must be positive, -rate 0 or more, -workers 1..16")
+	}
+	r, err := benchreport.Run(ctx, benchreport.Options{DatabaseURL: f.Conn.DatabaseURL, Only: sections, Events: *events,
+		Rounds: *rounds, Rate: *rate, LatencyDuration: *duration, Workers: *workers, Progress: stderr})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,9 +18,10 @@ import (
 	"github.com/flowness/ledger/pkg/worker"
 )
 
-// pipeline is the full ledger under load: Workers SDK clients holding the
+// pipeline is the whole ledger under load: Workers SDK clients holding the
 // 16 partitions publish to the in-process ingest; a monitor connection
-// watches every receipt and the bucket ledger_tasks.
+// watches every receipt and the bucket ledger_tasks, which the projector
+// fills.
 type pipeline struct {
 	o    Options
 	prog *progress
@@ -233,9 +235,42 @@ func (p *pipeline) throughput(ctx context.Context, r *Report) error {
 		return fmt.Errorf("benchreport: pipeline: %w", err)
 	}
 	receipt, kv := t.last()
-	r.PipelineReceipt = throughputRow(LabelPipelineReceipt, t.total, time.Unix(0, receipt).Sub(start))
-	r.PipelineKV = throughputRow(LabelPipelineKV, t.total, time.Unix(0, kv).Sub(start))
+	label := fmt.Sprintf("pipeline: SDK → ingest → receipt (%d workers, fresh tasks)", p.o.Workers)
+	r.SDKReceipt = throughputRow(label, t.total, time.Unix(0, receipt).Sub(start))
+	r.SDKKV = throughputRow(LabelSDKKV, t.total, time.Unix(0, kv).Sub(start))
+	r.SDKFirstSecond, r.SDKSteady = firstAndRest(start, t.arrivals(func(s *sample) int64 { return s.receipt }), FirstWindow)
 	return nil
+}
+
+// firstAndRest splits a run that started at start, whose events arrived at
+// the given times (Unix ns), into its first window and the rest, and
+// compares their rates: a fresh worker first learns each task's head, and
+// a cold ingest fills its caches. The window is half the run when the run
+// is shorter than two windows.
+func firstAndRest(start time.Time, arrivals []int64, window time.Duration) (first, rest Row) {
+	if len(arrivals) == 0 {
+		return Row{}, Row{}
+	}
+	last := slices.Max(arrivals)
+	run := time.Unix(0, last).Sub(start)
+	name := "first second"
+	if run < 2*window {
+		window = run / 2
+		name = "first " + formatLatency(window)
+	}
+	cut := start.Add(window).UnixNano()
+	in := 0
+	for _, at := range arrivals {
+		if at < cut {
+			in++
+		}
+	}
+	first = throughputRow("pipeline: SDK → ingest → receipt, "+name, in, window)
+	rest = throughputRow("pipeline: SDK → ingest → receipt, after the "+name, len(arrivals)-in, run-window)
+	if rest.PerSecond > 0 {
+		first.Relative, first.RelativeTo = first.PerSecond/rest.PerSecond, "the rest"
+	}
+	return first, rest
 }
 
 // ackWait is an event whose publish ack is awaited.
@@ -244,16 +279,16 @@ type ackWait struct {
 	s *sample
 }
 
-// latency publishes Rate events a second for LatencyDuration, paced by a
-// 1 ms ticker, over the tasks the throughput phase left (their heads are
-// known to the SDK and their values to the projector: the steady state),
-// and measures each event's time to its ack, receipt and bucket value.
-func (p *pipeline) latency(ctx context.Context, r *Report) error {
-	total := p.o.latencyEvents()
+// latency publishes rate events a second for LatencyDuration, paced, over
+// the tasks the throughput phase left (their heads are known to the SDK
+// and their values to the projector: the steady state), and measures each
+// event's time to its ack, receipt and bucket value.
+func (p *pipeline) latency(ctx context.Context, r *Report, rate int) error {
+	total := latencyEvents(rate, p.o.LatencyDuration)
 	tasks := len(p.load.tasks)
 	t := p.phase(spread(total, tasks))
-	title := fmt.Sprintf("latency @ %s/s", group(int64(p.o.Rate)))
-	p.prog.begin(title, total, t.receipts.Load)
+	title := fmt.Sprintf("latency @ %s/s", group(int64(rate)))
+	p.prog.begin(title+": SDK", total, t.receipts.Load)
 	defer p.prog.end()
 
 	// Acks come back in publish order on each worker's connection, so one
@@ -282,33 +317,24 @@ func (p *pipeline) latency(ctx context.Context, r *Report) error {
 	})
 	defer closeAcks()
 
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	start := time.Now()
-	for sent := 0; sent < total; {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
+	elapsed, err := pace(ctx, rate, total, func(sent int) error {
+		task := sent % tasks
+		pd, s, err := p.publish(ctx, t, task, t.base[task]+int64(sent/tasks)+1)
+		if err != nil {
+			return err
 		}
-		due := min(int(time.Since(start).Seconds()*float64(p.o.Rate)), total)
-		for ; sent < due; sent++ {
-			task := sent % tasks
-			pd, s, err := p.publish(ctx, t, task, t.base[task]+int64(sent/tasks)+1)
-			if err != nil {
-				return fmt.Errorf("benchreport: %s: %w", title, err)
-			}
-			acks[p.owner[p.load.parts[task]]] <- ackWait{pd, s}
-		}
+		acks[p.owner[p.load.parts[task]]] <- ackWait{pd, s}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("benchreport: %s: %w", title, err)
 	}
-	elapsed := time.Since(start)
-	tick.Stop()
 	if err := t.wait(ctx, 0, time.Now().Add(ReceiptTimeout)); err != nil {
 		return fmt.Errorf("benchreport: %s: %w", title, err)
 	}
 	closeAcks()
-	r.LatencyAck = latencyRow(title+": publish → JetStream ack", t.latencies(func(s *sample) int64 { return s.ack }), total, elapsed)
-	r.LatencyReceipt = latencyRow(title+": publish → receipt", t.latencies(func(s *sample) int64 { return s.receipt }), total, elapsed)
-	r.LatencyKV = latencyRow(title+": publish → KV", t.latencies(func(s *sample) int64 { return s.kv }), total, elapsed)
+	r.LatencySDKAck = latencyRow(title+": SDK publish → JetStream ack", t.latencies(func(s *sample) int64 { return s.ack }), total, elapsed)
+	r.LatencySDKReceipt = latencyRow(title+": SDK publish → receipt", t.latencies(func(s *sample) int64 { return s.receipt }), total, elapsed)
+	r.LatencySDKKV = latencyRow(title+": SDK publish → KV", t.latencies(func(s *sample) int64 { return s.kv }), total, elapsed)
 	return nil
 }
