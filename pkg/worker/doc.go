@@ -6,7 +6,9 @@
 // contract (CONTRACT.md): the lease micro service, LEDGER_IN and the
 // holder's receipt subject.
 //
-//	c, err := worker.New(nc, worker.Config{Holder: "worker-a.1"})
+//	holder := "reports.pod-7" // <principal>.<instance>
+//	nc, err := nats.Connect(url, worker.InboxOption(holder)) // and the principal's credentials
+//	c, err := worker.New(nc, worker.Config{Holder: holder})
 //	defer c.Close()
 //	lease, err := c.Acquire(ctx, c.PartitionOf("report-7"))
 //	p, err := lease.Publish(lease.Context(), "report-7", "running", []byte(`{"pct":10}`))
@@ -73,9 +75,9 @@
 //
 // # Publishing and in-flight events
 //
-// Publish sends the event to <prefix>.in.<partition>.<task> with
-// Nats-Msg-Id (a new ULID), Ledger-Holder, Ledger-Generation, Ledger-Version
-// and Ledger-Type, and returns at once with a Pending. At most
+// Publish sends the event to <prefix>.in.<principal>.<instance>.<partition>.<task>
+// with Nats-Msg-Id (a new ULID), Ledger-Generation, Ledger-Version and
+// Ledger-Type, and returns at once with a Pending. At most
 // Config.MaxInFlight events of a lease are published without a receipt;
 // Publish blocks (bounded by its ctx) while that many are. A publish whose
 // JetStream ack fails or times out is sent again with the same id while the
