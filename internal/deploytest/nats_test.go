@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/natstest"
+	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/streams"
 )
 
@@ -202,14 +203,14 @@ func TestNATSAuthorizationConfinesEachComponent(t *testing.T) {
 		require.NoError(t, batch.Error())
 		require.Len(t, got, 1)
 
-		for _, stem := range []string{streams.BucketTasks, streams.BucketProjector} {
-			kv, err := streams.ApplyBucket(ctx, js, stem, streams.Options{})
-			require.NoErrorf(t, err, "bucket %s", stem)
+		for _, bucket := range []string{wire.BucketTasks, wire.BucketProjector} {
+			kv, err := streams.ApplyBucket(ctx, js, bucket, streams.Options{})
+			require.NoErrorf(t, err, "bucket %s", bucket)
 			// A denied put gets no ack: do not wait for the whole test's deadline.
 			putCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_, err = kv.Put(putCtx, "t", []byte(`{"task":"t","version":1}`))
 			cancel()
-			require.NoErrorf(t, err, "put into bucket %s", stem)
+			require.NoErrorf(t, err, "put into bucket %s", bucket)
 		}
 		require.NoError(t, projector.Publish("ledger.in.3.t", []byte(`{}`)))
 		projector.requireDenied(t, "ledger.in.3.t")

@@ -195,11 +195,11 @@ func (s *Service) prepare(ctx context.Context) error {
 	if err := streams.Apply(ctx, s.js, opts); err != nil {
 		return err
 	}
-	kv, cfg, err := s.applyBucket(ctx, streams.BucketTasks, s.cfg.TasksMaxBytes, opts)
+	kv, cfg, err := s.applyBucket(ctx, wire.BucketTasks, s.cfg.TasksMaxBytes, opts)
 	if err != nil {
 		return err
 	}
-	marks, _, err := s.applyBucket(ctx, streams.BucketProjector, s.cfg.MarksMaxBytes, opts)
+	marks, _, err := s.applyBucket(ctx, wire.BucketProjector, s.cfg.MarksMaxBytes, opts)
 	if err != nil {
 		return err
 	}
@@ -210,8 +210,8 @@ func (s *Service) prepare(ctx context.Context) error {
 
 // applyBucket creates or updates a bucket of streams/ with max_bytes set to
 // maxBytes unless it is 0.
-func (s *Service) applyBucket(ctx context.Context, stem string, maxBytes int64, opts streams.Options) (jetstream.KeyValue, jetstream.KeyValueConfig, error) {
-	cfg, err := streams.Bucket(stem, opts)
+func (s *Service) applyBucket(ctx context.Context, name string, maxBytes int64, opts streams.Options) (jetstream.KeyValue, jetstream.KeyValueConfig, error) {
+	cfg, err := streams.Bucket(name, opts)
 	if err != nil {
 		return nil, cfg, err
 	}
