@@ -34,20 +34,21 @@ func TestTrimKeepsTheRevisionOfAResidentTaskSoItsGapIsStored(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	p := e.newProjector(projector.Config{Engine: projection.Config{MaxTasks: 1, GapTimeout: time.Hour}}, reg)
-	cons, err := p.Prepare(context.Background())
+	ctx := context.Background()
+	cons, err := p.Prepare(ctx)
 	require.NoError(t, err)
 
 	e.publishLog(g[0])
-	p.Turn(fetch(t, cons, 1))
+	p.Turn(ctx, fetch(t, cons, 1))
 	for _, o := range others {
 		e.publishLog(o)
 	}
 	e.publishLog(g[0]) // a copy again, so g is the task offered last and the trim keeps it
-	p.Turn(fetch(t, cons, 6))
+	p.Turn(ctx, fetch(t, cons, 6))
 	require.EqualValues(t, 1, metric(t, reg, "ledger_projector_tasks_in_memory"), "the trim evicted the others")
 
 	e.publishLog(g[2]) // version 3 before 2: a gap opens
-	p.Turn(fetch(t, cons, 1))
+	p.Turn(ctx, fetch(t, cons, 1))
 	st, ok := e.state("g")
 	require.True(t, ok)
 	require.EqualValues(t, 1, st.Version)
