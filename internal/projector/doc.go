@@ -32,6 +32,10 @@
 //   - A transient failure (a timeout, the connection) is retried, and the
 //     batch waits for it.
 //
+// A message that is not a log copy of the contract (wire.Subjects.DecodeLog)
+// is terminated and logged: only the ingest publishes to the log, and a
+// redelivery would not make it readable.
+//
 // A state whose data does not fit in a bucket value is stored without it
 // (data null, data_too_large its size; CONTRACT §6). The engine keeps the
 // true data; loading such a value folds the data again from PostgreSQL.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,8 +75,8 @@ func (s *Service) offerBatch(ctx context.Context, batch []jetstream.Msg, changed
 	for i, m := range batch {
 		ev, committedAt, err := decodeLog(s.subj, m.Subject(), m.Headers(), m.Data())
 		if err != nil {
-			// Only the ingest may publish to the log; anything else there
-			// is dropped from the consumer, loudly.
+			// Only the ingest may publish to the log, and a redelivery
+			// would not make this readable: it leaves the consumer, loudly.
 			s.log.Error("undecodable message on the committed log; terminated", slog.String("subject", m.Subject()),
 				slog.String("error", err.Error()))
 			_ = m.Term()
@@ -97,21 +96,19 @@ func (s *Service) offerBatch(ctx context.Context, batch []jetstream.Msg, changed
 	return offered, newest
 }
 
-// decodeLog reads a LEDGER_LOG message (CONTRACT §4) as an event and its
-// commit time.
+// decodeLog reads a LEDGER_LOG message as an event and its commit time,
+// with the contract's codec. A version below 1 is refused here as well: the
+// engine would refuse it too, and the copy would then be acked as handled.
 func decodeLog(subj wire.Subjects, subject string, h nats.Header, data []byte) (projection.Event, time.Time, error) {
-	p, task, err := subj.ParseLog(subject)
+	c, err := subj.DecodeLog(subject, h, data)
 	if err != nil {
 		return projection.Event{}, time.Time{}, err
 	}
-	version, err1 := strconv.ParseInt(h.Get(wire.HeaderVersion), 10, 64)
-	seq, err2 := strconv.ParseInt(h.Get(wire.HeaderSeq), 10, 64)
-	if err := errors.Join(err1, err2); err != nil || version < 1 {
-		return projection.Event{}, time.Time{}, fmt.Errorf("bad %s or %s header", wire.HeaderVersion, wire.HeaderSeq)
+	if c.Version < 1 {
+		return projection.Event{}, time.Time{}, fmt.Errorf("log copy %s: version %d is below 1", subject, c.Version)
 	}
-	at, _ := time.Parse(time.RFC3339Nano, h.Get(wire.HeaderCommittedAt))
-	return projection.Event{Task: task, Partition: p, Version: version, Seq: seq,
-		Type: h.Get(wire.HeaderType), Payload: data}, at, nil
+	return projection.Event{Task: c.Task, Partition: c.Partition, Version: c.Version, Seq: c.Seq,
+		Type: c.Type, Payload: c.Payload}, c.CommittedAt, nil
 }
 
 // offer gives one event to the engine, loading the task the first time, and
