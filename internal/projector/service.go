@@ -126,10 +126,11 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops fetching and lets the turn in hand finish, for at most
-// Config.StopTimeout: then it cancels the turn's reads and writes and
-// returns. Messages not acked by then are redelivered to the next projector.
-// Stop may be called without Start, and more than once.
+// Stop stops fetching and lets the turn in hand finish. It returns within
+// Config.StopTimeout (plus the time a cancelled call to NATS or PostgreSQL
+// takes to return): what is not finished by then is handed back to
+// JetStream for redelivery, at once. Stop is safe to call without Start and
+// more than once.
 func (s *Service) Stop() { s.once.Do(s.stopOnce) }
 
 func (s *Service) stopOnce() {
@@ -151,6 +152,7 @@ func (s *Service) stopOnce() {
 			slog.Duration("stop_timeout", s.cfg.StopTimeout))
 	}
 	s.cancelWork()
+	<-s.done // a cancelled turn naks what it holds before the loop returns
 	select {
 	case <-s.consume.Closed():
 	case <-deadline.Done():
