@@ -87,35 +87,37 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) error {
 	return nil
 }
 
-// Bucket names of the embedded definitions.
-const (
-	// BucketTasks is the public projections bucket (ledger_tasks).
-	BucketTasks = "tasks"
-	// BucketProjector is the projector's internal bookkeeping bucket.
-	BucketProjector = "projector"
-)
+// bucketFiles maps each bucket's name to the file that defines it.
+var bucketFiles = map[string]string{
+	wire.BucketTasks:     "bucket_tasks.json",
+	wire.BucketProjector: "bucket_projector.json",
+}
 
-// Bucket returns the definition of a KV bucket by file stem (BucketTasks or
-// BucketProjector).
-func Bucket(stem string, o Options) (jetstream.KeyValueConfig, error) {
+// Bucket returns the definition of a KV bucket by its name, wire.BucketTasks
+// or wire.BucketProjector.
+func Bucket(name string, o Options) (jetstream.KeyValueConfig, error) {
 	o = o.withDefaults()
 	var cfg jetstream.KeyValueConfig
-	if err := load("bucket_"+stem+".json", o, &cfg); err != nil {
+	file := bucketFiles[name]
+	if file == "" {
+		return cfg, fmt.Errorf("streams: no bucket named %q", name)
+	}
+	if err := load(file, o, &cfg); err != nil {
 		return cfg, err
 	}
 	cfg.Replicas = o.Replicas
 	return cfg, nil
 }
 
-// ApplyBucket creates or updates a KV bucket by file stem.
-func ApplyBucket(ctx context.Context, js jetstream.JetStream, stem string, o Options) (jetstream.KeyValue, error) {
-	cfg, err := Bucket(stem, o)
+// ApplyBucket creates or updates a KV bucket by its name (see Bucket).
+func ApplyBucket(ctx context.Context, js jetstream.JetStream, name string, o Options) (jetstream.KeyValue, error) {
+	cfg, err := Bucket(name, o)
 	if err != nil {
 		return nil, err
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("streams: apply bucket %s: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("streams: apply bucket %s: %w", name, err)
 	}
 	return kv, nil
 }

@@ -208,14 +208,14 @@ func TestNATSAuthorizationConfinesEachComponent(t *testing.T) {
 		require.NoError(t, batch.Error())
 		require.Len(t, got, 1)
 
-		for _, stem := range []string{streams.BucketTasks, streams.BucketProjector} {
-			kv, err := streams.ApplyBucket(ctx, js, stem, streams.Options{})
-			require.NoErrorf(t, err, "bucket %s", stem)
+		for _, bucket := range []string{wire.BucketTasks, wire.BucketProjector} {
+			kv, err := streams.ApplyBucket(ctx, js, bucket, streams.Options{})
+			require.NoErrorf(t, err, "bucket %s", bucket)
 			// A denied put gets no ack: do not wait for the whole test's deadline.
 			putCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_, err = kv.Put(putCtx, "t", []byte(`{"task":"t","version":1}`))
 			cancel()
-			require.NoErrorf(t, err, "put into bucket %s", stem)
+			require.NoErrorf(t, err, "put into bucket %s", bucket)
 		}
 		require.NoError(t, projector.Publish("ledger.in.worker-a.1.3.t", []byte(`{}`)))
 		projector.requireDenied(t, "ledger.in.worker-a.1.3.t")

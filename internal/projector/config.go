@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -19,7 +20,8 @@ const (
 	RefetchEveryDefault = 250 * time.Millisecond
 	// RefetchLimitDefault caps the versions one re-fetch reads per task: 10,000.
 	RefetchLimitDefault = 10_000
-	// RetryMinDefault and RetryMaxDefault bound the backoff of failed writes.
+	// RetryMinDefault and RetryMaxDefault bound the backoff of failed writes
+	// and of redelivered messages: 100 ms doubling to 5 s.
 	RetryMinDefault = 100 * time.Millisecond
 	RetryMaxDefault = 5 * time.Second
 	// AckWaitDefault is the projector consumer's ack wait: 30 s.
@@ -45,13 +47,14 @@ type Config struct {
 	RefetchEvery time.Duration
 	// RefetchLimit caps the versions read per task per re-fetch; default 10,000.
 	RefetchLimit int
-	// RetryMin and RetryMax bound the backoff of failed writes.
+	// RetryMin and RetryMax bound the backoff of failed writes and of
+	// redelivered messages; default 100 ms and 5 s.
 	RetryMin, RetryMax time.Duration
 	// AckWait is the consumer's ack wait; default 30 s.
 	AckWait time.Duration
 	// StopTimeout bounds Stop: how long it lets the turn in hand finish
-	// before it cancels the turn's I/O and returns (the turn's messages are
-	// then redelivered); default 10 s.
+	// before it cancels the turn's I/O and hands its messages back to
+	// JetStream; default 10 s.
 	StopTimeout time.Duration
 	// TasksMaxBytes and MarksMaxBytes size the buckets ledger_tasks and
 	// ledger_projector (max_bytes). 0 keeps the size of the definition in
@@ -65,36 +68,16 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Prefix == "" {
-		c.Prefix = wire.PrefixDefault
-	}
-	if c.PartitionCount == 0 {
-		c.PartitionCount = wire.PartitionsDefault
-	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = BatchSizeDefault
-	}
-	if c.RefetchEvery == 0 {
-		c.RefetchEvery = RefetchEveryDefault
-	}
-	if c.RefetchLimit == 0 {
-		c.RefetchLimit = RefetchLimitDefault
-	}
-	if c.RetryMin == 0 {
-		c.RetryMin = RetryMinDefault
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = RetryMaxDefault
-	}
-	if c.AckWait == 0 {
-		c.AckWait = AckWaitDefault
-	}
-	if c.StopTimeout == 0 {
-		c.StopTimeout = StopTimeoutDefault
-	}
+	c.Prefix = cmp.Or(c.Prefix, wire.PrefixDefault)
+	c.PartitionCount = cmp.Or(c.PartitionCount, wire.PartitionsDefault)
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.RefetchEvery = cmp.Or(c.RefetchEvery, RefetchEveryDefault)
+	c.RefetchLimit = cmp.Or(c.RefetchLimit, RefetchLimitDefault)
+	c.RetryMin = cmp.Or(c.RetryMin, RetryMinDefault)
+	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
+	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
+	c.StopTimeout = cmp.Or(c.StopTimeout, StopTimeoutDefault)
 	c.Engine = c.Engine.WithDefaults()
 	return c
 }

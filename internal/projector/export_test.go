@@ -20,4 +20,4 @@ func (s *Service) Prepare(ctx context.Context) (jetstream.Consumer, error) {
 }
 
 // Turn handles one batch as the run loop does.
-func (s *Service) Turn(batch []jetstream.Msg) { s.turn(batch) }
+func (s *Service) Turn(ctx context.Context, batch []jetstream.Msg) { s.turn(ctx, batch) }

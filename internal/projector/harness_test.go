@@ -1,16 +1,17 @@
 package projector_test
 
 import (
+	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
+	"log/slog"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -152,7 +153,7 @@ func (e *env) commit(partition int, task string, types []string, payloads []stri
 	_ = e.db.Pool.QueryRow(context.Background(), `SELECT coalesce(max(version), 0) FROM ledger.events WHERE task_id = $1`, task).Scan(&head)
 	out := make([]committed, len(types))
 	for i := range types {
-		c := committed{id: ulid.MustNew(ulid.Timestamp(time.Now()), rand.Reader).String(), partition: partition, task: task,
+		c := committed{id: ledgertest.NewID(), partition: partition, task: task,
 			version: head + int64(i) + 1, typ: types[i], payload: payloads[i]}
 		require.NoError(e.t, e.db.Pool.QueryRow(context.Background(), `
 			INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
@@ -166,21 +167,17 @@ func (e *env) commit(partition int, task string, types []string, payloads []stri
 // publishLog puts a committed event's copy on LEDGER_LOG, as the ingest does.
 func (e *env) publishLog(c committed) {
 	e.t.Helper()
-	m := nats.NewMsg(e.subj.Log(c.partition, c.task))
-	m.Header.Set(wire.HeaderMsgID, c.id)
-	m.Header.Set(wire.HeaderSeq, strconv.FormatInt(c.seq, 10))
-	m.Header.Set(wire.HeaderTask, c.task)
-	m.Header.Set(wire.HeaderPartition, strconv.Itoa(c.partition))
-	m.Header.Set(wire.HeaderVersion, strconv.FormatInt(c.version, 10))
-	m.Header.Set(wire.HeaderType, c.typ)
-	m.Header.Set(wire.HeaderHolder, "worker-a.1")
-	m.Header.Set(wire.HeaderGeneration, "1")
-	m.Header.Set(wire.HeaderCommittedAt, wire.FormatTime(time.Now()))
-	m.Data = []byte(c.payload)
+	m := e.subj.LogMsg(c.logCopy())
 	// A redelivered copy is a new message (the dedup window would drop it).
 	m.Header.Set(wire.HeaderMsgID, c.id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 	_, err := e.js.PublishMsg(context.Background(), m)
 	require.NoError(e.t, err)
+}
+
+// logCopy is c as the ingest puts it on LEDGER_LOG.
+func (c committed) logCopy() *wire.LogCopy {
+	return &wire.LogCopy{Seq: c.seq, EventID: c.id, Partition: c.partition, Task: c.task, Version: c.version,
+		Type: c.typ, Holder: "worker-a.1", Generation: 1, CommittedAt: time.Now(), Payload: []byte(c.payload)}
 }
 
 func (e *env) bucket() jetstream.KeyValue {
@@ -240,4 +237,36 @@ func fold(t testing.TB, events []committed) (status string, data json.RawMessage
 func jsonEq(t testing.TB, want, got json.RawMessage, msg string) {
 	t.Helper()
 	require.JSONEq(t, string(want), string(got), msg)
+}
+
+// logBuffer keeps a service's log lines (JSON), for a test that waits for
+// one.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// logger writes to l, every level.
+func (l *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// count is how many lines have the message msg.
+func (l *logBuffer) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for line := range bytes.Lines(l.buf.Bytes()) {
+		var rec struct{ Msg string }
+		if json.Unmarshal(line, &rec) == nil && rec.Msg == msg {
+			n++
+		}
+	}
+	return n
 }

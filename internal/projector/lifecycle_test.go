@@ -3,6 +3,7 @@ package projector_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"testing"
@@ -17,6 +18,8 @@ import (
 	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/projection"
+	"github.com/flowness/ledger/pkg/wire"
+	"github.com/flowness/ledger/streams"
 )
 
 // The engine evicts idle tasks while a task stays resident; the projector
@@ -34,20 +37,21 @@ func TestTrimKeepsTheRevisionOfAResidentTaskSoItsGapIsStored(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	p := e.newProjector(projector.Config{Engine: projection.Config{MaxTasks: 1, GapTimeout: time.Hour}}, reg)
-	cons, err := p.Prepare(context.Background())
+	ctx := context.Background()
+	cons, err := p.Prepare(ctx)
 	require.NoError(t, err)
 
 	e.publishLog(g[0])
-	p.Turn(fetch(t, cons, 1))
+	p.Turn(ctx, fetch(t, cons, 1))
 	for _, o := range others {
 		e.publishLog(o)
 	}
 	e.publishLog(g[0]) // a copy again, so g is the task offered last and the trim keeps it
-	p.Turn(fetch(t, cons, 6))
+	p.Turn(ctx, fetch(t, cons, 6))
 	require.EqualValues(t, 1, metric(t, reg, "ledger_projector_tasks_in_memory"), "the trim evicted the others")
 
 	e.publishLog(g[2]) // version 3 before 2: a gap opens
-	p.Turn(fetch(t, cons, 1))
+	p.Turn(ctx, fetch(t, cons, 1))
 	st, ok := e.state("g")
 	require.True(t, ok)
 	require.EqualValues(t, 1, st.Version)
@@ -61,16 +65,23 @@ func TestTrimKeepsTheRevisionOfAResidentTaskSoItsGapIsStored(t *testing.T) {
 	jsonEq(t, data, st.Data, "g")
 }
 
-// Stop needs no Start, may be called twice, and a stopped projector does
-// not start.
-func TestStopWithoutStartAndTwice(t *testing.T) {
+// Stop is safe without Start, and a stopped projector does not start.
+func TestStopWithoutStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	idle := e.newProjector(projector.Config{}, nil)
+	returns(t, "Stop without Start", idle.Stop)
+	require.Error(t, idle.Start(context.Background()), "a stopped projector does not start")
+}
+
+// Stop is safe twice, on a projector that runs and on one that never did.
+func TestStopTwice(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	idle := e.newProjector(projector.Config{}, nil)
 	running := e.start(projector.Config{})
-	returns(t, "Stop without Start, twice", func() { idle.Stop(); idle.Stop() })
+	returns(t, "Stop twice without Start", func() { idle.Stop(); idle.Stop() })
 	returns(t, "Stop twice", func() { running.Stop(); running.Stop() })
-	require.Error(t, idle.Start(context.Background()), "a stopped projector does not start")
 }
 
 // A turn hangs on a database that answers nothing while the log keeps
@@ -156,4 +167,67 @@ func proxiedPool(t *testing.T, url string) (*faultproxy.Proxy, *pgxpool.Pool) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return proxy, pool
+}
+
+// A turn hangs on a database that answers nothing while it loads the task
+// of the message in hand. Stop returns within its StopTimeout all the same,
+// and that message is handed back by then: a projector that starts after
+// this one's connection is closed, as when its process exits, projects the
+// message at once, not after the ack wait. The log handler takes its time
+// with the line the cancelled turn writes before it hands the message back,
+// as a turn that takes a moment to wind down would.
+func TestStopHandsBackTheMessageInHand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	proxy, pool := proxiedPool(t, e.db.URL)
+	evs := e.commit(1, "c", []string{"x", "y"}, []string{`{"a":1}`, `{"b":2}`})
+	_, err := streams.ApplyBucket(ctx, e.js, wire.BucketTasks, streams.Options{})
+	require.NoError(t, err)
+	// Not a projection: loading it folds the task again from PostgreSQL.
+	_, err = e.bucket().Put(ctx, "c", []byte(`{"task":"c","version":-7}`))
+	require.NoError(t, err)
+	logs := &logBuffer{}
+	log := slog.New(slowHandler{Handler: logs.logger().Handler(), msg: msgRedelivered, delay: time.Second})
+	nc := e.ns.Conn(t)
+	p, err := projector.New(projector.Config{StopTimeout: 500 * time.Millisecond, AckWait: time.Hour},
+		projector.Deps{NC: nc, Pool: pool, Logger: log})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(ctx))
+	t.Cleanup(p.Stop)
+
+	proxy.Silence()
+	e.publishLog(evs[1])
+	require.Eventually(t, func() bool { return logs.count(msgRefold) == 1 }, 10*time.Second, 10*time.Millisecond,
+		"the turn reads the task from PostgreSQL")
+	returns(t, "Stop while a turn hangs", p.Stop)
+	nc.Close()
+
+	proxy.Restore()
+	e.start(projector.Config{})
+	st := e.waitState("c", 10*time.Second, func(s projection.State) bool { return s.Version == 2 })
+	_, data := fold(t, evs)
+	jsonEq(t, data, st.Data, "c")
+}
+
+// What the projector logs as it folds a task again from PostgreSQL because
+// its stored value is not a projection, and as it gives back a message
+// whose task it could not load.
+const (
+	msgRefold      = "stored value is not a projection of its task; folding the task again from PostgreSQL"
+	msgRedelivered = "loading a projection failed; the event is redelivered"
+)
+
+// slowHandler takes delay over each record with the message msg.
+type slowHandler struct {
+	slog.Handler
+	msg   string
+	delay time.Duration
+}
+
+func (h slowHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		time.Sleep(h.delay)
+	}
+	return h.Handler.Handle(ctx, r)
 }

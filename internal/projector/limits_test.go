@@ -135,7 +135,7 @@ func TestFullBucketHoldsTheTaskItRefusesAndOthersFlow(t *testing.T) {
 // grow raises the max_bytes of ledger_tasks, as an operator would.
 func grow(t *testing.T, js jetstream.JetStream, maxBytes int64) {
 	t.Helper()
-	cfg, err := streams.Bucket(streams.BucketTasks, streams.Options{})
+	cfg, err := streams.Bucket(wire.BucketTasks, streams.Options{})
 	require.NoError(t, err)
 	cfg.MaxBytes = maxBytes
 	_, err = js.UpdateKeyValue(context.Background(), cfg)
@@ -172,7 +172,7 @@ func TestEventWhoseProjectionCannotBeReadIsRedelivered(t *testing.T) {
 	e.publishLog(b[0])
 	waitMetric(t, reg, "ledger_projector_load_failures_total", 1)
 	e.publishLog(a[1]) // a is loaded: its write waits for the bucket
-	_, err := streams.ApplyBucket(ctx, e.js, streams.BucketTasks, streams.Options{})
+	_, err := streams.ApplyBucket(ctx, e.js, wire.BucketTasks, streams.Options{})
 	require.NoError(t, err)
 
 	st := e.waitState("b", 10*time.Second, func(s projection.State) bool { return s.Version == 1 })
@@ -206,7 +206,7 @@ func TestStoredValueThatIsNotAProjectionIsFoldedAgain(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	evs := e.commit(1, "c", []string{"x", "y"}, []string{`{"a":1}`, `{"b":2}`})
-	_, err := streams.ApplyBucket(context.Background(), e.js, streams.BucketTasks, streams.Options{})
+	_, err := streams.ApplyBucket(context.Background(), e.js, wire.BucketTasks, streams.Options{})
 	require.NoError(t, err)
 	_, err = e.bucket().Put(context.Background(), "c", []byte(`{"task":"c","version":-7}`))
 	require.NoError(t, err)

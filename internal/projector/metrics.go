@@ -2,11 +2,13 @@ package projector
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/flowness/ledger/pkg/projection"
 )
 
-// metrics are the projector's Prometheus series; nil records nothing.
+// metrics are the projector's Prometheus series. With a nil registerer they
+// are kept but exposed nowhere.
 type metrics struct {
 	events       *prometheus.CounterVec
 	lag          prometheus.Gauge
@@ -25,17 +27,15 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	if reg == nil {
-		return nil
-	}
+	f := promauto.With(reg)
 	g := func(name, help string) prometheus.Gauge {
-		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+		return f.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 	}
 	c := func(name, help string) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		return f.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
-	m := &metrics{
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+	return &metrics{
+		events: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ledger_projector_events_total", Help: "Committed events offered to the engine, by outcome (applied, buffered, duplicate, conflict, ...).",
 		}, []string{"outcome"}),
 		lag:         g("ledger_projector_lag_seconds", "Time from the commit of the last event handled to its handling."),
@@ -53,13 +53,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		loadFailures: c("ledger_projector_load_failures_total", "Stored projections that could not be read; the events that needed them are redelivered."),
 		tasksInMem:   g("ledger_projector_tasks_in_memory", "Tasks the engine holds."),
 	}
-	reg.MustRegister(m.events, m.lag, m.openGaps, m.oldestGap, m.buffered, m.refetches, m.refetched,
-		m.kvWrites, m.kvRetries, m.withoutData, m.kvRefused, m.heldTasks, m.loadFailures, m.tasksInMem)
-	return m
 }
 
-func (m *metrics) outcome(o projection.Outcome) {
-	if m != nil {
-		m.events.WithLabelValues(string(o)).Inc()
-	}
-}
+func (m *metrics) outcome(o projection.Outcome) { m.events.WithLabelValues(string(o)).Inc() }

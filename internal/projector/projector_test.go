@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/projection"
+	"github.com/flowness/ledger/pkg/wire"
 )
 
 // The log arrives out of order, duplicated, and without version 2, which
@@ -161,4 +164,66 @@ func TestProjectorsOnDisjointPartitionsSplitTheLog(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 16, info.Delivered.Consumer, "%s saw only its 8 partitions' 16 events", durable)
 	}
+}
+
+// A message on the log that is not a contract log copy is terminated and
+// logged, never applied, and the copies after it are projected: a version
+// 0, headers that name another task than the subject, and a copy without
+// its task, partition, holder and generation headers.
+func TestUndecodableLogCopyIsTerminatedAndTheLogFlows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	advisories, err := e.nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.LEDGER_LOG.projector")
+	require.NoError(t, err)
+	logs := &logBuffer{}
+	p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(t), Pool: e.db.Pool, Logger: logs.logger()})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(ctx))
+	t.Cleanup(p.Stop)
+
+	bad := e.commit(1, "bad", []string{"x"}, []string{`{"a":1}`})[0]
+	good := e.commit(2, "good", []string{"x"}, []string{`{"b":2}`})[0]
+	terminated := map[uint64]bool{}
+	for _, spoil := range []func(nats.Header){
+		func(h nats.Header) { h.Set(wire.HeaderVersion, "0") },
+		func(h nats.Header) { h.Set(wire.HeaderTask, "good") },
+		func(h nats.Header) {
+			for _, name := range []string{wire.HeaderTask, wire.HeaderPartition, wire.HeaderHolder, wire.HeaderGeneration} {
+				h.Del(name)
+			}
+		},
+	} {
+		m := e.subj.LogMsg(bad.logCopy())
+		m.Header.Set(wire.HeaderMsgID, ledgertest.NewID()) // past the stream's dedup
+		spoil(m.Header)
+		ack, err := e.js.PublishMsg(ctx, m)
+		require.NoError(t, err)
+		terminated[ack.Sequence] = false
+	}
+	require.Len(t, terminated, 3)
+	e.publishLog(good)
+
+	st := e.waitState("good", 10*time.Second, func(s projection.State) bool { return s.Version == 1 })
+	jsonEq(t, json.RawMessage(good.payload), st.Data, "good")
+	for range terminated {
+		m, err := advisories.NextMsg(10 * time.Second)
+		require.NoError(t, err, "a terminated advisory for each undecodable copy")
+		var adv struct {
+			StreamSeq uint64 `json:"stream_seq"`
+		}
+		require.NoError(t, json.Unmarshal(m.Data, &adv))
+		seen, ok := terminated[adv.StreamSeq]
+		require.True(t, ok && !seen, "terminated stream seq %d is not one of the undecodable copies %v", adv.StreamSeq, terminated)
+		terminated[adv.StreamSeq] = true
+	}
+	_, ok := e.state("bad")
+	require.False(t, ok, "an undecodable copy is never applied")
+	require.Equal(t, len(terminated), logs.count("undecodable message on the committed log; terminated"))
+	cons, err := e.js.Consumer(ctx, wire.StreamLog, "projector")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumRedelivered == 0
+	}, 10*time.Second, 10*time.Millisecond, "every copy is settled at its first delivery")
 }

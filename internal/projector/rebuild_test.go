@@ -4,19 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/projection"
-	"github.com/flowness/ledger/pkg/wire"
 )
 
 // seedLog commits tasks×versions events in one statement and puts their
@@ -52,14 +49,7 @@ func (e *env) publishAllLog() {
 	for rows.Next() {
 		var c committed
 		require.NoError(e.t, rows.Scan(&c.seq, &c.id, &c.partition, &c.task, &c.version, &c.typ, &c.payload))
-		m := nats.NewMsg(e.subj.Log(c.partition, c.task))
-		m.Header.Set(wire.HeaderMsgID, c.id)
-		m.Header.Set(wire.HeaderSeq, strconv.FormatInt(c.seq, 10))
-		m.Header.Set(wire.HeaderVersion, strconv.FormatInt(c.version, 10))
-		m.Header.Set(wire.HeaderType, c.typ)
-		m.Header.Set(wire.HeaderCommittedAt, wire.FormatTime(time.Now()))
-		m.Data = []byte(c.payload)
-		_, err := js.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second))
+		_, err := js.PublishMsgAsync(e.subj.LogMsg(c.logCopy()), jetstream.WithStallWait(30*time.Second))
 		require.NoError(e.t, err)
 	}
 	require.NoError(e.t, rows.Err())

@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -65,24 +66,12 @@ type Config struct {
 
 // WithDefaults returns a copy of c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.GapTimeout == 0 {
-		c.GapTimeout = GapTimeoutDefault
-	}
-	if c.MaxBufferedPerTask == 0 {
-		c.MaxBufferedPerTask = MaxBufferedPerTaskDefault
-	}
-	if c.MaxBuffered == 0 {
-		c.MaxBuffered = MaxBufferedDefault
-	}
-	if c.MaxBufferedBytes == 0 {
-		c.MaxBufferedBytes = MaxBufferedBytesDefault
-	}
-	if c.DedupWindow == 0 {
-		c.DedupWindow = DedupWindowDefault
-	}
-	if c.MaxTasks == 0 {
-		c.MaxTasks = MaxTasksDefault
-	}
+	c.GapTimeout = cmp.Or(c.GapTimeout, GapTimeoutDefault)
+	c.MaxBufferedPerTask = cmp.Or(c.MaxBufferedPerTask, MaxBufferedPerTaskDefault)
+	c.MaxBuffered = cmp.Or(c.MaxBuffered, MaxBufferedDefault)
+	c.MaxBufferedBytes = cmp.Or(c.MaxBufferedBytes, MaxBufferedBytesDefault)
+	c.DedupWindow = cmp.Or(c.DedupWindow, DedupWindowDefault)
+	c.MaxTasks = cmp.Or(c.MaxTasks, MaxTasksDefault)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -93,8 +93,9 @@ const indexFrom = 16
 // merger applies one object patch to one object target in time linear in
 // both. Merging member by member re-reads what was read already: the target
 // once per repeated key of the patch, a nested level once per level above
-// it, the growing member list once per added key; a 28 KB patch on a 200 KiB
-// document took seconds. Here every byte is read once:
+// it, the growing member list once per added key, so a patch an attacker
+// shapes costs time quadratic in its size (docs/benchmarks.md, projector).
+// Here every byte is read once:
 //
 //  1. parsePatch reads the patch into a tree of its objects, each key once
 //     (the last of a repeated key wins, as for a decoder), with a map for the

@@ -18,6 +18,9 @@ const (
 	StreamDLQ = "LEDGER_DLQ"
 	// BucketTasks is the KV bucket holding one projection per task.
 	BucketTasks = "ledger_tasks"
+	// BucketProjector is the projector's own bookkeeping (which tasks wait
+	// for a missing version); not part of the contract.
+	BucketProjector = "ledger_projector"
 	// ServiceName is the name of the lease micro service.
 	ServiceName = "ledger"
 )

@@ -1,0 +1,42 @@
+// Package projector is the projector service: it consumes the committed log
+// (LEDGER_LOG), rebuilds each task's state with the ordering engine of
+// pkg/projection, and keeps it in the KV bucket ledger_tasks. Versions it
+// misses are read back from PostgreSQL; it never skips one.
+//
+// The package reads in the order of a message's way through it:
+// service.go (New, Start, Stop), consumer.go (the streams, buckets and the
+// durable consumer it binds), turn.go (the loop that takes batches, decodes
+// and offers them, and settles them), gaps.go (re-fetches from PostgreSQL
+// and the open-gap markers), store.go (reading and writing the bucket) and
+// writefault.go (what a refused write means), rebuild.go (a replay of the
+// PostgreSQL log).
+//
+// One goroutine owns the engine. Each turn takes a batch of log messages,
+// offers them (loading a task's stored value from the bucket the first time
+// it is seen), answers due re-fetches with one query, writes every changed
+// state with compare-and-set on the key's revision, and only then settles
+// the batch. So a crash loses nothing: an unacked message is redelivered,
+// and an acked one is either applied in the bucket or, if it was waiting for
+// an earlier version, recorded as the task's gap, which a restarted projector
+// fills from PostgreSQL.
+//
+// A message is not acked when its effect could not be stored:
+//
+//   - If the task's stored value cannot be read, the message is nak'ed and
+//     comes back later; the rest of the batch goes on.
+//   - If the bucket refuses a task's state for lack of space, the task is
+//     held: its state is written again later, with backoff, and the message
+//     of its newest version stays unacked until then (an older one is
+//     acked: the newest alone makes a restarted projector catch the task up).
+//     Other tasks keep flowing.
+//   - A transient failure (a timeout, the connection) is retried, and the
+//     batch waits for it.
+//
+// A message that is not a log copy of the contract (wire.Subjects.DecodeLog)
+// is terminated and logged: only the ingest publishes to the log, and a
+// redelivery would not make it readable.
+//
+// A state whose data does not fit in a bucket value is stored without it
+// (data null, data_too_large its size; CONTRACT §6). The engine keeps the
+// true data; loading such a value folds the data again from PostgreSQL.
+package projector
