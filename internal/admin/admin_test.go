@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/internal/faultproxy"
 	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/natstest"
 	"github.com/flowness/ledger/pkg/fence"
 )
@@ -93,7 +92,7 @@ func TestReadyzFollowsThePostgresConnection(t *testing.T) {
 func TestReadyzNamesFailedChecksWithoutTheirErrors(t *testing.T) {
 	t.Parallel()
 	const secret = "postgres://ingest_svc:hunter2-s3cr3t@db.internal:5432/ledger"
-	var logged syncBuffer
+	var logged ledgertest.Buffer
 	srv, err := admin.Start("127.0.0.1:0", prometheus.NewRegistry(), []admin.Check{
 		{Name: "postgres", Func: func(context.Context) error { return fmt.Errorf("connect to %s: %w", secret, io.ErrUnexpectedEOF) }},
 		{Name: "ok", Func: func(context.Context) error { return nil }},
@@ -120,22 +119,4 @@ func TestReadyzNamesFailedChecksWithoutTheirErrors(t *testing.T) {
 		require.Equal(t, check, rec.Check)
 		require.Contains(t, rec.Error, secret, "the operator reads the cause in the log")
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's handlers and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/internal/faultproxy"
 	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/natstest"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
@@ -217,24 +217,6 @@ func TestLeaseServiceRefusesHostileBodiesAndKeepsServing(t *testing.T) {
 	require.EqualValues(t, 1, granted.Generation)
 }
 
-// threadSafeBuffer collects a logger's output.
-type threadSafeBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *threadSafeBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *threadSafeBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // A database error reaches the requester as "unavailable" with a generic
 // message; what the database said (its host, user, database name, tables,
 // SQLSTATE) goes to the log only.
@@ -245,7 +227,7 @@ func TestLeaseErrorRepliesNeverEchoDatabaseErrors(t *testing.T) {
 	store, err := fence.New(db.PoolVia(t, proxy.Addr()), fence.Config{})
 	require.NoError(t, err)
 	ns := natstest.Start(t)
-	var logs threadSafeBuffer
+	var logs ledgertest.Buffer
 	svc, err := ingest.New(ingest.Config{}, ingest.Deps{NC: ns.Conn(t), Store: store,
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	require.NoError(t, err)

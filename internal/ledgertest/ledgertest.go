@@ -6,10 +6,12 @@
 package ledgertest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,4 +49,24 @@ func Count(tb testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	var n int
 	require.NoError(tb, pool.QueryRow(context.Background(), sql, args...).Scan(&n))
 	return n
+}
+
+// Buffer collects what a logger or a command writes, safe for writers on
+// other goroutines and a reading test at once.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

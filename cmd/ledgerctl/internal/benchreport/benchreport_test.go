@@ -1,11 +1,9 @@
 package benchreport_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,30 +11,13 @@ import (
 
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/benchreport"
 	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/ledgertest"
 )
-
-// lockedBuffer is a progress writer that the test can read safely.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func TestSmallRunReportsEveryRow(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	var progress lockedBuffer
+	var progress ledgertest.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -118,7 +99,7 @@ func TestLatencyDefaultsToHalfTheFullPipelineRate(t *testing.T) {
 	defer cancel()
 
 	r, err := benchreport.Run(ctx, benchreport.Options{DatabaseURL: db.URL, Only: []benchreport.Section{benchreport.SectionLatency},
-		Events: 1000, LatencyDuration: 200 * time.Millisecond, Workers: 2, Progress: &lockedBuffer{}})
+		Events: 1000, LatencyDuration: 200 * time.Millisecond, Workers: 2, Progress: &ledgertest.Buffer{}})
 	require.NoError(t, err)
 
 	require.False(t, r.RateGiven)

@@ -334,7 +334,7 @@ func TestTailStopsWhenInterrupted(t *testing.T) {
 	run(t, "-nats-url", ns.URL(), "streams", "apply").ok(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb ledgertest.Buffer
 	done := make(chan int)
 	go func() { done <- ctl.Run(ctx, []string{"-nats-url", ns.URL(), "tail", "-new"}, &out, &errb) }()
 	// Interrupt once it follows the log (it has printed its header).
