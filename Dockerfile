@@ -11,6 +11,10 @@ WORKDIR /src
 # The module cache and the build cache live in cache mounts, so a rebuild
 # after a source change downloads nothing and recompiles only what changed.
 COPY go.mod go.sum ./
+# The SDK and the contract codec are modules of their own, replaced by their
+# directories in go.mod.
+COPY pkg/wire/go.mod pkg/wire/go.sum ./pkg/wire/
+COPY pkg/worker/go.mod pkg/worker/go.sum ./pkg/worker/
 RUN --mount=type=cache,target=/go/pkg/mod \
     go mod download
 COPY . .

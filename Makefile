@@ -9,12 +9,16 @@ export PATH := /usr/local/go/bin:$(PATH)
 demo:
 	$(GO) run ./cmd/ledgerctl demo
 
-# test: vet, formatting, every package with the race detector, then every
-# fuzz target for a few seconds.
+# The Go SDK (pkg/worker) and the contract codec (pkg/wire) are modules of
+# their own; every command runs in each module.
+MODULES := . pkg/wire pkg/worker
+
+# test: vet, formatting, every package of every module with the race
+# detector, then every fuzz target for a few seconds.
 test: vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	$(GO) test -race -count=1 -timeout 9m ./...
+	@for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 9m ./...) || exit 1; done
 	FUZZTIME=$(FUZZTIME_CI) bash .ci/fuzz
 
 # fuzz: every fuzz target for FUZZTIME each (default 1m); `make test` runs
@@ -25,11 +29,11 @@ fuzz:
 	FUZZTIME=$(FUZZTIME) bash .ci/fuzz
 
 vet:
-	$(GO) vet ./...
+	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 # bench: the benchmarks of every package (real Postgres and embedded NATS).
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./...
 
 build:
-	$(GO) build ./...
+	@for m in $(MODULES); do (cd $$m && $(GO) build ./...) || exit 1; done

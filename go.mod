@@ -3,6 +3,8 @@ module github.com/flowness/ledger
 go 1.26.0
 
 require (
+	github.com/flowness/ledger/pkg/wire v0.0.0
+	github.com/flowness/ledger/pkg/worker v0.0.0
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/nats-io/nats-server/v2 v2.15.2
@@ -41,4 +43,12 @@ require (
 	golang.org/x/text v0.44.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+// The Go SDK (pkg/worker) and the contract's codec (pkg/wire) are modules of
+// their own, so that a worker's module needs nothing of the services; here
+// they are built from this tree.
+replace (
+	github.com/flowness/ledger/pkg/wire => ./pkg/wire
+	github.com/flowness/ledger/pkg/worker => ./pkg/worker
 )
