@@ -119,6 +119,9 @@ func (ls *leaseService) replyError(name string, req micro.Request, err error) {
 		ls.log.Log(context.Background(), level, "lease request failed",
 			slog.String("endpoint", name), slog.String("error", err.Error()))
 	}
+	if name == "get" {
+		body.Partitions = ls.store.Partitions()
+	}
 	ls.metrics.lease(name, body.Error)
 	b, _ := json.Marshal(body)
 	if rerr := req.Error(code, body.Message, b); rerr != nil {
@@ -396,7 +399,9 @@ func (ls *leaseService) get(ctx context.Context, _ string, data []byte) (any, er
 	if err != nil {
 		return nil, err
 	}
-	return leaseReply(l, true), nil
+	reply := leaseReply(l, true)
+	reply.Partitions = ls.store.Partitions()
+	return reply, nil
 }
 
 func (ls *leaseService) taskHead(ctx context.Context, _ string, data []byte) (any, error) {

@@ -58,6 +58,7 @@ func TestLeaseServiceFollowsTheContract(t *testing.T) {
 
 	got, er, _ := e.lease("get", map[string]any{"partition": 3})
 	require.Nil(t, er)
+	require.Equal(t, 16, got.Partitions, "a get tells the partition count")
 	require.NotNil(t, got.Valid)
 	require.True(t, *got.Valid)
 
@@ -76,6 +77,7 @@ func TestLeaseServiceFollowsTheContract(t *testing.T) {
 
 	_, er, _ = e.lease("get", map[string]any{"partition": 9})
 	require.Equal(t, "no_lease", er.Error)
+	require.Equal(t, 16, er.Partitions, "a get tells the partition count, even of a partition never leased")
 
 	for name, req := range map[string]map[string]any{
 		"ttl below 100 ms":       {"partition": 1, "holder": "w.1", "ttl_ms": 99},

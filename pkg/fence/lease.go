@@ -42,6 +42,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// Partitions is the store's partition count N: partitions are 0..N-1.
+func (s *Store) Partitions() int { return s.cfg.Partitions }
+
 // Lease is a partition's lease as the database showed it.
 type Lease struct {
 	Partition  int

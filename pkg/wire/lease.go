@@ -45,6 +45,10 @@ type LeaseReply struct {
 	TTLMillis  int64  `json:"ttl_ms"`
 	// Valid is set by get only.
 	Valid *bool `json:"valid,omitempty"`
+	// Partitions is the deployment's partition count N, set by get only
+	// (this implementation's addition: a worker need not be configured
+	// with it).
+	Partitions int `json:"partitions,omitempty"`
 }
 
 // ReleaseReply is the success reply of release.
@@ -61,6 +65,8 @@ type ErrorReply struct {
 	Holder     string `json:"holder,omitempty"`
 	Generation int64  `json:"generation,omitempty"`
 	ExpiresAt  string `json:"expires_at,omitempty"`
+	// Partitions is the deployment's partition count, on replies of get.
+	Partitions int `json:"partitions,omitempty"`
 }
 
 // TaskHeadRequest is the body of ledger.task.head. EventID is optional
