@@ -32,6 +32,7 @@ func run(args []string) error {
 	fs.DurationVar(&fcfg.TTL, "lease-ttl", connect.EnvDuration("LEDGER_LEASE_TTL", fence.TTLDefault), "default lease TTL (env LEDGER_LEASE_TTL)")
 	fs.IntVar(&fcfg.MaxPayload, "max-payload", connect.EnvInt("LEDGER_MAX_PAYLOAD", fence.MaxPayloadDefault), "largest event payload in bytes (env LEDGER_MAX_PAYLOAD)")
 	fs.IntVar(&cfg.BatchSize, "batch-size", connect.EnvInt("LEDGER_BATCH_SIZE", ingest.BatchSizeDefault), "most events per fenced append (env LEDGER_BATCH_SIZE)")
+	fs.IntVar(&cfg.MaxBatchBytes, "max-batch-bytes", connect.EnvInt("LEDGER_MAX_BATCH_BYTES", ingest.MaxBatchBytesDefault), "payload bytes that end a batch; bounds how long a batch holds its leases (env LEDGER_MAX_BATCH_BYTES)")
 	fs.DurationVar(&cfg.BatchWait, "batch-wait", connect.EnvDuration("LEDGER_BATCH_WAIT", ingest.BatchWaitDefault), "how long a batch waits to fill (env LEDGER_BATCH_WAIT)")
 	fs.DurationVar(&cfg.GapWindow, "gap-window", connect.EnvDuration("LEDGER_GAP_WINDOW", ingest.GapWindowDefault), "how long an early version waits for the missing ones (env LEDGER_GAP_WINDOW)")
 	fs.IntVar(&cfg.Lanes, "lanes", connect.EnvInt("LEDGER_LANES", ingest.LanesDefault()), "batches processed at once; default one per CPU, 2 to 8 (env LEDGER_LANES)")

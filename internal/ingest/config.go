@@ -16,6 +16,8 @@ import (
 const (
 	// BatchSizeDefault is the most events one fenced append takes: 500.
 	BatchSizeDefault = 500
+	// MaxBatchBytesDefault bounds the payload bytes of one batch: 4 MiB.
+	MaxBatchBytesDefault = 4 << 20
 	// BatchWaitDefault is how long a batch waits for more events after its
 	// first one: 1 ms. Under load batches fill while the previous one
 	// commits, so this only bounds the delay of a lone event.
@@ -59,6 +61,12 @@ type Config struct {
 	Replicas int
 	// BatchSize is the most events per fenced append; default 500.
 	BatchSize int
+	// MaxBatchBytes ends a batch once its payloads reach this many bytes;
+	// default 4 MiB. A batch holds its partitions' lease rows locked until
+	// it commits, and a takeover waits for it: large events in full
+	// batches would keep a standby waiting long enough for its acquire to
+	// time out.
+	MaxBatchBytes int
 	// BatchWait bounds how long a batch waits to fill; default 1 ms.
 	BatchWait time.Duration
 	// GapWindow is the gap retry window; default 30 s.
@@ -118,6 +126,7 @@ func (c Config) WithDefaults() Config {
 	c.Prefix = cmp.Or(c.Prefix, wire.PrefixDefault)
 	c.Replicas = cmp.Or(c.Replicas, 1)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, MaxBatchBytesDefault)
 	c.Lanes = cmp.Or(c.Lanes, LanesDefault())
 	c.Version = cmp.Or(c.Version, "1.0.0")
 	c.BatchWait = cmp.Or(c.BatchWait, BatchWaitDefault)
@@ -141,6 +150,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("ingest: replicas must be 1..5, got %d", c.Replicas)
 	case c.BatchSize < 1 || c.BatchSize > 10000:
 		return fmt.Errorf("ingest: batch size must be 1..10000, got %d", c.BatchSize)
+	case c.MaxBatchBytes < 1:
+		return fmt.Errorf("ingest: max batch bytes must be positive, got %d", c.MaxBatchBytes)
 	case c.Lanes < 1 || c.Lanes > 256:
 		return fmt.Errorf("ingest: lanes must be 1..256, got %d", c.Lanes)
 	case c.GapWindow < 0 || c.BatchWait < 0 || c.PublishTimeout < 0:

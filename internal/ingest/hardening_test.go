@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/dbtest"
@@ -19,6 +20,7 @@ import (
 	"github.com/flowness/ledger/internal/natstest"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
+	"github.com/flowness/ledger/streams"
 )
 
 // startIngestOn starts one more ingest process on its own connection and
@@ -365,4 +367,44 @@ func TestLogCopiesKeepCommitOrderAcrossProcesses(t *testing.T) {
 		versions = append(versions, m.Headers().Get(wire.HeaderVersion))
 	}
 	require.Equal(t, []string{"1", "2"}, versions, "version 2's copy was stored before version 1's")
+}
+
+// Large events make short batches: a batch stops growing once its payloads
+// reach MaxBatchBytes, so it holds its lease rows only briefly and a
+// takeover does not wait behind 500 large events.
+func TestLargeEventsMakeShortBatches(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	reg := prometheus.NewRegistry()
+	svc, err := ingest.New(ingest.Config{Lanes: 1, MaxBatchBytes: 256 << 10, BatchWait: 50 * time.Millisecond},
+		ingest.Deps{NC: e.ns.Conn(t), Store: e.store, Logger: ledgertest.Logger(), Registerer: reg})
+	require.NoError(t, err)
+	require.NoError(t, streams.Apply(context.Background(), e.js, streams.Options{}))
+	l, err := e.store.Acquire(context.Background(), 9, "worker-a.1", 2*time.Minute)
+	require.NoError(t, err)
+	big := `{"blob":"` + strings.Repeat("x", 64<<10) + `"}`
+	for v := int64(1); v <= 40; v++ {
+		e.msgAsync(event{id: newID(), partition: 9, task: fmt.Sprintf("big-%d", v), holder: "worker-a.1",
+			generation: l.Generation, version: 1, typ: "step", payload: big})
+	}
+	e.waitAsync()
+	require.NoError(t, svc.Start(context.Background())) // the whole backlog is there at once
+	t.Cleanup(svc.Stop)
+	require.Eventually(t, func() bool { return e.count(`SELECT count(*) FROM ledger.events`) == 40 }, 30*time.Second, 20*time.Millisecond)
+
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	var largest float64
+	for _, f := range families {
+		if f.GetName() != "ledger_ingest_batch_size" {
+			continue
+		}
+		h := f.GetMetric()[0].GetHistogram()
+		for _, b := range h.GetBucket() {
+			if b.GetCumulativeCount() < h.GetSampleCount() {
+				largest = max(largest, b.GetUpperBound())
+			}
+		}
+	}
+	require.Less(t, largest, 8.0, "a batch took more than 4 events of 64 KiB under a 256 KiB bound")
 }

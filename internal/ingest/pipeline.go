@@ -53,20 +53,21 @@ func (s *Service) runLane(l *lane) {
 				return
 			}
 		}
-		batch := append(make([]*inbound, 0, s.cfg.BatchSize), first)
-		batch = drain(ch, batch, s.cfg.BatchSize)
+		b := batcher{max: s.cfg.BatchSize, maxBytes: s.cfg.MaxBatchBytes, batch: make([]*inbound, 0, s.cfg.BatchSize)}
+		b.add(first)
+		b.drain(ch)
 		if len(ch) < cap(ch)/2 {
 			l.stuck.Store(false)
 		}
 		// Linger only when the lane was idle: a backlog already makes a
 		// batch, and waiting would only add to its latency.
-		if len(batch) == 1 {
+		if len(b.batch) == 1 {
 			timer.Reset(s.cfg.BatchWait)
 		fill:
-			for len(batch) < s.cfg.BatchSize {
+			for !b.full() {
 				select {
 				case in := <-ch:
-					batch = append(batch, in)
+					b.add(in)
 				case <-timer.C:
 					break fill
 				case <-s.stopping:
@@ -80,7 +81,7 @@ func (s *Service) runLane(l *lane) {
 				}
 			}
 		}
-		if cb := s.commit(batch); cb != nil {
+		if cb := s.commit(b.batch); cb != nil {
 			done <- cb
 		}
 	}
@@ -97,17 +98,33 @@ type lane struct {
 	stuck atomic.Bool
 }
 
-// drain appends what is already waiting on ch, up to max messages.
-func drain(ch <-chan *inbound, batch []*inbound, max int) []*inbound {
-	for len(batch) < max {
+// batcher gathers one batch: up to max messages, and no more once their
+// bodies reach maxBytes. The byte bound keeps a batch of large events short:
+// a batch holds its lease rows locked until it commits, and a takeover
+// waits for it.
+type batcher struct {
+	batch         []*inbound
+	max, maxBytes int
+	bytes         int
+}
+
+func (b *batcher) add(in *inbound) {
+	b.batch = append(b.batch, in)
+	b.bytes += len(in.msg.Data())
+}
+
+func (b *batcher) full() bool { return len(b.batch) >= b.max || b.bytes >= b.maxBytes }
+
+// drain adds what is already waiting on ch, until the batch is full.
+func (b *batcher) drain(ch <-chan *inbound) {
+	for !b.full() {
 		select {
 		case in := <-ch:
-			batch = append(batch, in)
+			b.add(in)
 		default:
-			return batch
+			return
 		}
 	}
-	return batch
 }
 
 // finishQueue is how many committed batches of a lane may wait for their
