@@ -224,7 +224,8 @@ func TestPagesShowNoCredentials(t *testing.T) {
 	u.User = url.UserPassword(u.User.Username(), pgSecret) // trust auth ignores it
 	l.db.URL = u.String()
 	seq := l.staleLetter("report-7", `{}`)
-	base := l.console("-allow-replay", "-ingest-metrics", "http://user:"+pgSecret+"@127.0.0.1:1/metrics")
+	// An unreachable scrape fails with its URL in the error, token and all.
+	base := l.console("-allow-replay", "-ingest-metrics", "http://user:"+pgSecret+"@127.0.0.1:1/metrics?token="+pgSecret)
 
 	eventually(t, base+"/flow", "metrics could not be read")
 	for _, path := range []string{"/", "/flow", "/dlq", "/dlq/" + itoa(seq), "/task/report-7", "/frag/partitions", "/frag/flow", "/dlq/99999"} {

@@ -62,6 +62,8 @@ func (s *Server) Start(ctx context.Context) error {
 	s.ln = ln
 	s.hosts = allowedHosts(ln.Addr().(*net.TCPAddr), s.cfg.Hosts)
 	ctx, s.cancel = context.WithCancel(ctx)
+	// The first page shows the ledger, not an empty snapshot.
+	s.hub.tick(ctx)
 	s.srv = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	s.wg.Go(func() { s.hub.run(ctx) })
