@@ -176,7 +176,9 @@ func (h *hub) takeovers(ctx context.Context) ([]takeover, map[int]takeoverCount,
 // copy in LEDGER_LOG, once.
 func (h *hub) lastCommits(ctx context.Context, now time.Time, head int64, leases []Lease, p *problems) map[int]lastCommit {
 	h.mu.Lock()
-	from := h.flow.floor(now.Add(-recount), h.parts.seen)
+	// The first snapshot reads at most the newest bootstrapRows events;
+	// partitions idle since are looked up in LEDGER_LOG below.
+	from := h.flow.floor(now.Add(-recount), max(h.parts.seen, head))
 	h.mu.Unlock()
 	if head >= 0 {
 		rows, err := h.deps.Pool.Query(ctx, sqlLastCommits, from)
