@@ -44,7 +44,7 @@ type Result struct {
 
 // ErrMissingBinary is returned when a service binary is not where a run
 // looks for it.
-var ErrMissingBinary = errors.New("chaos: binary not found")
+var ErrMissingBinary = errors.New("binary not found")
 
 // run is one chaos run in progress.
 type run struct {

@@ -97,7 +97,9 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if f.Prefix != wire.PrefixDefault {
 		return Usagef("-prefix applies to -external runs; a run of its own uses %q", wire.PrefixDefault)
 	}
-	if err := o.WithDefaults().Validate(); err != nil {
+	// The flags hold the defaults already: a zero typed here is a mistake,
+	// not a request for the default.
+	if err := o.Validate(); err != nil {
 		return Usagef("%v", err)
 	}
 	o.Out, o.Progress = stdout, stderr
@@ -219,6 +221,9 @@ func ChaosNATS(ctx context.Context, args []string, _, stderr io.Writer) error {
 	f.StringVar(&n.Routes, "routes", "", "route URLs of every node, comma separated")
 	if err := f.Parse(args); err != nil {
 		return err
+	}
+	if n.Name == "" || n.Port <= 0 || n.StoreDir == "" {
+		return Usagef("-name, -port and -store are required")
 	}
 	return chaos.RunNATS(ctx, n)
 }
