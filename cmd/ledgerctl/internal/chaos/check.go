@@ -40,8 +40,10 @@ const (
 	// preceding it, lacks committed versions, or holds a copy that is not
 	// its row.
 	LogOutOfOrder ViolationKind = "log_order"
-	// Unknown: the ledger holds an event of the run's tasks that no writer
-	// sent, or a grant a writer was given is not recorded as given to it.
+	// Unknown: the ledger holds something of the run's tasks the checker
+	// cannot account for: an event no writer sent, a dead letter whose
+	// ledger headers do not read, or a grant a writer was given that is not
+	// recorded as given to it.
 	Unknown ViolationKind = "unknown"
 )
 
@@ -515,6 +517,10 @@ func (c *checker) unknown() {
 	}
 	for _, l := range c.h.DLQ {
 		flag(l.EventID, l.Task, "LEDGER_DLQ")
+		if l.Err != "" {
+			c.r.add(Violation{Kind: Unknown, EventID: l.EventID, Task: l.Task,
+				Detail: fmt.Sprintf("dead letter at stream seq %d does not read: %s", l.StreamSeq, l.Err)})
+		}
 	}
 	recorded := map[string]string{}
 	for _, g := range c.h.Grants {

@@ -240,6 +240,10 @@ func TestCheckerFindsEachViolation(t *testing.T) {
 			s.h.Rejections = append(s.h.Rejections, RejectionRow{EventID: "ghost", Task: "t2", Version: 1, Verdict: "stale", Reason: "no_lease"})
 		}, map[ViolationKind]int{Unknown: 1}, "no writer sent it"},
 
+		{"a dead letter that does not read is unknown", func(t *testing.T, s *story) {
+			s.h.DLQ[0].Err = "header Ledger-Verdict: \"maybe\" is not a verdict"
+		}, map[ViolationKind]int{Unknown: 1}, "does not read"},
+
 		{"a grant recorded for another holder is unknown", func(t *testing.T, s *story) {
 			s.h.Grants[1].Holder = "w-c"
 		}, map[ViolationKind]int{Unknown: 1}, `records "w-c"`},
