@@ -317,4 +317,6 @@ func TestViolationsArePrintedWithTheirHistory(t *testing.T) {
 	line := SummaryLine(90*time.Second, r, []FaultCount{{FaultSigstop, 3}, {FaultPGRestart, 1}}, 0)
 	assert.Equal(t, fmt.Sprintf("chaos: 1m30s events=5 commits=4 rejections={stale:1 gap:0 conflict:0 invalid:0} grants=2 "+
 		"stale_sends=2 faults={sigstop:3 pg_restart:1} exits=0 violations=%d", r.Total()), line)
+	assert.Equal(t, fmt.Sprintf("chaos check: events=5 commits=4 rejections={stale:1 gap:0 conflict:0 invalid:0} grants=2 "+
+		"stale_sends=2 violations=%d", r.Total()), CheckLine(r))
 }

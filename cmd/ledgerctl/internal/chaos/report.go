@@ -33,14 +33,9 @@ type FaultCount struct {
 // fault (each was restarted).
 func SummaryLine(d time.Duration, r *Report, faults []FaultCount, exits int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "chaos: %s events=%d commits=%d rejections={", d.Round(time.Second), r.Events, r.Commits)
-	for i, v := range []wire.Verdict{wire.VerdictStale, wire.VerdictGap, wire.VerdictConflict, wire.VerdictInvalid} {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		fmt.Fprintf(&b, "%s:%d", v, r.Rejections[string(v)])
-	}
-	fmt.Fprintf(&b, "} grants=%d stale_sends=%d faults={", r.Grants, r.StaleSends)
+	fmt.Fprintf(&b, "chaos: %s ", d.Round(time.Second))
+	writeCounts(&b, r)
+	b.WriteString(" faults={")
 	for i, f := range faults {
 		if i > 0 {
 			b.WriteByte(' ')
@@ -49,6 +44,27 @@ func SummaryLine(d time.Duration, r *Report, faults []FaultCount, exits int) str
 	}
 	fmt.Fprintf(&b, "} exits=%d violations=%d", exits, r.Total())
 	return b.String()
+}
+
+// CheckLine is the summary of a check without a run ("ledgerctl chaos
+// check"): the counts of SummaryLine without duration, faults and exits.
+func CheckLine(r *Report) string {
+	var b strings.Builder
+	b.WriteString("chaos check: ")
+	writeCounts(&b, r)
+	fmt.Fprintf(&b, " violations=%d", r.Total())
+	return b.String()
+}
+
+func writeCounts(b *strings.Builder, r *Report) {
+	fmt.Fprintf(b, "events=%d commits=%d rejections={", r.Events, r.Commits)
+	for i, v := range []wire.Verdict{wire.VerdictStale, wire.VerdictGap, wire.VerdictConflict, wire.VerdictInvalid} {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(b, "%s:%d", v, r.Rejections[string(v)])
+	}
+	fmt.Fprintf(b, "} grants=%d stale_sends=%d", r.Grants, r.StaleSends)
 }
 
 // PrintViolations writes the count of every kind and, for the first show

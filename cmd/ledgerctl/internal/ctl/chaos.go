@@ -199,7 +199,7 @@ func ChaosCheck(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	r := chaos.Check(h)
 	chaos.PrintViolations(stdout, h, r, *show)
-	fmt.Fprintln(stdout, chaos.SummaryLine(0, r, nil, 0))
+	fmt.Fprintln(stdout, chaos.CheckLine(r))
 	if r.Total() > 0 {
 		return violationsError{r.Total()}
 	}
