@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: test vet bench demo build fuzz
+.PHONY: test vet bench demo build fuzz chaos
 
 # demo: the whole ledger in one process (NATS embedded; PostgreSQL from
 # DATABASE_URL, or a throwaway cluster), playing the two seed stories.
@@ -27,6 +27,15 @@ FUZZTIME ?= 1m
 FUZZTIME_CI ?= 3s
 fuzz:
 	FUZZTIME=$(FUZZTIME) bash .ci/fuzz
+
+# chaos: the ledger as processes (PostgreSQL, NATS, two ingests, a projector,
+# two writers per partition) under kill -9, SIGSTOP and restarts, checked from
+# the writers' logs and the stored state; exits 1 on any violation.
+# CHAOS_FLAGS passes flags: make chaos CHAOS_FLAGS='-duration 1h -cluster'.
+CHAOS_FLAGS ?=
+chaos:
+	$(GO) build -o bin/ ./cmd/...
+	bin/ledgerctl chaos $(CHAOS_FLAGS)
 
 vet:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done

@@ -128,7 +128,7 @@ func (b *batcher) drain(ch <-chan *inbound) {
 }
 
 // finishQueue is how many committed batches of a lane may wait for their
-// publish acks at once.
+// copies to be stored at once.
 const finishQueue = 4
 
 // committedBatch is a batch whose outcomes are durable in Postgres and whose
@@ -137,7 +137,6 @@ type committedBatch struct {
 	batch   []*inbound
 	logged  []*fence.Committed // the events whose copies out begins with, in commit order
 	out     []*nats.Msg
-	letters int // the last letters messages of out are dead letters
 	started time.Time
 }
 
@@ -197,7 +196,6 @@ func (s *Service) commit(batch []*inbound) *committedBatch {
 		cb.out = append(cb.out, s.logCopy(c))
 	}
 	cb.out = append(cb.out, letters...)
-	cb.letters = len(letters)
 	return cb
 }
 
@@ -233,7 +231,7 @@ func (s *Service) markFinal(ctx context.Context, batch []*inbound, pos []int, no
 	wg.Wait()
 }
 
-// capWaiting counts the batch's "not yet" events against their holders'
+// capWaiting counts the batch's "not yet" events against their principals'
 // MaxWaitingPerPrincipal, and appends again, judged at once (gap,
 // too_many_waiting), the ones beyond it. It is false if the service stopped
 // before that second append was done.

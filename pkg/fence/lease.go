@@ -29,13 +29,17 @@ type Store struct {
 	sharedRejections bool
 }
 
+// buildUnfenced is set only in a build with the tag ledger_nofence
+// (nofence_chaos.go), the chaos run's negative control; never by an option.
+var buildUnfenced bool
+
 // New returns a Store on pool. The schema must be migrated (package migrations).
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, cfg: cfg}
+	s := &Store{pool: pool, cfg: cfg, unfenced: buildUnfenced}
 	if cfg.HeadCacheSize > 0 {
 		s.heads = newHeadCache(cfg.HeadCacheSize)
 	}

@@ -2,7 +2,11 @@ package ctl
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
 
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/benchreport"
 )
@@ -26,6 +30,8 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rate := f.Int("rate", 0, "offered load of each latency path, events/s (0: half the full pipeline's saturation rate)")
 	duration := f.Duration("duration", benchreport.LatencyDurationDefault, "length of each latency path")
 	workers := f.Int("workers", benchreport.WorkersDefault, "SDK workers (each holds 16/workers partitions)")
+	cpuProfile := f.String("cpuprofile", "", "write a CPU profile of the whole run (every part runs in this process) to this file")
+	memProfile := f.String("memprofile", "", "write an allocation profile at the end of the run to this file")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -39,6 +45,17 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *events < 1 || *rounds < 1 || *rate < 0 || *duration <= 0 || *workers < 1 || *workers > 16 {
 		return Usagef("-events, -rounds and -duration must be positive, -rate 0 or more, -workers 1..16")
 	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer writeHeapProfile(*memProfile, stderr)
+	}
 	r, err := benchreport.Run(ctx, benchreport.Options{DatabaseURL: f.Conn.DatabaseURL, Only: sections, Events: *events,
 		Rounds: *rounds, Rate: *rate, LatencyDuration: *duration, Workers: *workers, Progress: stderr})
 	if err != nil {
@@ -48,4 +65,30 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return writeJSON(stdout, r)
 	}
 	return r.Print(stdout)
+}
+
+// startCPUProfile profiles the process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
+}
+
+// writeHeapProfile writes the allocations since start ("alloc_space" in
+// pprof) to path; a failure is reported, not fatal.
+func writeHeapProfile(path string, stderr io.Writer) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		_ = f.Close()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "ledgerctl bench: memory profile: %v\n", err)
+	}
 }

@@ -43,6 +43,7 @@ var commands = map[string]Command{
 	"bench":   {Bench, "[-events N] [-rate N]", "benchmark report: baselines, fence, pipeline, latency"},
 	"console": {Console, "[-listen ADDR] [-allow-replay]", "serve the web console: partitions, flow, dead letters, tasks, live"},
 	"rebuild": {Rebuild, "[-partitions SET]", "replay the PostgreSQL log into fresh projections (stop the projectors first)"},
+	"chaos":   {Chaos, "[flags] | writer|check ...", "run the ledger as processes under faults and check every promise"},
 }
 
 // Run runs ledgerctl with args (without the program name) and returns the

@@ -26,6 +26,8 @@ type Cluster struct {
 	port   int
 	pgCtl  string
 	asUser *user.User
+	// opts are the server options of pg_ctl start, kept for Restart.
+	opts string
 }
 
 // ErrNotInstalled is returned when initdb and pg_ctl cannot be found.
@@ -45,7 +47,10 @@ func find(name string) (string, error) {
 }
 
 // Start creates and starts a cluster. Stop removes it.
-func Start(ctx context.Context) (*Cluster, error) {
+func Start(ctx context.Context) (*Cluster, error) { return StartWith(ctx, Options{}) }
+
+// StartWith is Start with options.
+func StartWith(ctx context.Context, o Options) (*Cluster, error) {
 	initdb, err := find("initdb")
 	if err != nil {
 		return nil, err
@@ -78,8 +83,8 @@ func Start(ctx context.Context) (*Cluster, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("pgtemp: initdb: %w: %s", err, out)
 	}
-	opts := fmt.Sprintf("-c listen_addresses='' -k %s -p %d -c fsync=off -c synchronous_commit=off -c full_page_writes=off", dir, c.port)
-	if out, err := c.run(ctx, pgCtl, "-D", data, "-o", opts, "-l", filepath.Join(dir, "server.log"), "-w", "-t", "60", "start"); err != nil {
+	c.opts = fmt.Sprintf("-c listen_addresses='' -k %s -p %d -c fsync=off -c full_page_writes=off %s", dir, c.port, o.settings())
+	if out, err := c.start(ctx); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("pgtemp: start: %w: %s %s", err, out, log)

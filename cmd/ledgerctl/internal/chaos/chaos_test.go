@@ -1,0 +1,140 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
+)
+
+// binaries builds ingest, projector and ledgerctl once per test binary, and
+// the ingest again with the tag ledger_nofence (the fence switched off).
+var binaries struct {
+	once    sync.Once
+	dir     string
+	nofence string
+	err     error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binaries.dir != "" {
+		os.RemoveAll(binaries.dir)
+	}
+	os.Exit(code)
+}
+
+func build(t *testing.T) (dir, nofenceIngest string) {
+	t.Helper()
+	binaries.once.Do(func() {
+		binaries.dir, binaries.err = os.MkdirTemp("", "ledger-chaos-bin-")
+		if binaries.err != nil {
+			return
+		}
+		root, err := moduleRoot()
+		if err != nil {
+			binaries.err = err
+			return
+		}
+		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		for _, args := range [][]string{
+			{"build", "-o", binaries.dir + "/", "./cmd/..."},
+			{"build", "-tags", "ledger_nofence", "-o", filepath.Join(binaries.dir, "nofence", "ingest"), "./cmd/ingest"},
+		} {
+			cmd := exec.Command(gobin, args...)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				binaries.err = errors.New("go " + strings.Join(args, " ") + ": " + err.Error() + "\n" + string(out))
+				return
+			}
+		}
+		binaries.nofence = filepath.Join(binaries.dir, "nofence", "ingest")
+	})
+	require.NoError(t, binaries.err)
+	return binaries.dir, binaries.nofence
+}
+
+// moduleRoot is the directory of the go.mod above the test's directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	for err == nil {
+		if _, serr := os.Stat(filepath.Join(dir, "go.mod")); serr == nil {
+			return dir, nil
+		}
+		if parent := filepath.Dir(dir); parent != dir {
+			dir = parent
+			continue
+		}
+		err = errors.New("no go.mod above the test's directory")
+	}
+	return "", err
+}
+
+// runChaos runs a chaos run, skipping the test only when this machine has
+// no PostgreSQL server binaries to make a throwaway cluster with.
+func runChaos(t *testing.T, o chaos.Options) *chaos.Result {
+	t.Helper()
+	o.Progress = testWriter{t}
+	var out strings.Builder
+	o.Out = &out
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := chaos.Run(ctx, o)
+	if errors.Is(err, pgtemp.ErrNotInstalled) {
+		t.Skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed: ", err)
+	}
+	require.NoError(t, err)
+	t.Log("\n" + out.String())
+	return res
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func TestChaosUnderEveryFaultBreaksNoPromise(t *testing.T) {
+	bin, _ := build(t)
+	res := runChaos(t, chaos.Options{Bin: bin, Duration: time.Minute})
+
+	r := res.Report
+	assert.Zero(t, r.Total(), "violations: %v\n%s", r.Counts, res.Summary)
+	for _, f := range res.Faults {
+		assert.Positive(t, f.Count, "no %s was injected: %s", f.Kind, res.Summary)
+	}
+	require.Len(t, res.Faults, 4, res.Summary)
+	assert.Positive(t, r.Commits, res.Summary)
+	assert.Positive(t, r.StaleSends, "no writer sent after a takeover, so the fence was not tried: %s", res.Summary)
+	assert.Greater(t, r.Grants, 2*chaos.PartitionsDefault, "takeovers happened: %s", res.Summary)
+}
+
+func TestChaosWithoutTheFenceReportsStaleCommits(t *testing.T) {
+	bin, nofence := build(t)
+	// Many tasks at a low rate: a writer that took over has not yet
+	// written most tasks when the paused one wakes, so the zombie's next
+	// versions are free, and only the fence can refuse them.
+	res := runChaos(t, chaos.Options{Bin: bin, IngestBin: nofence, Duration: 25 * time.Second,
+		Tasks: 64, Rate: 20, SigstopEvery: 2 * time.Second,
+		KillIngestEvery: chaos.Off, NATSRestartEvery: chaos.Off, PGRestartEvery: chaos.Off,
+		GapWindow: 2 * time.Second, Show: 2})
+
+	assert.Positive(t, res.Report.Counts[chaos.StaleCommit], "the checker missed what the fence prevents: %s", res.Summary)
+	assert.NotEmpty(t, res.Dir, "a run with violations keeps its logs")
+	if res.Dir != "" {
+		os.RemoveAll(res.Dir)
+	}
+}

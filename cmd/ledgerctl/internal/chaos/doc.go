@@ -1,0 +1,40 @@
+// Package chaos proves the ledger's promises under faults, continuously: it
+// runs the real services as processes, breaks them while writers publish,
+// and then checks, trusting nothing the services say about themselves,
+// that no promise was broken ("ledgerctl chaos", "make chaos").
+//
+// # The run
+//
+// Run starts a throwaway PostgreSQL (package pgtemp, durable commits), one
+// nats-server or three (RunNATS, each a "ledgerctl chaos nats" process),
+// two ingests and a projector from their binaries, and two writers per
+// partition (RunWriter, "ledgerctl chaos writer"), each the other's
+// standby. While they publish it injects, on a seeded schedule: SIGSTOP of
+// a lease holder past its TTL (it wakes as a zombie and keeps publishing
+// with its old generation for a moment), kill -9 of an ingest, kill -9 of
+// the nats-server (or of a cluster node), and an immediate-mode PostgreSQL
+// restart. Then it stops the faults and the writers, waits until LEDGER_IN
+// is empty and the projections caught up, and checks.
+//
+// # The writers
+//
+// A writer acquires its partition's lease (on "held" it waits for the
+// holder's expiry from the reply and asks again), reads the heads of its
+// tasks, and publishes each task's next version in turn, the next one only
+// once JetStream acked the previous (a send without an ack is retried with
+// the same event id while the lease lasts). It renews every TTL/3 and
+// stops trusting its generation at the Go SDK's local deadline, on a
+// refused renewal, or on a stale receipt. Everything goes to its log as
+// JSON lines (Record): each send just before it leaves, each ack, receipt,
+// grant (with the time its reply arrived), refusal and loss. Events are
+// published as raw JetStream messages with the contract's headers, so a
+// zombie's sends bypass any client-side lease check.
+//
+// # The checker
+//
+// Check reads only a History: the writers' logs, and the rows, stream
+// messages and bucket values of the run's tasks (Collect). A send's time is
+// its writer's clock, a grant's time the moment its reply reached its
+// writer; writers run on one host, so the times compare. The violations it
+// counts are the ViolationKind constants; each must be 0.
+package chaos

@@ -1,0 +1,133 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// History is everything the checker reads: what the writers logged, and
+// what PostgreSQL, LEDGER_LOG, LEDGER_DLQ and the bucket hold for the run's
+// tasks and partitions. Nothing in it is what a service said about itself.
+type History struct {
+	Writers []*WriterLog
+	// Events are the rows of ledger.events of the run's tasks, by seq.
+	Events []EventRow
+	// Rejections are the rows of ledger.rejections of the run's tasks.
+	Rejections []RejectionRow
+	// Grants are the rows of ledger.lease_grants of the run's partitions.
+	Grants []GrantRow
+	// Log holds the LEDGER_LOG copies of the run's tasks in stream order.
+	Log []Copy
+	// DLQ holds the LEDGER_DLQ letters of the run's tasks in stream order.
+	DLQ []Letter
+	// Projections are the ledger_tasks values of the run's tasks; a task
+	// without a key is absent.
+	Projections map[string][]byte
+}
+
+// EventRow is a row of ledger.events.
+type EventRow struct {
+	Seq         int64
+	EventID     string
+	Partition   int
+	Task        string
+	Version     int64
+	Type        string
+	Payload     json.RawMessage
+	Holder      string
+	Generation  int64
+	CommittedAt time.Time
+}
+
+// RejectionRow is a row of ledger.rejections.
+type RejectionRow struct {
+	EventID           string
+	Partition         int
+	Task              string
+	Version           int64
+	Holder            string
+	Generation        int64
+	Verdict           string
+	Reason            string
+	CurrentGeneration int64
+	RejectedAt        time.Time
+}
+
+// GrantRow is a row of ledger.lease_grants.
+type GrantRow struct {
+	Partition  int
+	Generation int64
+	Holder     string
+	GrantedAt  time.Time
+}
+
+// Copy is a LEDGER_LOG message. Err says which of its headers did not
+// parse; such a copy matches no row.
+type Copy struct {
+	StreamSeq  uint64
+	Subject    string
+	EventID    string
+	Task       string
+	Partition  int
+	Version    int64
+	Seq        int64
+	Type       string
+	Holder     string
+	Generation int64
+	Err        string
+}
+
+// Letter is a LEDGER_DLQ message.
+type Letter struct {
+	StreamSeq  uint64
+	Subject    string
+	EventID    string
+	Task       string
+	Version    int64
+	Holder     string
+	Generation int64
+	Verdict    string
+	Reason     string
+	// Err says why the codec refused the letter's own headers.
+	Err string
+}
+
+// parseCopy reads a LEDGER_LOG message with the contract's codec. A copy
+// the codec refuses keeps what could be read, and Err says why.
+func parseCopy(subj wire.Subjects, streamSeq uint64, subject string, h nats.Header, data []byte) Copy {
+	lc, err := subj.DecodeLog(subject, h, data)
+	c := Copy{StreamSeq: streamSeq, Subject: subject, EventID: lc.EventID, Task: lc.Task, Partition: lc.Partition,
+		Version: lc.Version, Seq: lc.Seq, Type: lc.Type, Holder: lc.Holder, Generation: lc.Generation}
+	if err != nil {
+		c.Err = err.Error()
+	} else if !wire.ValidEventID(c.EventID) {
+		c.Err = fmt.Sprintf("its %s %q is not an event id", wire.HeaderMsgID, c.EventID)
+	}
+	return c
+}
+
+// parseLetter reads a LEDGER_DLQ message with the contract's codec; the
+// event's own numbers are read from its original headers (0 where they
+// are not numbers), its task from the subject.
+func parseLetter(subj wire.Subjects, streamSeq uint64, subject string, h nats.Header, data []byte) Letter {
+	d, err := wire.DecodeDeadLetter(h, data)
+	num := func(name string) int64 {
+		n, _ := wire.ParseInt(d.Header.Get(name))
+		return n
+	}
+	l := Letter{StreamSeq: streamSeq, Subject: subject, EventID: d.Header.Get(wire.HeaderMsgID),
+		Version: num(wire.HeaderVersion), Holder: d.Header.Get(wire.HeaderHolder), Generation: num(wire.HeaderGeneration),
+		Verdict: string(d.Verdict), Reason: d.Reason}
+	if err != nil {
+		l.Err = err.Error()
+	}
+	if _, task, err := subj.ParseDLQ(subject); err == nil {
+		l.Task = task
+	}
+	return l
+}

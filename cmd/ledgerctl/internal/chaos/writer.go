@@ -1,0 +1,470 @@
+package chaos
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// Defaults of WriterConfig.
+const (
+	// WriterTTLDefault is the lease TTL a writer asks for: 1 s.
+	WriterTTLDefault = time.Second
+	// WriterRateDefault is how many events a holding writer publishes per
+	// second: 50.
+	WriterRateDefault = 50
+	// ZombieDefault is how long a writer that finds it was paused keeps
+	// publishing with its old generation: 300 ms.
+	ZombieDefault = 300 * time.Millisecond
+)
+
+// eventTypes are the types writers cycle through, so that a projection's
+// status says which version it last applied.
+var eventTypes = []string{"created", "running", "progress", "checkpoint", "completed"}
+
+// WriterConfig configures one writer: a process that competes for one
+// partition's lease and, while it holds it, publishes the next versions of
+// that partition's tasks, logging everything it does and sees.
+type WriterConfig struct {
+	// Holder is the writer's holder id, <principal>.<instance> (CONTRACT,
+	// Identifiers). Required.
+	Holder string
+	// Partition is the partition it competes for.
+	Partition int
+	// Tasks are the tasks it publishes to, in turn. Required.
+	Tasks []string
+	// Prefix is the subject prefix; default "ledger".
+	Prefix string
+	// TTL is the lease TTL it asks for; default 1 s. It renews every TTL/3
+	// and stops trusting a generation TTL − (2% + 25 ms) after the last
+	// renewal it had confirmed was sent, as the Go SDK does.
+	TTL time.Duration
+	// Rate is events per second while it holds the lease; default 50.
+	Rate float64
+	// Zombie is how long it keeps publishing with its old generation after
+	// it notices it was paused for longer than TTL; default 300 ms. Such
+	// sends, once another writer's grant was acknowledged, must all be
+	// refused by the fence.
+	Zombie time.Duration
+	// Log receives the writer's records, one JSON object per line (see
+	// Record). Required.
+	Log io.Writer
+}
+
+func (c WriterConfig) withDefaults() WriterConfig {
+	c.Prefix = cmp.Or(c.Prefix, wire.PrefixDefault)
+	c.TTL = cmp.Or(c.TTL, WriterTTLDefault)
+	c.Rate = cmp.Or(c.Rate, WriterRateDefault)
+	c.Zombie = cmp.Or(c.Zombie, ZombieDefault)
+	return c
+}
+
+func (c WriterConfig) validate() error {
+	switch {
+	case !wire.ValidHolder(c.Holder):
+		return fmt.Errorf("writer: holder %q is not <principal>.<instance>, each 1..64 of [A-Za-z0-9_-]", c.Holder)
+	case c.Partition < 0:
+		return fmt.Errorf("writer: partition %d is negative", c.Partition)
+	case len(c.Tasks) == 0:
+		return errors.New("writer: no tasks")
+	case c.TTL < wire.TTLMinMillis*time.Millisecond || c.TTL > wire.TTLMaxMillis*time.Millisecond:
+		return fmt.Errorf("writer: ttl %v is outside the contract's bounds", c.TTL)
+	case c.Rate <= 0 || c.Zombie < 0:
+		return errors.New("writer: rate must be positive and the zombie window not negative")
+	case c.Log == nil:
+		return errors.New("writer: no log")
+	}
+	for _, t := range c.Tasks {
+		if !wire.ValidID(t) {
+			return fmt.Errorf("writer: task %q is not 1..128 of [A-Za-z0-9_-]", t)
+		}
+	}
+	return nil
+}
+
+// writer is one running writer.
+type writer struct {
+	cfg  WriterConfig
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	subj wire.Subjects
+	log  *logWriter
+	rng  *rand.Rand
+
+	// lastTick is the wall clock (Unix ns) the pause detector last saw.
+	lastTick atomic.Int64
+
+	mu sync.Mutex
+	// gen is the generation held, 0 while none; deadline is when it stops
+	// being trusted; lost marks it given up.
+	gen      int64
+	deadline time.Time
+	lost     bool
+	// zombieGen is published with until zombieUntil, whatever the lease.
+	zombieGen   int64
+	zombieUntil time.Time
+}
+
+// RunWriter runs a writer on nc until ctx ends.
+func RunWriter(ctx context.Context, nc *nats.Conn, cfg WriterConfig) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("writer: jetstream: %w", err)
+	}
+	w := &writer{cfg: cfg, nc: nc, js: js, subj: wire.Subjects{Prefix: cfg.Prefix}, log: newLogWriter(cfg.Log),
+		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(cfg.Partition)))}
+	p := cfg.Partition
+	w.log.add(Record{Kind: KindStart, Holder: cfg.Holder, Partition: &p, Tasks: cfg.Tasks,
+		TTLMillis: cfg.TTL.Milliseconds()})
+	bg, stopBG := context.WithCancel(context.Background())
+	var bgDone sync.WaitGroup
+	defer func() {
+		stopBG()
+		bgDone.Wait()
+		w.log.add(Record{Kind: KindStop})
+		_ = w.log.flush()
+	}()
+	bgDone.Add(2)
+	go func() { defer bgDone.Done(); w.flushEvery(bg, 100*time.Millisecond) }()
+	w.lastTick.Store(time.Now().UnixNano())
+	go func() { defer bgDone.Done(); w.watchPauses(bg) }()
+
+	sub, err := nc.Subscribe(w.subj.Receipt(cfg.Holder), w.onReceipt)
+	if err != nil {
+		return fmt.Errorf("writer: subscribe to receipts: %w", err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck
+	_ = sub.SetPendingLimits(-1, -1)
+
+	for ctx.Err() == nil {
+		gen, err := w.acquire(ctx)
+		if err != nil {
+			break
+		}
+		rctx, stopRenew := context.WithCancel(ctx)
+		renewed := make(chan struct{})
+		go func() { defer close(renewed); w.renewLoop(rctx, gen) }()
+		w.hold(ctx, gen)
+		stopRenew()
+		<-renewed
+		w.mu.Lock()
+		w.gen = 0
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+// safetyMargin is how much before TTL after a confirmed request was sent
+// the writer stops trusting it (the Go SDK's margin).
+func safetyMargin(ttl time.Duration) time.Duration { return ttl/50 + 25*time.Millisecond }
+
+// flushEvery pushes the log to its file now and then, so a writer that is
+// stopped for good leaves most of its log behind.
+func (w *writer) flushEvery(ctx context.Context, d time.Duration) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = w.log.flush()
+		}
+	}
+}
+
+// watchPauses notices the process being stopped (SIGSTOP) and woken: the
+// wall clock jumps by more than the TTL between two ticks.
+func (w *writer) watchPauses(ctx context.Context) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.checkPause()
+		}
+	}
+}
+
+// checkPause records a wake-up if the clock jumped since the last check;
+// the holder of a generation becomes a zombie of it for cfg.Zombie.
+func (w *writer) checkPause() {
+	now := time.Now()
+	last := w.lastTick.Swap(now.UnixNano())
+	paused := time.Duration(now.UnixNano() - last)
+	if paused <= w.cfg.TTL {
+		return
+	}
+	w.mu.Lock()
+	gen := w.gen
+	if gen > 0 && w.cfg.Zombie > 0 {
+		w.zombieGen, w.zombieUntil = gen, now.Add(w.cfg.Zombie)
+	}
+	w.mu.Unlock()
+	w.log.add(Record{Kind: KindWoke, T: now.UnixNano(), PausedMillis: paused.Milliseconds(), Gen: gen,
+		Zombie: gen > 0 && w.cfg.Zombie > 0})
+}
+
+// valid reports whether gen is held and trusted now.
+func (w *writer) valid(gen int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gen == gen && !w.lost && time.Now().Before(w.deadline)
+}
+
+// zombie reports whether gen is published with regardless of the lease.
+func (w *writer) zombie(gen int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.zombieGen == gen && time.Now().Before(w.zombieUntil)
+}
+
+// markLost gives gen up, once.
+func (w *writer) markLost(gen int64, why string) {
+	w.mu.Lock()
+	first := w.gen == gen && !w.lost
+	if first {
+		w.lost = true
+	}
+	w.mu.Unlock()
+	if first {
+		w.log.add(Record{Kind: KindLost, Gen: gen, Why: why})
+	}
+}
+
+// extend moves gen's deadline after a confirmed renewal sent at sent.
+func (w *writer) extend(gen int64, sent time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gen == gen && !w.lost {
+		w.deadline = sent.Add(w.cfg.TTL - safetyMargin(w.cfg.TTL))
+	}
+}
+
+// acquire asks for the lease until it is granted or ctx ends. A refusal
+// because another holder has it waits until that lease's expiry. A request
+// that got no answer is sent again with its request_id, so a grant whose
+// reply was lost is given again, not bumped (CONTRACT §1).
+func (w *writer) acquire(ctx context.Context) (int64, error) {
+	ttl := w.cfg.TTL.Milliseconds()
+	req := map[string]any{"partition": w.cfg.Partition, "ttl_ms": ttl, "request_id": ulid.Make().String()}
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		sent := time.Now()
+		var rep wire.LeaseReply
+		er, err := w.request(ctx, w.subj.Lease(wire.LeaseAcquire, w.cfg.Holder), req, &rep, w.cfg.TTL)
+		now := time.Now()
+		switch {
+		case err == nil && rep.Generation > 0:
+			w.mu.Lock()
+			w.gen, w.lost, w.deadline = rep.Generation, false, sent.Add(w.cfg.TTL-safetyMargin(w.cfg.TTL))
+			w.mu.Unlock()
+			w.log.add(Record{Kind: KindGrant, T: now.UnixNano(), Sent: sent.UnixNano(), Gen: rep.Generation,
+				ExpiresAt: rep.ExpiresAt})
+			return rep.Generation, nil
+		case er != nil && er.Error == wire.ErrCodeHeld:
+			w.log.add(Record{Kind: KindHeld, T: now.UnixNano(), Sent: sent.UnixNano(), Holder: er.Holder,
+				Gen: er.Generation, ExpiresAt: er.ExpiresAt})
+			req["request_id"] = ulid.Make().String()
+			wait := w.cfg.TTL
+			if exp, perr := time.Parse(time.RFC3339Nano, er.ExpiresAt); perr == nil {
+				wait = min(max(time.Until(exp)+2*time.Millisecond, 5*time.Millisecond), w.cfg.TTL)
+			}
+			sleep(ctx, wait)
+		default:
+			sleep(ctx, 50*time.Millisecond+time.Duration(w.rng.IntN(50))*time.Millisecond)
+		}
+	}
+}
+
+// renewLoop renews gen every TTL/3 until ctx ends or gen is lost: refused,
+// or not confirmed before its deadline.
+func (w *writer) renewLoop(ctx context.Context, gen int64) {
+	every := w.cfg.TTL / 3
+	req := map[string]any{"partition": w.cfg.Partition, "generation": gen, "ttl_ms": w.cfg.TTL.Milliseconds()}
+	wait := every
+	for {
+		if !sleep(ctx, wait) {
+			return
+		}
+		w.mu.Lock()
+		deadline, mine := w.deadline, w.gen == gen && !w.lost
+		w.mu.Unlock()
+		if !mine {
+			return
+		}
+		sent := time.Now()
+		if !sent.Before(deadline) {
+			w.markLost(gen, "no renewal confirmed before the local deadline")
+			return
+		}
+		var rep wire.LeaseReply
+		er, err := w.request(ctx, w.subj.Lease(wire.LeaseRenew, w.cfg.Holder), req, &rep, min(every, time.Until(deadline)))
+		switch {
+		case err == nil:
+			w.extend(gen, sent)
+			wait = every
+		case er != nil && er.Error != wire.ErrCodeUnavailable:
+			w.markLost(gen, "renewal refused: "+er.Error+": "+er.Message)
+			return
+		default:
+			wait = 25 * time.Millisecond
+		}
+	}
+}
+
+// hold publishes while gen is valid, or while the writer is a zombie of it.
+func (w *writer) hold(ctx context.Context, gen int64) {
+	next := make(map[string]int64, len(w.cfg.Tasks))
+	for _, task := range w.cfg.Tasks {
+		for {
+			if ctx.Err() != nil || !w.valid(gen) {
+				return
+			}
+			var rep wire.TaskHeadReply
+			if _, err := w.request(ctx, w.subj.TaskHead(), map[string]any{"task": task}, &rep, w.cfg.TTL/3); err == nil {
+				next[task] = rep.Version + 1
+				w.log.add(Record{Kind: KindHead, Gen: gen, Task: task, Version: rep.Version})
+				break
+			}
+			sleep(ctx, 25*time.Millisecond)
+		}
+	}
+	tick := time.NewTicker(time.Duration(float64(time.Second) / w.cfg.Rate))
+	defer tick.Stop()
+	for i := w.rng.IntN(len(w.cfg.Tasks)); ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		w.checkPause()
+		zombie := w.zombie(gen)
+		if !zombie && !w.valid(gen) {
+			w.markLost(gen, "local deadline passed")
+			return
+		}
+		task := w.cfg.Tasks[i%len(w.cfg.Tasks)]
+		if w.publish(ctx, gen, task, next[task]) {
+			next[task]++
+		}
+	}
+}
+
+// publish sends the next event of task until JetStream acks it. A zombie
+// sends once; otherwise it retries with the same id while gen is valid.
+func (w *writer) publish(ctx context.Context, gen int64, task string, version int64) bool {
+	id := ulid.Make().String()
+	typ := eventTypes[int(version)%len(eventTypes)]
+	// The payload names the event, so no two events share content; the
+	// slot key makes the projection's merged data depend on every version.
+	payload, _ := json.Marshal(map[string]any{"by": w.cfg.Holder, "gen": gen, "v": version, "id": id,
+		"slot" + strconv.FormatInt(version%4, 10): version})
+	msg := nats.NewMsg(w.subj.In(w.cfg.Holder, w.cfg.Partition, task))
+	msg.Header.Set(wire.HeaderMsgID, id)
+	msg.Header.Set(wire.HeaderHolder, w.cfg.Holder)
+	msg.Header.Set(wire.HeaderGeneration, strconv.FormatInt(gen, 10))
+	msg.Header.Set(wire.HeaderVersion, strconv.FormatInt(version, 10))
+	msg.Header.Set(wire.HeaderType, typ)
+	msg.Data = payload
+	for try := 1; ; try++ {
+		zombie := w.zombie(gen)
+		if !zombie && !w.valid(gen) || ctx.Err() != nil {
+			return false
+		}
+		w.log.add(Record{Kind: KindPub, ID: id, Task: task, Version: version, Gen: gen, Type: typ, Try: try,
+			Zombie: zombie && !w.valid(gen)})
+		pctx, cancel := context.WithTimeout(ctx, max(w.cfg.TTL, time.Second))
+		ack, err := w.js.PublishMsg(pctx, msg, jetstream.WithRetryAttempts(0))
+		cancel()
+		if err == nil {
+			w.log.add(Record{Kind: KindAck, ID: id, Seq: ack.Sequence, Dup: ack.Duplicate})
+			return true
+		}
+		w.log.add(Record{Kind: KindNack, ID: id, Err: err.Error()})
+		if zombie {
+			return false
+		}
+		sleep(ctx, 25*time.Millisecond)
+	}
+}
+
+// onReceipt logs a receipt; a stale one of the held generation ends it, as
+// the fence will refuse that generation from now on.
+func (w *writer) onReceipt(m *nats.Msg) {
+	r, err := wire.DecodeReceipt(m.Data)
+	if err != nil {
+		w.log.add(Record{Kind: KindReceipt, ID: "?", Err: err.Error()})
+		return
+	}
+	w.log.add(Record{Kind: KindReceipt, ID: r.EventID, Task: r.Task, Version: r.Version, Gen: r.Generation,
+		Verdict: string(r.Verdict), Reason: r.Reason, Seq: uint64(max(r.Seq, 0))})
+	if r.Verdict == wire.VerdictStale {
+		w.markLost(r.Generation, "stale receipt: "+r.Reason)
+	}
+}
+
+// request sends a request to the lease service: a success reply is decoded
+// into out; an error reply is returned as er (unavailable, when nothing
+// answered in time).
+func (w *writer) request(ctx context.Context, subject string, body, out any, timeout time.Duration) (*wire.ErrorReply, error) {
+	b, _ := json.Marshal(body)
+	rctx, cancel := context.WithTimeout(ctx, max(timeout, 50*time.Millisecond))
+	defer cancel()
+	resp, err := w.nc.RequestWithContext(rctx, subject, b)
+	if err != nil {
+		return &wire.ErrorReply{Error: wire.ErrCodeUnavailable, Message: err.Error()}, err
+	}
+	return decodeReply(resp.Header, resp.Data, out)
+}
+
+// decodeReply reads a lease service reply: an error reply (the micro error
+// header set) as an ErrorReply, anything else as out.
+func decodeReply(h nats.Header, data []byte, out any) (*wire.ErrorReply, error) {
+	if code := h.Get(micro.ErrorCodeHeader); code != "" {
+		var er wire.ErrorReply
+		if json.Unmarshal(data, &er) != nil || er.Error == "" {
+			er = wire.ErrorReply{Error: wire.ErrCodeInvalid, Message: "error " + code + ": " + h.Get(micro.ErrorHeader)}
+		}
+		return &er, fmt.Errorf("%s: %s", er.Error, er.Message)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return &wire.ErrorReply{Error: wire.ErrCodeInvalid, Message: err.Error()}, fmt.Errorf("decode reply: %w", err)
+	}
+	return nil, nil
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

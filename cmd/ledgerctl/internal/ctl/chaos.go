@@ -1,0 +1,229 @@
+package ctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// chaosCommands are the parts of a chaos run that are processes of their
+// own. "writer" and "check" also run against an existing deployment
+// (docs/operations.md); "nats" is what a run starts as its NATS server.
+var chaosCommands = map[string]Command{
+	"writer": {ChaosWriter, "-holder H -partition N -tasks N -task-prefix P -log FILE [flags]", "one writer of a chaos run"},
+	"check":  {ChaosCheck, "-logs DIR [-show N]", "check the ledger against writer logs"},
+	"nats":   {ChaosNATS, "-name N -port P -store DIR [-cluster C -cluster-port P -routes URLS]", "a NATS server node of a chaos run"},
+}
+
+// Chaos runs a chaos run ("chaos"), or one of its parts ("chaos writer",
+// "chaos check", "chaos nats").
+func Chaos(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	// A part's name comes first after the global flags; anything else is
+	// the run's own flags.
+	fs := NewFlags("ledgerctl chaos", "", "", io.Discard)
+	if err := fs.FlagSet.Parse(args); err == nil && fs.NArg() > 0 {
+		if _, ok := chaosCommands[fs.Arg(0)]; ok {
+			return dispatch(ctx, "ledgerctl chaos", chaosCommands, args, stdout, stderr)
+		}
+	}
+	return chaosRun(ctx, args, stdout, stderr)
+}
+
+// violationsError is a run or check that found violations: exit status 1,
+// the violations already printed.
+type violationsError struct{ n int }
+
+func (e violationsError) Error() string { return fmt.Sprintf("%d violations (see above)", e.n) }
+
+func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := NewFlags("ledgerctl chaos", "[flags]",
+		"Run the ledger as processes (PostgreSQL, NATS, two ingests, a projector) with two writers per\n"+
+			"partition, inject faults while they publish (SIGSTOP of a writer, kill -9 of an ingest, NATS\n"+
+			"and PostgreSQL restarts), then check from the writers' logs and the stored state that no\n"+
+			"promise was broken. Exit status 0: no violation; 1: violations (printed); 2: usage.\n"+
+			"With -external, run only the writers and the checker against DATABASE_URL and NATS_URL.\n"+
+			"Parts: 'ledgerctl chaos writer', 'ledgerctl chaos check' (see docs/operations.md).", stderr)
+	var o chaos.Options
+	f.DurationVar(&o.Duration, "duration", chaos.DurationDefault, "how long the writers publish")
+	f.IntVar(&o.Partitions, "partitions", chaos.PartitionsDefault, "partitions written")
+	f.IntVar(&o.Writers, "writers", chaos.WritersDefault, "writers per partition, each the others' standby")
+	f.IntVar(&o.Tasks, "tasks", chaos.TasksDefault, "tasks per partition")
+	f.DurationVar(&o.TTL, "ttl", chaos.WriterTTLDefault, "the writers' lease TTL (also the ingests' -lease-ttl)")
+	f.Float64Var(&o.Rate, "rate", chaos.WriterRateDefault, "events per second of a writer while it holds its lease")
+	f.DurationVar(&o.Zombie, "zombie", chaos.ZombieDefault, "how long a writer that was paused keeps publishing with its old generation")
+	f.DurationVar(&o.SigstopEvery, "sigstop-every", chaos.SigstopEveryDefault, "mean time between SIGSTOPs of a writer (1.25-2 TTLs each); 0: none")
+	f.DurationVar(&o.KillIngestEvery, "kill-ingest-every", chaos.KillIngestEveryDefault, "mean time between kill -9 of an ingest; 0: none")
+	f.DurationVar(&o.NATSRestartEvery, "nats-restart-every", chaos.NATSRestartEveryDefault, "mean time between NATS restarts (kill -9; with -cluster of one node); 0: none")
+	f.DurationVar(&o.PGRestartEvery, "pg-restart-every", chaos.PGRestartEveryDefault, "mean time between immediate-mode PostgreSQL restarts; 0: none")
+	f.BoolVar(&o.Cluster, "cluster", false, "three JetStream nodes and R3 streams; kill -9 of a node instead of the server's restart")
+	f.IntVar(&o.Ingests, "ingests", chaos.IngestsDefault, "ingest processes")
+	f.StringVar(&o.Principal, "principal", chaos.PrincipalDefault, "principal of the writers' holder ids (with -external: their NATS user)")
+	seed := f.Uint64("seed", 0, "seed of the fault schedule and victims (0: random, printed)")
+	f.StringVar(&o.Bin, "bin", "", "directory of the ingest, projector and ledgerctl binaries (default: this executable's)")
+	f.StringVar(&o.Dir, "dir", "", "keep the run's logs and data here (default: a temporary directory, removed after a clean run)")
+	f.DurationVar(&o.GapWindow, "gap-window", 0, "the ingests' -gap-window (0: their default, 30s)")
+	f.DurationVar(&o.GapTimeout, "gap-timeout", chaos.GapTimeoutDefault, "the projector's -gap-timeout")
+	f.DurationVar(&o.DrainTimeout, "drain-timeout", chaos.DrainTimeoutDefault, "longest wait for LEDGER_IN to empty and the projections to catch up")
+	f.IntVar(&o.Show, "show", chaos.ShowDefault, "offenders printed per kind of violation")
+	external := f.Bool("external", false, "write to the deployment at DATABASE_URL and NATS_URL; no faults but the writers' SIGSTOP")
+	firstPartition := f.Int("first-partition", 0, "with -external: the first of the run's partitions (nobody else may lease them)")
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if f.NArg() > 0 {
+		return Usagef("unexpected argument %q", f.Arg(0))
+	}
+	o.Seed = *seed
+	for _, d := range []*time.Duration{&o.SigstopEvery, &o.KillIngestEvery, &o.NATSRestartEvery, &o.PGRestartEvery} {
+		if *d == 0 {
+			*d = chaos.Off
+		}
+	}
+	if *external {
+		o.External = &chaos.External{Conn: f.Conn, Prefix: f.Prefix, FirstPartition: *firstPartition}
+		if f.Conn.DatabaseURL == "" {
+			return Usagef("-external needs DATABASE_URL (or -database-url)")
+		}
+	} else if f.Prefix != wire.PrefixDefault {
+		return Usagef("-prefix applies to -external runs; a run of its own uses %q", wire.PrefixDefault)
+	}
+	// The flags hold the defaults already: a zero typed here is a mistake,
+	// not a request for the default.
+	if err := o.Validate(); err != nil {
+		return Usagef("%v", err)
+	}
+	o.Out, o.Progress = stdout, stderr
+	res, err := chaos.Run(ctx, o)
+	switch {
+	case errors.Is(err, pgtemp.ErrNotInstalled), errors.Is(err, chaos.ErrMissingBinary):
+		return err
+	case err != nil:
+		return err
+	case res.Report.Total() > 0:
+		return violationsError{res.Report.Total()}
+	}
+	return nil
+}
+
+// ChaosWriter runs one writer ("chaos writer") until it is interrupted.
+func ChaosWriter(ctx context.Context, args []string, _, stderr io.Writer) error {
+	f := NewFlags("ledgerctl chaos writer", "-holder H -partition N -tasks N -task-prefix P -log FILE [flags]",
+		"Compete for a partition's lease and, while holding it, publish the next versions of the\n"+
+			"partition's tasks (<task-prefix>-t0 ... -t<N-1>), logging every publish, ack, receipt and\n"+
+			"grant to -log (JSON lines, read by 'ledgerctl chaos check'). Runs until interrupted.", stderr)
+	var cfg chaos.WriterConfig
+	f.StringVar(&cfg.Holder, "holder", "", "holder id, <principal>.<instance> (required)")
+	f.IntVar(&cfg.Partition, "partition", -1, "partition (required)")
+	tasks := f.Int("tasks", chaos.TasksDefault, "number of tasks")
+	taskPrefix := f.String("task-prefix", "", "task ids are <task-prefix>-t<i> (required)")
+	f.DurationVar(&cfg.TTL, "ttl", chaos.WriterTTLDefault, "lease TTL")
+	f.Float64Var(&cfg.Rate, "rate", chaos.WriterRateDefault, "events per second while holding the lease")
+	f.DurationVar(&cfg.Zombie, "zombie", chaos.ZombieDefault, "how long to keep publishing with the old generation after a pause")
+	logPath := f.String("log", "", "writer log file to create (required)")
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if cfg.Holder == "" || cfg.Partition < 0 || *taskPrefix == "" || *logPath == "" || *tasks < 1 {
+		return Usagef("-holder, -partition, -tasks, -task-prefix and -log are required")
+	}
+	cfg.Prefix = f.Prefix
+	for i := range *tasks {
+		cfg.Tasks = append(cfg.Tasks, *taskPrefix+"-t"+strconv.Itoa(i))
+	}
+	logFile, err := os.OpenFile(*logPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("writer log: %w", err)
+	}
+	defer logFile.Close()
+	cfg.Log = logFile
+	opts, err := f.Conn.NATSOptions(nil)
+	if err != nil {
+		return Usagef("%v", err)
+	}
+	// Replies come under the principal's own inbox prefix, the only one an
+	// authenticated worker may subscribe to (CONTRACT §9).
+	opts = append(opts, nats.Name(cfg.Holder), nats.CustomInboxPrefix(wire.InboxPrefix(wire.Principal(cfg.Holder))),
+		nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
+	nc, err := nats.Connect(f.Conn.NATSURL, opts...)
+	if err != nil {
+		return fmt.Errorf("NATS: %w", err)
+	}
+	defer nc.Close()
+	if err := chaos.RunWriter(ctx, nc, cfg); err != nil {
+		return err
+	}
+	return logFile.Sync()
+}
+
+// ChaosCheck checks the ledger against writer logs ("chaos check").
+func ChaosCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := NewFlags("ledgerctl chaos check", "-logs DIR [-show N]",
+		"Read the writer logs (*.jsonl) in -logs and what PostgreSQL (DATABASE_URL), LEDGER_LOG,\n"+
+			"LEDGER_DLQ and the bucket (NATS_URL) hold for their tasks, and report every violation.\n"+
+			"Run it once the writers stopped and the ledger has judged their events.", stderr)
+	dir := f.String("logs", "", "directory of the writer logs (required)")
+	show := f.Int("show", chaos.ShowDefault, "offenders printed per kind of violation")
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return Usagef("-logs is required")
+	}
+	logs, err := chaos.ReadLogs(*dir)
+	if err != nil {
+		return err
+	}
+	pool, err := f.Postgres(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	nc, js, err := f.JetStream()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	h, err := chaos.Collect(ctx, chaos.Sources{Pool: pool, JS: js, Prefix: f.Prefix}, logs)
+	if err != nil {
+		return err
+	}
+	r := chaos.Check(h)
+	chaos.PrintViolations(stdout, h, r, *show)
+	fmt.Fprintln(stdout, chaos.CheckLine(r))
+	if r.Total() > 0 {
+		return violationsError{r.Total()}
+	}
+	return nil
+}
+
+// ChaosNATS runs one NATS server node of a chaos run ("chaos nats") until
+// it is interrupted.
+func ChaosNATS(ctx context.Context, args []string, _, stderr io.Writer) error {
+	f := NewFlags("ledgerctl chaos nats", "-name N -port P -store DIR [-cluster C -cluster-port P -routes URLS]",
+		"Run an embedded nats-server with JetStream until interrupted: the NATS node a chaos run\n"+
+			"starts, kills and restarts (on the same port and store).", stderr)
+	var n chaos.NATSNode
+	f.StringVar(&n.Name, "name", "", "server name")
+	f.IntVar(&n.Port, "port", 0, "client port on 127.0.0.1")
+	f.StringVar(&n.StoreDir, "store", "", "JetStream store directory")
+	f.StringVar(&n.Cluster, "cluster", "", "cluster name (empty: standalone)")
+	f.IntVar(&n.ClusterPort, "cluster-port", 0, "route port on 127.0.0.1")
+	f.StringVar(&n.Routes, "routes", "", "route URLs of every node, comma separated")
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if n.Name == "" || n.Port <= 0 || n.StoreDir == "" {
+		return Usagef("-name, -port and -store are required")
+	}
+	return chaos.RunNATS(ctx, n)
+}

@@ -1,0 +1,50 @@
+package pgtemp
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+)
+
+// Options adjust a throwaway cluster. The zero value is the demo's cluster.
+type Options struct {
+	// Durable keeps synchronous_commit on, so that every commit a client was
+	// told about survives Restart (an immediate shutdown drops the WAL not yet
+	// written). Default off: the demo trades that for speed. fsync stays off
+	// either way, since a stopped server, unlike a crashed host, loses nothing
+	// the kernel already holds.
+	Durable bool
+}
+
+func (o Options) settings() string {
+	if o.Durable {
+		return "-c synchronous_commit=on"
+	}
+	return "-c synchronous_commit=off"
+}
+
+// Restart stops the server in immediate mode, as a crash would (no
+// checkpoint, every connection cut), and starts it again on the same socket
+// and data, which it recovers from the WAL.
+func (c *Cluster) Restart(ctx context.Context) error {
+	data := filepath.Join(c.dir, "data")
+	if out, err := c.run(ctx, c.pgCtl, "-D", data, "-m", "immediate", "-w", "stop"); err != nil {
+		return fmt.Errorf("pgtemp: immediate stop: %w: %s", err, out)
+	}
+	if out, err := c.start(ctx); err != nil {
+		return fmt.Errorf("pgtemp: start after immediate stop: %w: %s", err, out)
+	}
+	return nil
+}
+
+// start starts the server with c.opts; its log goes to server.log.
+func (c *Cluster) start(ctx context.Context) (string, error) {
+	return c.run(ctx, c.pgCtl, "-D", filepath.Join(c.dir, "data"), "-o", c.opts,
+		"-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "60", "start")
+}
+
+// LogFile is the path of the server's log.
+func (c *Cluster) LogFile() string { return filepath.Join(c.dir, "server.log") }
+
+// Dir is the cluster's directory: data, socket and log.
+func (c *Cluster) Dir() string { return c.dir }
