@@ -3,6 +3,9 @@ package sdktest
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/flowness/ledger/internal/ingest"
 	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/natstest"
+	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/pkg/worker"
@@ -29,9 +33,16 @@ type ledger struct {
 
 func newLedger(t *testing.T) *ledger {
 	t.Helper()
+	return newLedgerWith(t, fence.Config{})
+}
+
+// newLedgerWith is newLedger with the store configured by cfg (such as
+// its partition count).
+func newLedgerWith(t *testing.T, cfg fence.Config) *ledger {
+	t.Helper()
 	l := &ledger{t: t, db: dbtest.New(t), ns: natstest.Start(t)}
 	var err error
-	l.store, err = fence.New(l.db.Pool, fence.Config{})
+	l.store, err = fence.New(l.db.Pool, cfg)
 	require.NoError(t, err)
 	svc, err := ingest.New(ingest.Config{}, ingest.Deps{NC: l.ns.Conn(t), Store: l.store, Logger: ledgertest.Logger()})
 	require.NoError(t, err)
@@ -103,6 +114,48 @@ func leaseGet(t *testing.T, nc *nats.Conn, partition int) wire.LeaseReply {
 	require.NoError(t, json.Unmarshal(resp.Data, &r))
 	require.NotNil(t, r.Valid)
 	return r
+}
+
+// startProjector runs a projector on the ledger until the test ends, so
+// that ledger_tasks follows the committed log.
+func (l *ledger) startProjector() {
+	l.t.Helper()
+	p, err := projector.New(projector.Config{}, projector.Deps{NC: l.ns.Conn(l.t), Pool: l.db.Pool, Logger: ledgertest.Logger()})
+	require.NoError(l.t, err)
+	require.NoError(l.t, p.Start(context.Background()))
+	l.t.Cleanup(p.Stop)
+}
+
+// recorder is a slog.Handler that keeps every record, so a test can tell
+// when the SDK did something it only logs.
+type recorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler      { return r }
+func (r *recorder) WithGroup(string) slog.Handler           { return r }
+
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, rec.Clone())
+	return nil
+}
+
+// count is how many records whose message starts with prefix were logged
+// after since.
+func (r *recorder) count(prefix string, since time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rec := range r.recs {
+		if strings.HasPrefix(rec.Message, prefix) && rec.Time.After(since) {
+			n++
+		}
+	}
+	return n
 }
 
 func testCtx(t *testing.T, d time.Duration) context.Context {
