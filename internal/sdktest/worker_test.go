@@ -295,7 +295,7 @@ func TestRefusedEventStopsItsTaskUntilResync(t *testing.T) {
 }
 
 // fakeLeaseService answers the lease service's subjects with grants that
-// never expire and heads of version 0, so publishing can be tested
+// never expire, heads of version 0 and the default partition count, so publishing can be tested
 // without an ingest: nothing ever judges the events. It does not answer
 // verdict lookups.
 func fakeLeaseService(t *testing.T, nc *nats.Conn) {
@@ -313,7 +313,15 @@ func fakeLeaseService(t *testing.T, nc *nats.Conn) {
 		_, err := nc.Subscribe(s, grant)
 		require.NoError(t, err)
 	}
-	_, err := nc.Subscribe(subj.TaskHead(), func(m *nats.Msg) {
+	_, err := nc.Subscribe(subj.LeaseGet(), func(m *nats.Msg) {
+		var req wire.LeaseRequest
+		require.NoError(t, json.Unmarshal(m.Data, &req))
+		valid := false
+		b, _ := json.Marshal(wire.LeaseReply{Partition: *req.Partition, Valid: &valid, Partitions: wire.PartitionsDefault})
+		_ = m.Respond(b)
+	})
+	require.NoError(t, err)
+	_, err = nc.Subscribe(subj.TaskHead(), func(m *nats.Msg) {
 		var req wire.TaskHeadRequest
 		_ = json.Unmarshal(m.Data, &req)
 		if req.EventID != "" {
