@@ -134,8 +134,8 @@ type recorder struct {
 }
 
 func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r *recorder) WithAttrs([]slog.Attr) slog.Handler      { return r }
-func (r *recorder) WithGroup(string) slog.Handler           { return r }
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *recorder) WithGroup(string) slog.Handler            { return r }
 
 func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
 	r.mu.Lock()
@@ -162,4 +162,12 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// partitionOf is the partition task is pinned to.
+func (l *ledger) partitionOf(ctx context.Context, task string) int {
+	l.t.Helper()
+	var p int
+	require.NoError(l.t, l.db.Pool.QueryRow(ctx, `SELECT partition FROM ledger.events WHERE task_id = $1 AND version = 1`, task).Scan(&p))
+	return p
 }
