@@ -203,7 +203,7 @@ func (l *Lease) learnHead(ctx context.Context, task string, ts *taskState) error
 	return nil
 }
 
-// message is an event's LEDGER_IN message (CONTRACT §2).
+// message is an event's LEDGER_IN message (docs/contract.md §2).
 func (l *Lease) message(p *Pending, typ string, payload []byte) *nats.Msg {
 	return l.c.subj.InboundMsg(wire.Inbound{ID: p.id, Partition: l.partition, Task: p.task, Holder: l.c.cfg.Holder,
 		Generation: l.generation, Version: p.version, Type: typ, Payload: payload})
