@@ -150,7 +150,9 @@ func TestExamplesSurviveKillStopAndTermOfThePrimary(t *testing.T) {
 	l := newLedger(t)
 	l.startProjector()
 	ctx := testCtx(t, 3*time.Minute)
-	const task, ttl = "report-1", time.Second
+	// A TTL of 2 s: a takeover after SIGTERM that waited for the expiry
+	// instead of seeing the release would take at least 2/3 of it.
+	const task, ttl = "report-1", 2 * time.Second
 	env := []string{"NATS_URL=" + l.ns.URL()}
 	worker := func(instance string) *proc {
 		return startProc(t, "reports."+instance, filepath.Join(bin, "standby"), env, "-principal", "reports",
