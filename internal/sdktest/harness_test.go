@@ -3,6 +3,7 @@ package sdktest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -156,6 +157,22 @@ func (r *recorder) count(prefix string, since time.Time) int {
 		}
 	}
 	return n
+}
+
+// String lists the records, for a failure message.
+func (r *recorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	for _, rec := range r.recs {
+		fmt.Fprintf(&b, "%s %s %s", rec.Time.Format("15:04:05.000"), rec.Level, rec.Message)
+		rec.Attrs(func(a slog.Attr) bool {
+			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+			return true
+		})
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 func testCtx(t *testing.T, d time.Duration) context.Context {
