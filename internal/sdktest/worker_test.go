@@ -238,6 +238,12 @@ func TestEventThatComesBackStaleEndsTheLease(t *testing.T) {
 	require.ErrorIs(t, context.Cause(stale.Context()), worker.ErrLeaseLost)
 	_, err = stale.Publish(ctx, "job", "step", nil)
 	require.ErrorIs(t, err, worker.ErrLeaseLost)
+	// Publishing under the lease's own (done) context tells the loss too,
+	// not merely a cancelled context.
+	for i := 0; i < 20; i++ {
+		_, err = stale.Publish(stale.Context(), "job", "step", nil)
+		require.ErrorIs(t, err, worker.ErrLeaseLost)
+	}
 	require.ErrorIs(t, stale.Release(ctx), worker.ErrLeaseLost)
 
 	require.NoError(t, fresh.Context().Err(), "the new incarnation must keep its lease")

@@ -73,18 +73,22 @@ func (l *Lease) Publish(ctx context.Context, task, typ string, payload []byte) (
 	case len(payload) > 0 && !json.Valid(payload):
 		return nil, fmt.Errorf("worker: publish: payload is not JSON: %w", ErrInvalid)
 	}
-	// A done context is checked before anything else: a select on a free
-	// slot and ctx.Done() picks either at random, and a worker told to stop
-	// must not send.
-	if err := ctx.Err(); err != nil {
-		return nil, notSent(task, err)
-	}
+	// The lease, then ctx, are checked before the select: a select on a
+	// free slot and a done ctx picks either at random, and a worker told to
+	// stop must not send. The lease comes first so that a lost lease says
+	// so, also to a caller that passed the lease's own context.
 	if err := l.usable(); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, notSent(task, err)
 	}
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
+		if l.ctx.Err() != nil {
+			return nil, context.Cause(l.ctx)
+		}
 		return nil, notSent(task, fmt.Errorf("waiting for one of %d in-flight slots: %w", l.c.cfg.MaxInFlight, ctx.Err()))
 	case <-l.ctx.Done():
 		return nil, context.Cause(l.ctx)
