@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 )
@@ -135,25 +137,50 @@ func get(ctx context.Context, nc *nats.Conn, task string) (*nats.Msg, error) {
 
 // show prints a value of task if it moves the task's version forward.
 func show(seen map[string]int64, task string, m *nats.Msg) {
-	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-		say("%s: deleted (%s)", task, op)
+	if line, ok := describe(seen, task, m.Header.Get("KV-Operation"), m.Data); ok {
+		say("%s", line)
+	}
+}
+
+// describe is the line a change of task prints, and false when it prints
+// nothing (a version already shown). Everything that came over the wire
+// is made printable first: a value is written by the projector, but its
+// data is whatever workers published, and a terminal must not take a
+// control sequence from it.
+func describe(seen map[string]int64, task, op string, data []byte) (string, bool) {
+	task = printable(task)
+	if op == "DEL" || op == "PURGE" {
 		delete(seen, task)
-		return
+		return fmt.Sprintf("%s: deleted (%s)", task, printable(op)), true
 	}
 	var p projection
-	if err := json.Unmarshal(m.Data, &p); err != nil {
-		say("%s: value that is not a projection (%v): %.80q", task, err, m.Data)
-		return
+	if err := json.Unmarshal(data, &p); err != nil {
+		return fmt.Sprintf("%s: value that is not a projection (%s): %.80q", task, printable(err.Error()), data), true
 	}
 	if v, ok := seen[task]; ok && p.Version <= v {
-		return
+		return "", false
 	}
 	seen[task] = p.Version
 	gap := ""
 	if p.Gap != nil {
 		gap = fmt.Sprintf(", waiting for version %d", p.Gap.NextVersion)
 	}
-	say("%s: version %d %s %s%s", task, p.Version, p.Status, p.Data, gap)
+	return fmt.Sprintf("%s: version %d %s %s%s", task, p.Version, printable(p.Status), printable(string(p.Data)), gap), true
+}
+
+// printable replaces every rune a terminal could act on (control
+// characters, C1 controls, invalid UTF-8, bidirectional overrides) with
+// its \u escape.
+func printable(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsPrint(r) && r != utf8.RuneError {
+			b.WriteRune(r)
+		} else {
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return b.String()
 }
 
 func say(format string, args ...any) {
