@@ -55,8 +55,10 @@ type Lease struct {
 // ErrHeld (a *ServiceError naming the current holder and its expiry) when
 // another holder has a valid lease, ErrLeaseActive when this client already
 // holds the partition, ErrInvalid for a partition the service does not
-// have, and ErrUnavailable when the service cannot be reached in time.
-// AcquireWait is Acquire for a standby: it waits for a held lease to end.
+// have, ErrUnavailable when the service cannot be reached in time, and
+// ErrLeaseLost in the rare case of a grant that came too late to be kept
+// (see below) whose renewal then failed. AcquireWait is Acquire for a
+// standby: it waits for a held lease to end.
 //
 // The request carries a request_id (a ULID), and a request that is not
 // answered (a timeout, no responders, a service whose database is down) is
