@@ -338,7 +338,7 @@ func (s *Service) appendWithRetry(ctx context.Context, events []fence.Event) ([]
 		}
 		s.metrics.retry("append")
 		s.log.Warn("fenced append failed; retrying", slog.Int("events", len(events)), slog.Int("attempt", attempt),
-			slog.Bool("transient", fence.IsTransient(err)), slog.Duration("backoff", delay), slog.String("error", err.Error()))
+			slog.Bool("transient", fence.IsTransient(err)), slog.String("backoff", delay.String()), slog.String("error", err.Error()))
 		if !s.sleep(ctx, delay) {
 			return nil, false
 		}

@@ -191,7 +191,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("ingest: consume: %w", err)
 	}
 	s.log.Info("ingest started", slog.String("prefix", s.cfg.Prefix), slog.Int("lanes", s.cfg.Lanes),
-		slog.Int("batch_size", s.cfg.BatchSize), slog.Duration("gap_window", s.cfg.GapWindow))
+		slog.Int("batch_size", s.cfg.BatchSize), slog.String("gap_window", s.cfg.GapWindow.String()))
 	return nil
 }
 
@@ -284,7 +284,7 @@ func (s *Service) Stop() {
 	case <-done:
 	case <-deadline.C:
 		s.log.Warn("stop: batches still in hand after the stop timeout; handing them back",
-			slog.Duration("stop_timeout", s.cfg.StopTimeout))
+			slog.String("stop_timeout", s.cfg.StopTimeout.String()))
 		if s.cancelWork != nil {
 			s.cancelWork()
 		}

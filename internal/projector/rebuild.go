@@ -69,7 +69,7 @@ func (s *Service) Rebuild(ctx context.Context, progress func(Progress)) error {
 	if len(s.held) > 0 {
 		return fmt.Errorf("projector: rebuild: the bucket refused the projections of %d tasks for lack of space (see ledger_projector_kv_refused_total); raise its max_bytes and rebuild again", len(s.held))
 	}
-	s.log.Info("rebuild done", slog.Int64("events", done), slog.Duration("took", time.Since(start)))
+	s.log.Info("rebuild done", slog.Int64("events", done), slog.String("took", time.Since(start).String()))
 	return nil
 }
 

@@ -149,7 +149,7 @@ func (s *Service) stopOnce() {
 	case <-s.done:
 	case <-deadline.Done():
 		s.log.Warn("projector stop timed out; the turn in hand is cancelled and its messages handed back",
-			slog.Duration("stop_timeout", s.cfg.StopTimeout))
+			slog.String("stop_timeout", s.cfg.StopTimeout.String()))
 	}
 	s.cancelWork()
 	<-s.done // a cancelled turn naks what it holds before the loop returns

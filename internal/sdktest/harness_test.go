@@ -3,6 +3,10 @@ package sdktest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +17,7 @@ import (
 	"github.com/flowness/ledger/internal/ingest"
 	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/natstest"
+	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/pkg/worker"
@@ -29,9 +34,16 @@ type ledger struct {
 
 func newLedger(t *testing.T) *ledger {
 	t.Helper()
+	return newLedgerWith(t, fence.Config{})
+}
+
+// newLedgerWith is newLedger with the store configured by cfg (such as
+// its partition count).
+func newLedgerWith(t *testing.T, cfg fence.Config) *ledger {
+	t.Helper()
 	l := &ledger{t: t, db: dbtest.New(t), ns: natstest.Start(t)}
 	var err error
-	l.store, err = fence.New(l.db.Pool, fence.Config{})
+	l.store, err = fence.New(l.db.Pool, cfg)
 	require.NoError(t, err)
 	svc, err := ingest.New(ingest.Config{}, ingest.Deps{NC: l.ns.Conn(t), Store: l.store, Logger: ledgertest.Logger()})
 	require.NoError(t, err)
@@ -105,8 +117,74 @@ func leaseGet(t *testing.T, nc *nats.Conn, partition int) wire.LeaseReply {
 	return r
 }
 
+// startProjector runs a projector on the ledger until the test ends, so
+// that ledger_tasks follows the committed log.
+func (l *ledger) startProjector() {
+	l.t.Helper()
+	p, err := projector.New(projector.Config{}, projector.Deps{NC: l.ns.Conn(l.t), Pool: l.db.Pool, Logger: ledgertest.Logger()})
+	require.NoError(l.t, err)
+	require.NoError(l.t, p.Start(context.Background()))
+	l.t.Cleanup(p.Stop)
+}
+
+// recorder is a slog.Handler that keeps every record, so a test can tell
+// when the SDK did something it only logs.
+type recorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *recorder) WithGroup(string) slog.Handler            { return r }
+
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, rec.Clone())
+	return nil
+}
+
+// count is how many records whose message starts with prefix were logged
+// after since.
+func (r *recorder) count(prefix string, since time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rec := range r.recs {
+		if strings.HasPrefix(rec.Message, prefix) && rec.Time.After(since) {
+			n++
+		}
+	}
+	return n
+}
+
+// String lists the records, for a failure message.
+func (r *recorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	for _, rec := range r.recs {
+		fmt.Fprintf(&b, "%s %s %s", rec.Time.Format("15:04:05.000"), rec.Level, rec.Message)
+		rec.Attrs(func(a slog.Attr) bool {
+			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+			return true
+		})
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
 func testCtx(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// partitionOf is the partition task is pinned to.
+func (l *ledger) partitionOf(ctx context.Context, task string) int {
+	l.t.Helper()
+	var p int
+	require.NoError(l.t, l.db.Pool.QueryRow(ctx, `SELECT partition FROM ledger.events WHERE task_id = $1 AND version = 1`, task).Scan(&p))
+	return p
 }

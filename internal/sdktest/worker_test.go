@@ -113,6 +113,13 @@ func TestNextLeaseContinuesTaskFromItsHead(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(4), head.Version)
 	require.Equal(t, 5, *head.Partition)
+	require.NotNil(t, head.Type, "the head does not tell the last event's type")
+	require.Equal(t, "done", *head.Type)
+	unknown, err := second.TaskHead(ctx, "never-written")
+	require.NoError(t, err)
+	require.Zero(t, unknown.Version)
+	require.Nil(t, unknown.Partition)
+	require.Nil(t, unknown.Type)
 	rows := l.events("report-9")
 	require.Len(t, rows, 4)
 	require.Equal(t, "worker-b.1", rows[3].Holder)
@@ -231,6 +238,12 @@ func TestEventThatComesBackStaleEndsTheLease(t *testing.T) {
 	require.ErrorIs(t, context.Cause(stale.Context()), worker.ErrLeaseLost)
 	_, err = stale.Publish(ctx, "job", "step", nil)
 	require.ErrorIs(t, err, worker.ErrLeaseLost)
+	// Publishing under the lease's own (done) context tells the loss too,
+	// not merely a cancelled context.
+	for i := 0; i < 20; i++ {
+		_, err = stale.Publish(stale.Context(), "job", "step", nil)
+		require.ErrorIs(t, err, worker.ErrLeaseLost)
+	}
 	require.ErrorIs(t, stale.Release(ctx), worker.ErrLeaseLost)
 
 	require.NoError(t, fresh.Context().Err(), "the new incarnation must keep its lease")
@@ -295,7 +308,7 @@ func TestRefusedEventStopsItsTaskUntilResync(t *testing.T) {
 }
 
 // fakeLeaseService answers the lease service's subjects with grants that
-// never expire and heads of version 0, so publishing can be tested
+// never expire, heads of version 0 and the default partition count, so publishing can be tested
 // without an ingest: nothing ever judges the events. It does not answer
 // verdict lookups.
 func fakeLeaseService(t *testing.T, nc *nats.Conn) {
@@ -313,7 +326,15 @@ func fakeLeaseService(t *testing.T, nc *nats.Conn) {
 		_, err := nc.Subscribe(s, grant)
 		require.NoError(t, err)
 	}
-	_, err := nc.Subscribe(subj.TaskHead(), func(m *nats.Msg) {
+	_, err := nc.Subscribe(subj.LeaseGet(), func(m *nats.Msg) {
+		var req wire.LeaseRequest
+		require.NoError(t, json.Unmarshal(m.Data, &req))
+		valid := false
+		b, _ := json.Marshal(wire.LeaseReply{Partition: *req.Partition, Valid: &valid, Partitions: wire.PartitionsDefault})
+		_ = m.Respond(b)
+	})
+	require.NoError(t, err)
+	_, err = nc.Subscribe(subj.TaskHead(), func(m *nats.Msg) {
 		var req wire.TaskHeadRequest
 		_ = json.Unmarshal(m.Data, &req)
 		if req.EventID != "" {

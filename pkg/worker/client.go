@@ -55,6 +55,12 @@ type Client struct {
 // the holder's receipt subject, <prefix>.receipt.<holder>, at once: the
 // subscription reaches the server before any acquire this client sends,
 // so no receipt of its events can be missed.
+//
+// With Config.Partitions 0 (the default), New asks the lease service for
+// the deployment's partition count (one <prefix>.lease.get, bounded by
+// Config.RequestTimeout), so that PartitionOf agrees with the ingest
+// without the count being configured twice; it fails with an error
+// matching ErrUnavailable when the service does not answer.
 func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -73,6 +79,13 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		closedCh: make(chan struct{}), leases: map[int]*Lease{}, pending: map[string]*Pending{},
 		acking: map[string]*Pending{}}
 	c.ctx, c.stop = context.WithCancel(context.Background())
+	if cfg.Partitions == 0 {
+		n, err := c.askPartitions()
+		if err != nil {
+			return nil, err
+		}
+		c.cfg.Partitions = n
+	}
 	// Publish acks are taken by two callbacks rather than a goroutine per
 	// event: at thousands of events a second that goroutine was a sixth of
 	// the SDK's cost.
@@ -93,7 +106,7 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 // InboxOption is the NATS connection option a worker of holder connects
 // with: its replies (lease service answers, publish acks) come to
 // _INBOX.<principal>.>, which in an authenticated deployment only that
-// principal may subscribe to (CONTRACT §9).
+// principal may subscribe to (docs/contract.md §9).
 func InboxOption(holder string) nats.Option {
 	return nats.CustomInboxPrefix(wire.InboxPrefix(wire.Principal(holder)))
 }
@@ -102,8 +115,12 @@ func InboxOption(holder string) nats.Option {
 func (c *Client) Holder() string { return c.cfg.Holder }
 
 // PartitionOf is the SDK's default partition of a task:
-// fnv1a32(task) mod Config.Partitions (CONTRACT, Identifiers).
+// fnv1a32(task) mod Partitions() (docs/contract.md, Identifiers).
 func (c *Client) PartitionOf(task string) int { return wire.PartitionOf(task, c.cfg.Partitions) }
+
+// Partitions returns the partition count the client uses: Config.Partitions,
+// or the deployment's as the lease service told New.
+func (c *Client) Partitions() int { return c.cfg.Partitions }
 
 // Close ends every lease of the client without releasing it (each expires
 // by its TTL; their contexts are cancelled with cause ErrClosed), stops
@@ -147,8 +164,15 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// TaskHead asks the ledger for task's head: its last committed version
-// and the partition it is pinned to (nil and 0 for a task never committed).
+// TaskHead asks the ledger for task's head: its last committed version,
+// the partition it is pinned to and the type of its last event (version 0,
+// partition and type nil for a task never committed).
+//
+// A holder that takes a partition over resumes each task from it: acquire
+// first (a head read before the lease can still move), then skip a task
+// whose type is terminal for your work (such as "completed"), and carry on
+// with the others from Version+1, which is the version Publish assigns to
+// the lease's next event of the task.
 func (c *Client) TaskHead(ctx context.Context, task string) (wire.TaskHeadReply, error) {
 	var r wire.TaskHeadReply
 	if !wire.ValidID(task) {
@@ -178,18 +202,57 @@ func (c *Client) request(ctx context.Context, subject string, body, out any) err
 		}
 		return err
 	}
-	if code := resp.Header.Get(micro.ErrorCodeHeader); code != "" {
+	return decodeReply(resp.Header.Get(micro.ErrorCodeHeader), resp.Header.Get(micro.ErrorHeader), resp.Data, out)
+}
+
+// decodeReply reads a reply of the lease service: an error reply (its
+// micro error code header set) becomes a *ServiceError, whatever its body;
+// a success reply is decoded into out.
+func decodeReply(code, message string, data []byte, out any) error {
+	if code != "" {
 		var er wire.ErrorReply
-		if json.Unmarshal(resp.Data, &er) != nil || er.Error == "" {
-			er = wire.ErrorReply{Error: wire.ErrCodeInvalid,
-				Message: fmt.Sprintf("error %s: %s", code, resp.Header.Get(micro.ErrorHeader))}
+		if json.Unmarshal(data, &er) != nil || er.Error == "" {
+			er = wire.ErrorReply{Error: wire.ErrCodeInvalid, Message: fmt.Sprintf("error %.40s: %.200s", code, message)}
 		}
 		return newServiceError(er)
 	}
-	if err := json.Unmarshal(resp.Data, out); err != nil {
-		return fmt.Errorf("decode reply %q: %w", resp.Data, err)
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("decode reply %.200q: %w", data, err)
 	}
 	return nil
+}
+
+// askPartitions asks the lease service for the deployment's partition
+// count: lease.get of partition 0, which every deployment has, answers it
+// whether the partition was ever leased or not.
+func (c *Client) askPartitions() (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+	defer cancel()
+	zero := 0
+	var reply wire.LeaseReply
+	err := c.request(ctx, c.subj.LeaseGet(), wire.LeaseRequest{Partition: &zero}, &reply)
+	n, err := partitionsFrom(reply, err)
+	if err != nil {
+		return 0, fmt.Errorf("worker: ask the lease service for the partition count (set Config.Partitions to start without it): %w", err)
+	}
+	return n, nil
+}
+
+// partitionsFrom is the partition count a lease.get reply tells: a success
+// or a no_lease error carries it; anything else is an error.
+func partitionsFrom(reply wire.LeaseReply, err error) (int, error) {
+	n := reply.Partitions
+	var se *ServiceError
+	switch {
+	case errors.As(err, &se) && errors.Is(err, ErrNoLease):
+		n = se.Partitions
+	case err != nil:
+		return 0, err
+	}
+	if n < 1 || n > math.MaxInt32 {
+		return 0, fmt.Errorf("the reply has no partition count (an ingest older than this SDK?), or an impossible one: %d", n)
+	}
+	return n, nil
 }
 
 // onReceipt routes a receipt to its pending event. Receipts are at least

@@ -37,12 +37,14 @@ type Config struct {
 	// an authenticated deployment the server lets it publish nothing
 	// else); the instance names this process, such as a pod name. Required.
 	// Two processes with the same holder fence each other: a new Acquire
-	// by the same holder bumps the generation (CONTRACT §1).
+	// by the same holder bumps the generation (docs/contract.md §1).
 	Holder string
 	// Prefix is the subject prefix; default "ledger".
 	Prefix string
 	// Partitions is the deployment's partition count N, used by
-	// PartitionOf; default 16.
+	// PartitionOf. Default 0: New asks the lease service for it, so it
+	// agrees with the ingest's -partitions without being configured twice.
+	// Set it to create a client while the service is not reachable.
 	Partitions int
 	// TTL is the lease TTL sent as ttl_ms with every acquire and renewal:
 	// 100 ms..300 s, millisecond precision; default 3 s.
@@ -51,8 +53,14 @@ type Config struct {
 	// be at most TTL/2, so a failed renewal still has time for a retry.
 	RenewEvery time.Duration
 	// RequestTimeout bounds a request to the lease service when the
-	// caller's context has no earlier deadline; default 2 s.
+	// caller's context has no earlier deadline; default 2 s. Acquire sends
+	// an unanswered request again (same request_id) while its context lasts.
 	RequestTimeout time.Duration
+	// StandbyPoll is how often AcquireWait asks the service
+	// (<prefix>.lease.get) whether a held lease has ended before its expiry,
+	// as after a Release; default TTL/10. At its expiry AcquireWait tries at
+	// once, whatever the poll.
+	StandbyPoll time.Duration
 	// MaxInFlight bounds the events of one lease that are published and
 	// have no receipt yet; Publish blocks while it is reached. Default 1024.
 	MaxInFlight int
@@ -80,10 +88,10 @@ type Config struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	c.Prefix = cmp.Or(c.Prefix, wire.PrefixDefault)
-	c.Partitions = cmp.Or(c.Partitions, wire.PartitionsDefault)
 	c.TTL = cmp.Or(c.TTL, TTLDefault)
 	c.RenewEvery = cmp.Or(c.RenewEvery, c.TTL/3)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
+	c.StandbyPoll = cmp.Or(c.StandbyPoll, c.TTL/10)
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, MaxInFlightDefault)
 	c.MaxPayload = cmp.Or(c.MaxPayload, wire.MaxPayloadDefault)
 	c.PublishAckTimeout = cmp.Or(c.PublishAckTimeout, PublishAckTimeoutDefault)
@@ -100,14 +108,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: holder %q must be <principal>.<instance>, each 1..64 of [A-Za-z0-9_-] (the principal is the NATS user)", c.Holder)
 	case !wire.ValidID(c.Prefix):
 		return fmt.Errorf("worker: prefix %q must be one subject token of [A-Za-z0-9_-]", c.Prefix)
-	case c.Partitions < 1:
-		return fmt.Errorf("worker: partitions must be at least 1, got %d", c.Partitions)
+	case c.Partitions < 0:
+		return fmt.Errorf("worker: partitions must be at least 1 (or 0: ask the service), got %d", c.Partitions)
 	case c.TTL < minTTL || c.TTL > maxTTL || c.TTL%time.Millisecond != 0:
 		return fmt.Errorf("worker: ttl %v must be whole milliseconds in [%v, %v]", c.TTL, minTTL, maxTTL)
 	case c.RenewEvery <= 0 || c.RenewEvery > c.TTL/2:
 		return fmt.Errorf("worker: renew interval %v must be in (0, ttl/2 = %v]", c.RenewEvery, c.TTL/2)
-	case c.RequestTimeout <= 0 || c.PublishAckTimeout <= 0 || c.ReceiptTimeout <= 0:
-		return fmt.Errorf("worker: request, publish ack and receipt timeouts must be positive")
+	case c.RequestTimeout <= 0 || c.PublishAckTimeout <= 0 || c.ReceiptTimeout <= 0 || c.StandbyPoll <= 0:
+		return fmt.Errorf("worker: request, publish ack and receipt timeouts and the standby poll must be positive")
 	case c.MaxInFlight < 1:
 		return fmt.Errorf("worker: max in flight must be at least 1, got %d", c.MaxInFlight)
 	case c.MaxPayload < 1:

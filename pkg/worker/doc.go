@@ -3,17 +3,22 @@
 // tasks and assigns their versions, publishes events with the contract's
 // headers and ULID ids (asynchronously, bounded), exposes each event's
 // receipt, and reports the loss of the lease. It speaks only the public
-// contract (CONTRACT.md): the lease micro service, LEDGER_IN and the
-// holder's receipt subject.
+// contract (docs/contract.md in the repository): the lease micro service,
+// LEDGER_IN and the holder's receipt subject. Its module needs nothing but
+// nats.go, ulid and the contract's codec (pkg/wire).
 //
 //	holder := "reports.pod-7" // <principal>.<instance>
 //	nc, err := nats.Connect(url, worker.InboxOption(holder)) // and the principal's credentials
-//	c, err := worker.New(nc, worker.Config{Holder: holder})
+//	c, err := worker.New(nc, worker.Config{Holder: holder}) // asks the service for the partition count
 //	defer c.Close()
-//	lease, err := c.Acquire(ctx, c.PartitionOf("report-7"))
-//	p, err := lease.Publish(lease.Context(), "report-7", "running", []byte(`{"pct":10}`))
-//	err = p.Wait(ctx)            // nil once committed in Postgres
+//	lease, err := c.Acquire(ctx, c.PartitionOf("report-7")) // AcquireWait to stand by instead
+//	p, err := lease.PublishJSON(lease.Context(), "report-7", "running", map[string]int{"pct": 10})
+//	err = p.Wait(ctx)            // your context, not the lease's: nil once committed in Postgres
 //	err = lease.Release(ctx)     // after every event has its receipt
+//
+// examples/standby in the repository is a whole primary/standby worker
+// built on this package, and examples/watcher the read side; docs/sdk.md
+// walks through both.
 //
 // # Leases and the local deadline
 //
@@ -25,6 +30,9 @@
 //	local deadline = (monotonic time when the confirmed request was SENT) + TTL − margin
 //	margin         = 2% of TTL + 25 ms
 //
+// (for an acquire sent more than once, when it was first sent: any later
+// copy may have left after the grant was made)
+//
 // The request is sent before the database serves it, so the database's
 // "now" is later than the send time and its expiry is later than send time
 // + TTL. The margin covers the two clocks running at slightly different
@@ -33,7 +41,7 @@
 // no later than the database expiry.
 //
 // A takeover by another holder is a compare-and-swap that succeeds only
-// after the database expiry (CONTRACT §8), and that holder's first event
+// after the database expiry (docs/contract.md §8), and that holder's first event
 // can commit only after its grant. (The same holder id acquiring again is
 // granted at once: that is how a restarted process fences its earlier
 // incarnation, which then learns of the loss from its next renewal or a
@@ -59,8 +67,61 @@
 // before the loss may still commit until the database expiry, and their
 // receipts say so. The deadline is the worker's knowledge, not the
 // guarantee: an event published just before the process was paused can
-// reach the ledger after a takeover, and the fence (CONTRACT §8) refuses it
+// reach the ledger after a takeover, and the fence (§8) refuses it
 // as stale. None commits after a takeover.
+//
+// # Acquiring, and standing by
+//
+// Acquire sends one request with a request_id and sends it again, with the
+// same id, while it is not answered and its context lasts: the service
+// grants it once however many copies arrive (a retry of the grant that
+// made the current generation gets that grant back), so a slow service
+// never makes a holder fence itself. The local deadline counts from the
+// first send, the only one known to precede the grant; a grant that comes
+// so late that less than two thirds of its TTL is left is renewed before
+// Acquire returns.
+//
+// AcquireWait is Acquire for a standby: while another holder's lease is
+// valid it waits until that lease's expiry (plus 5 to 30 ms of jitter),
+// polls <prefix>.lease.get every Config.StandbyPoll (default TTL/10) so a
+// released lease is taken at once, and returns the lease or ctx's error. A
+// primary/standby worker is a loop: AcquireWait, work while the lease's
+// context lasts, and AcquireWait again after a loss; on SIGTERM it calls
+// Release with a fresh context (the process's is done by then, the lease's
+// ends with the lease), so a standby takes over within a poll instead of a
+// TTL.
+//
+// # Resuming a task
+//
+// A new holder resumes each task from its head, read after the lease is
+// acquired (before, the old holder may still move it): Client.TaskHead
+// tells the task's last version and the type of its last event. Skip a
+// task whose type is terminal for your work ("completed"); otherwise carry
+// on: Publish gives the lease's next event of the task version Version+1.
+// The projection (KV ledger_tasks) folds payloads as JSON merge patches, so
+// a field an old holder set persists unless the new one sets it to null.
+//
+// # What a paused, cut-off or slow worker sees
+//
+// A worker paused (SIGSTOP, a long GC, a VM migration) or cut off past its
+// local deadline finds, when it runs again, its lease's context done with a
+// cause matching ErrLeaseLost, Lease.Lost closed, and Publish refusing: it
+// sends nothing more under that generation. The only stale verdicts it can
+// get are for events it sent before the pause that were still queued at
+// the ledger (in LEDGER_IN, or in its own connection's buffer) when the
+// partition was taken over: the fence refuses them, its receipt says
+// stale/superseded, and Pending.Wait returns a *RejectedError, as long as
+// you wait with a context of your own rather than the lease's. Nothing of
+// the old generation commits after the takeover.
+//
+// A takeover waits for the fenced batch in flight on the partition to
+// commit (docs/contract.md §8). With large events a batch takes longer: 500
+// events of 64 KiB held a lease row long enough for acquires to time out
+// before the ingest bounded a batch's bytes (-max-batch-bytes, default 4
+// MiB). An acquire that times out is sent again with its request_id and
+// granted once; if a takeover still waits longer than
+// Config.RequestTimeout, lower -max-batch-bytes or -batch-size at the
+// ingest, or raise RequestTimeout and the TTL together.
 //
 // # Versions
 //

@@ -8,7 +8,7 @@ import (
 	"github.com/flowness/ledger/pkg/wire"
 )
 
-// Outcomes of the lease service (CONTRACT §1). A *ServiceError carries one
+// Outcomes of the lease service (docs/contract.md §1). A *ServiceError carries one
 // of them and matches it with errors.Is.
 var (
 	// ErrHeld: acquire found a valid lease of another holder.
@@ -68,10 +68,14 @@ type ServiceError struct {
 	Holder     string
 	Generation int64
 	ExpiresAt  time.Time
+	// Partitions is the deployment's partition count, told by a get's
+	// no_lease reply; 0 otherwise.
+	Partitions int
 }
 
 func newServiceError(r wire.ErrorReply) *ServiceError {
-	e := &ServiceError{Code: r.Error, Message: r.Message, Holder: r.Holder, Generation: r.Generation}
+	e := &ServiceError{Code: r.Error, Message: r.Message, Holder: r.Holder, Generation: r.Generation,
+		Partitions: r.Partitions}
 	if r.ExpiresAt != "" {
 		e.ExpiresAt, _ = time.Parse(time.RFC3339Nano, r.ExpiresAt)
 	}

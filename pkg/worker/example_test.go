@@ -15,11 +15,12 @@ import (
 // lease is lost (not renewed in time, or taken over) the lease's context
 // ends and nothing more is published under it.
 func Example() {
-	nc, err := nats.Connect(nats.DefaultURL)
+	holder := "reports.pod-1" // <principal>.<instance>
+	nc, err := nats.Connect(nats.DefaultURL, worker.InboxOption(holder))
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := worker.New(nc, worker.Config{Holder: "report-worker-1"})
+	c, err := worker.New(nc, worker.Config{Holder: holder})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -29,25 +30,72 @@ func Example() {
 	task := "report-7"
 	lease, err := c.Acquire(ctx, c.PartitionOf(task))
 	if errors.Is(err, worker.ErrHeld) {
-		return // another worker holds the partition
+		return // another worker holds the partition; AcquireWait would wait for it
 	} else if err != nil {
 		log.Fatal(err)
 	}
 
-	for _, step := range []struct{ typ, payload string }{
-		{"running", `{"started_by":"report-worker-1"}`},
-		{"completed", `{"url":"s3://reports/7.pdf"}`},
+	for _, step := range []struct {
+		typ     string
+		payload any
+	}{
+		{"running", map[string]string{"started_by": holder}},
+		{"completed", map[string]string{"url": "s3://reports/7.pdf"}},
 	} {
-		p, err := lease.Publish(lease.Context(), task, step.typ, []byte(step.payload))
+		// The lease's context stops the publish once the lease is gone.
+		p, err := lease.PublishJSON(lease.Context(), task, step.typ, step.payload)
 		if err != nil {
 			log.Fatal(err) // ErrLeaseLost once the lease is gone
 		}
-		// The receipt, not the publish ack, is the durable commit.
-		if err := p.Wait(lease.Context()); err != nil {
+		// The receipt, not the publish ack, is the durable commit. Wait
+		// with your own context: the lease's ends with the lease, and a
+		// stale verdict would go unseen.
+		if err := p.Wait(ctx); err != nil {
 			log.Fatal(err) // a *RejectedError carries the verdict and reason
 		}
 	}
 	if err := lease.Release(ctx); err != nil {
 		log.Fatal(err)
+	}
+}
+
+// A standby waits for the partition, resumes each task after its head, and
+// goes back to waiting when the lease is lost.
+func ExampleClient_AcquireWait() {
+	holder := "reports.pod-2"
+	nc, err := nats.Connect(nats.DefaultURL, worker.InboxOption(holder))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := worker.New(nc, worker.Config{Holder: holder})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	ctx := context.Background() // in a process: signal.NotifyContext
+	task := "report-7"
+	for ctx.Err() == nil {
+		lease, err := c.AcquireWait(ctx, c.PartitionOf(task))
+		if err != nil {
+			log.Fatal(err)
+		}
+		head, err := c.TaskHead(ctx, task) // after acquiring: now it cannot move
+		if err != nil {
+			log.Fatal(err)
+		}
+		if head.Type != nil && *head.Type == "completed" {
+			_ = lease.Release(ctx)
+			return
+		}
+		p, err := lease.PublishJSON(lease.Context(), task, "completed", map[string]int64{"resumed_after": head.Version})
+		if err != nil {
+			continue // lost already: stand by again
+		}
+		if err := p.Wait(ctx); err != nil {
+			continue
+		}
+		_ = lease.Release(ctx)
+		return
 	}
 }

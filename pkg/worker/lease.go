@@ -52,16 +52,41 @@ type Lease struct {
 
 // Acquire takes partition's lease for the client's holder, asking for
 // Config.TTL, and starts keeping it alive. It fails with an error matching
-// ErrHeld (a *ServiceError naming the current holder) when another holder
-// has a valid lease, ErrLeaseActive when this client already holds the
-// partition, ErrInvalid for a partition the service does not have, and
-// ErrUnavailable when the service cannot be reached in time (the request
-// may still have been granted: that lease then simply expires).
+// ErrHeld (a *ServiceError naming the current holder and its expiry) when
+// another holder has a valid lease, ErrLeaseActive when this client already
+// holds the partition, ErrInvalid for a partition the service does not
+// have, ErrUnavailable when the service cannot be reached in time, and
+// ErrLeaseLost in the rare case of a grant that came too late to be kept
+// (see below) whose renewal then failed. AcquireWait is Acquire for a
+// standby: it waits for a held lease to end.
+//
+// The request carries a request_id (a ULID), and a request that is not
+// answered (a timeout, no responders, a service whose database is down) is
+// sent again with the same id until ctx ends; with a ctx without deadline,
+// at most three times, each bounded by Config.RequestTimeout. However many
+// times it is sent, the service grants it once: a retry of the request that
+// made the current generation gets that same grant (docs/contract.md §1),
+// so a slow service never makes a holder fence itself. The local deadline
+// of the lease counts from the first send, the only moment known to precede
+// the grant; when the grant comes so late that less than two thirds of the
+// TTL is left before that deadline, Acquire renews the lease at once, so a
+// late grant is kept rather than lost at its first renewal.
 //
 // Acquire by a holder that already holds the partition in another process
 // (the same holder id restarted) succeeds with the next generation and
 // fences the earlier one.
 func (c *Client) Acquire(ctx context.Context, partition int) (*Lease, error) {
+	return c.acquireAs(ctx, partition, &acquireRequest{id: newULID()})
+}
+
+// acquireRequest is one acquire request across its sends: its id, and when
+// it was first sent (zero before).
+type acquireRequest struct {
+	id    string
+	first time.Time
+}
+
+func (c *Client) acquireAs(ctx context.Context, partition int, req *acquireRequest) (*Lease, error) {
 	if partition < 0 {
 		return nil, fmt.Errorf("worker: acquire partition %d: negative partition: %w", partition, ErrInvalid)
 	}
@@ -77,7 +102,7 @@ func (c *Client) Acquire(ctx context.Context, partition int) (*Lease, error) {
 	c.leases[partition] = nil // reserved while the request is in flight
 	c.mu.Unlock()
 
-	l, err := c.acquire(ctx, partition)
+	l, err := c.acquire(ctx, partition, req)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -96,31 +121,114 @@ func (c *Client) Acquire(ctx context.Context, partition int) (*Lease, error) {
 	return l, nil
 }
 
-func (c *Client) acquire(ctx context.Context, partition int) (*Lease, error) {
+// acquireAttemptsNoDeadline is how many times Acquire sends its request
+// when the caller's context has no deadline.
+const acquireAttemptsNoDeadline = 3
+
+func (c *Client) acquire(ctx context.Context, partition int, ar *acquireRequest) (*Lease, error) {
 	ttlMS := c.cfg.TTL.Milliseconds()
-	req := wire.LeaseRequest{Partition: &partition, TTLMillis: &ttlMS}
-	var reply wire.LeaseReply
-	// The local deadline counts from before the request is sent: the
-	// database's expiry counts from later, so ours cannot be the later one.
-	sent := time.Now()
-	if err := c.request(ctx, c.subj.Lease(wire.LeaseAcquire, c.cfg.Holder), req, &reply); err != nil {
+	req := wire.LeaseRequest{Partition: &partition, TTLMillis: &ttlMS, RequestID: ar.id}
+	// The local deadline counts from the first send: the grant may have
+	// been made while serving it, and its reply lost or late, so any later
+	// send may follow the grant and count from too late.
+	if ar.first.IsZero() {
+		ar.first = time.Now()
+	}
+	first := ar.first
+	reply, err := c.sendAcquire(ctx, req)
+	if err != nil {
 		return nil, fmt.Errorf("worker: acquire partition %d: %w", partition, err)
 	}
 	l := &Lease{c: c, partition: partition, generation: reply.Generation, ttl: c.cfg.TTL,
 		lost: make(chan struct{}), slots: make(chan struct{}, c.cfg.MaxInFlight),
 		kaDone: make(chan struct{}), tasks: map[string]*taskState{}, changed: make(chan struct{})}
-	l.deadline = sent.Add(l.grantedTTL(reply) - safetyMargin(l.grantedTTL(reply)))
+	granted := l.grantedTTL(reply)
+	l.deadline = first.Add(granted - safetyMargin(granted))
 	l.expiresAt, _ = time.Parse(time.RFC3339Nano, reply.ExpiresAt)
-	if !time.Now().Before(l.deadline) {
-		return nil, fmt.Errorf("worker: acquire partition %d: generation %d was confirmed after its local deadline: %w",
-			partition, reply.Generation, ErrLeaseLost)
-	}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	l.kaCtx, l.kaCancel = context.WithCancel(l.ctx)
-	l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
+	if time.Until(l.deadline) < granted*2/3 {
+		if err := l.confirmLateGrant(ctx); err != nil {
+			l.cancel(err)
+			return nil, fmt.Errorf("worker: acquire partition %d: %w", partition, err)
+		}
+	}
+	l.timer = time.AfterFunc(time.Until(l.Deadline()), l.onDeadline)
 	c.log.Info("lease acquired", slog.Int("partition", partition), slog.Int64("generation", reply.Generation),
 		slog.String("holder", c.cfg.Holder), slog.String("expires_at", reply.ExpiresAt))
 	return l, nil
+}
+
+// sendAcquire sends an acquire request until it is answered: a request
+// that timed out, found no responder or met a service without its database
+// is sent again, with the same request_id, while ctx lasts (or
+// acquireAttemptsNoDeadline times when ctx has no deadline); one that
+// failed at once waits a growing backoff (20 ms to 500 ms) first.
+func (c *Client) sendAcquire(ctx context.Context, req wire.LeaseRequest) (wire.LeaseReply, error) {
+	subject := c.subj.Lease(wire.LeaseAcquire, c.cfg.Holder)
+	_, bounded := ctx.Deadline()
+	backoff := 20 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		var reply wire.LeaseReply
+		sent := time.Now()
+		err := c.request(ctx, subject, req, &reply)
+		switch {
+		case err == nil:
+			return reply, nil
+		case !errors.Is(err, ErrUnavailable) || ctx.Err() != nil:
+			return reply, err
+		case !bounded && attempt >= acquireAttemptsNoDeadline:
+			return reply, fmt.Errorf("%d attempts: %w", attempt, err)
+		}
+		c.log.Debug("acquire not answered; sending it again with its request_id",
+			slog.Int("partition", *req.Partition), slog.String("request_id", req.RequestID),
+			slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		// A timed-out attempt has waited already; one that failed at once
+		// (no responders, a service without its database) backs off.
+		if err := sleepCtx(ctx, backoff-time.Since(sent)); err != nil {
+			return reply, fmt.Errorf("%d attempts: %w", attempt, err)
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// confirmLateGrant renews a lease whose grant came late, before it is
+// handed out: its deadline then counts from the renewal. A renewal succeeds
+// only for the current generation of an unexpired lease, so even a grant
+// whose local deadline has already passed is proven continuous by it (no
+// takeover can come between: it would need the lease to expire). If the
+// renewal fails for want of an answer while the deadline still holds, the
+// lease is handed out and the keep-alive goes on trying.
+func (l *Lease) confirmLateGrant(ctx context.Context) error {
+	_, err := l.renewBy(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrLost) || errors.Is(err, ErrNoLease):
+		return fmt.Errorf("%w: generation %d was granted too late to keep: its renewal was refused: %w",
+			ErrLeaseLost, l.generation, err)
+	case time.Now().Before(l.deadline):
+		l.c.log.Warn("late lease grant not confirmed yet; the keep-alive goes on trying",
+			slog.Int("partition", l.partition), slog.Int64("generation", l.generation),
+			slog.String("left", time.Until(l.deadline).String()), slog.String("error", err.Error()))
+		return nil
+	}
+	return fmt.Errorf("%w: generation %d was confirmed after its local deadline and could not be renewed: %w",
+		ErrLeaseLost, l.generation, err)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // grantedTTL is the TTL the service granted, or the one asked for if the
@@ -195,7 +303,7 @@ func (l *Lease) keepAlive() {
 		default:
 			l.c.log.Warn("lease renewal failed; retrying until the local deadline",
 				slog.Int("partition", l.partition), slog.Int64("generation", l.generation),
-				slog.Duration("left", time.Until(l.Deadline())), slog.String("error", err.Error()))
+				slog.String("left", time.Until(l.Deadline()).String()), slog.String("error", err.Error()))
 			t.Reset(retry)
 		}
 	}
@@ -206,6 +314,12 @@ func (l *Lease) keepAlive() {
 func (l *Lease) renew() (time.Time, error) {
 	ctx, cancel := context.WithDeadline(l.kaCtx, l.Deadline())
 	defer cancel()
+	return l.renewBy(ctx)
+}
+
+// renewBy sends one renewal bounded by ctx and, on success, moves the local
+// deadline to TTL after its send (less the margin) if that is later.
+func (l *Lease) renewBy(ctx context.Context) (time.Time, error) {
 	ttlMS := l.ttl.Milliseconds()
 	req := wire.LeaseRequest{Partition: &l.partition, Generation: &l.generation, TTLMillis: &ttlMS}
 	var reply wire.LeaseReply
@@ -218,7 +332,9 @@ func (l *Lease) renew() (time.Time, error) {
 	defer l.mu.Unlock()
 	if d := sent.Add(ttl - safetyMargin(ttl)); l.state != stateEnded && d.After(l.deadline) {
 		l.deadline = d
-		l.timer.Reset(time.Until(d))
+		if l.timer != nil { // nil while Acquire confirms a late grant
+			l.timer.Reset(time.Until(d))
+		}
 	}
 	if t, err := time.Parse(time.RFC3339Nano, reply.ExpiresAt); err == nil {
 		l.expiresAt = t

@@ -50,10 +50,18 @@ func (l *Lease) task(task string) *taskState {
 // Config.MaxPayload bytes.
 //
 // Publish blocks while Config.MaxInFlight events of the lease wait for
-// their receipts, until a slot frees or ctx ends. It fails with an error
-// matching ErrLeaseLost once the lease is lost (checked against the local
-// deadline, not only the keep-alive), ErrReleased while it is released,
-// and ErrResyncNeeded after an earlier event of the task was refused.
+// their receipts, until a slot frees or ctx ends. A ctx that is done (when
+// Publish is called, or before the event's version is assigned) sends
+// nothing: the error wraps ctx.Err() and says the event was not sent. It
+// fails with an error matching ErrLeaseLost once the lease is lost (checked
+// against the local deadline, not only the keep-alive), ErrReleased while
+// it is released, and ErrResyncNeeded after an earlier event of the task
+// was refused.
+//
+// ctx bounds sending only; wait for the verdict with Pending.Wait and a
+// context of your own. The lease's context is a fine ctx here (nothing is
+// sent once the lease is gone), but not for the wait: it ends with the
+// lease, and a stale verdict of an event already sent would go unseen.
 func (l *Lease) Publish(ctx context.Context, task, typ string, payload []byte) (*Pending, error) {
 	switch {
 	case !wire.ValidID(task):
@@ -65,13 +73,23 @@ func (l *Lease) Publish(ctx context.Context, task, typ string, payload []byte) (
 	case len(payload) > 0 && !json.Valid(payload):
 		return nil, fmt.Errorf("worker: publish: payload is not JSON: %w", ErrInvalid)
 	}
+	// The lease, then ctx, are checked before the select: a select on a
+	// free slot and a done ctx picks either at random, and a worker told to
+	// stop must not send. The lease comes first so that a lost lease says
+	// so, also to a caller that passed the lease's own context.
 	if err := l.usable(); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, notSent(task, err)
 	}
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("worker: publish: waiting for an in-flight slot: %w", ctx.Err())
+		if l.ctx.Err() != nil {
+			return nil, context.Cause(l.ctx)
+		}
+		return nil, notSent(task, fmt.Errorf("waiting for one of %d in-flight slots: %w", l.c.cfg.MaxInFlight, ctx.Err()))
 	case <-l.ctx.Done():
 		return nil, context.Cause(l.ctx)
 	}
@@ -83,6 +101,22 @@ func (l *Lease) Publish(ctx context.Context, task, typ string, payload []byte) (
 	return p, nil
 }
 
+// PublishJSON is Publish with v encoded by encoding/json as the payload.
+// A value that cannot be encoded (a channel, a func, a NaN, a cycle) fails
+// with an error matching ErrInvalid, and nothing is sent.
+func (l *Lease) PublishJSON(ctx context.Context, task, typ string, v any) (*Pending, error) {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("worker: publish to task %s not sent: payload cannot be encoded as JSON: %w: %w", task, ErrInvalid, err)
+	}
+	return l.Publish(ctx, task, typ, payload)
+}
+
+// notSent is Publish's error when ctx ended before the event was sent.
+func notSent(task string, err error) error {
+	return fmt.Errorf("worker: publish to task %s not sent: %w", task, err)
+}
+
 func (l *Lease) publish(ctx context.Context, task, typ string, payload []byte) (*Pending, error) {
 	ts := l.task(task)
 	ts.mu.Lock()
@@ -92,7 +126,7 @@ func (l *Lease) publish(ctx context.Context, task, typ string, payload []byte) (
 			return nil, err
 		}
 	}
-	p := &Pending{lease: l, id: newEventID(), task: task,
+	p := &Pending{lease: l, id: newULID(), task: task,
 		done: make(chan struct{}), acked: make(chan struct{})}
 
 	// Checking the lease, assigning the version and counting the event in
@@ -107,6 +141,12 @@ func (l *Lease) publish(ctx context.Context, task, typ string, payload []byte) (
 		l.mu.Unlock()
 		return nil, fmt.Errorf("worker: publish to task %s: event %s (version %d) was refused %s/%s: %w",
 			task, r.EventID, r.Version, r.Verdict, r.Reason, ErrResyncNeeded)
+	}
+	// The head lookup above may have outlasted ctx: the last moment a
+	// cancellation can still keep the event from leaving.
+	if err := ctx.Err(); err != nil {
+		l.mu.Unlock()
+		return nil, notSent(task, err)
 	}
 	p.version = ts.next
 	ts.next++
@@ -133,10 +173,11 @@ func (l *Lease) publish(ctx context.Context, task, typ string, payload []byte) (
 	return p, nil
 }
 
-// newEventID returns a ULID with crypto/rand entropy: the id is the
-// ledger's idempotency key across every worker, so it must not depend on a
-// time-seeded generator that two processes could share.
-func newEventID() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
+// newULID returns a ULID with crypto/rand entropy, for event ids and
+// acquire request ids: an event id is the ledger's idempotency key across
+// every worker, and a request id makes a retry return an earlier grant, so
+// neither may come from a time-seeded generator two processes could share.
+func newULID() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
 
 // usableLocked is usable for a caller that holds l.mu; it never ends the
 // lease itself (that needs the lock), so a passed deadline is reported and
@@ -166,7 +207,7 @@ func (l *Lease) learnHead(ctx context.Context, task string, ts *taskState) error
 	return nil
 }
 
-// message is an event's LEDGER_IN message (CONTRACT §2).
+// message is an event's LEDGER_IN message (docs/contract.md §2).
 func (l *Lease) message(p *Pending, typ string, payload []byte) *nats.Msg {
 	return l.c.subj.InboundMsg(wire.Inbound{ID: p.id, Partition: l.partition, Task: p.task, Holder: l.c.cfg.Holder,
 		Generation: l.generation, Version: p.version, Type: typ, Payload: payload})
