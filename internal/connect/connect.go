@@ -43,7 +43,7 @@ type Options struct {
 	// InboxPrefix is the prefix of the connection's reply subjects. Each
 	// service uses its own (_INBOX_ingest, ...) so that a deployment can
 	// let each read only its own replies and nobody read _INBOX.> as a
-	// whole (CONTRACT §9); empty keeps nats.go's _INBOX.
+	// whole (docs/contract.md §9); empty keeps nats.go's _INBOX.
 	InboxPrefix string
 	// MinPoolSize raises the PostgreSQL pool's size to at least this many
 	// connections unless the URL sets pool_max_conns itself.

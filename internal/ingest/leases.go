@@ -32,7 +32,7 @@ const (
 // leaseRequestTimeout bounds one request's database work.
 const leaseRequestTimeout = 5 * time.Second
 
-// leaseService serves CONTRACT §1 as the NATS micro service "ledger".
+// leaseService serves docs/contract.md §1 as the NATS micro service "ledger".
 type leaseService struct {
 	store    *fence.Store
 	subjects wire.Subjects
@@ -53,7 +53,7 @@ func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, c
 		return nil, fmt.Errorf("ingest: add micro service: %w", err)
 	}
 	// A holder's own operations carry its holder id in the subject, where
-	// the NATS server's permissions decide who may send them (CONTRACT §9).
+	// the NATS server's permissions decide who may send them (docs/contract.md §9).
 	for _, ep := range []struct {
 		name, subject string
 		h             func(ctx context.Context, subject string, body []byte) (any, error)

@@ -438,10 +438,10 @@ func (s *Service) notYetDelay(in *inbound, now time.Time) time.Duration {
 	return d
 }
 
-// logCopy is the LEDGER_LOG message of a committed event (CONTRACT §4).
+// logCopy is the LEDGER_LOG message of a committed event (docs/contract.md §4).
 func (s *Service) logCopy(c *fence.Committed) *nats.Msg { return s.subjects.LogMsg(c) }
 
-// deadLetter is the LEDGER_DLQ copy of a rejected message (CONTRACT §5),
+// deadLetter is the LEDGER_DLQ copy of a rejected message (docs/contract.md §5),
 // made to fit the stream (wire.DeadLetterMsg).
 func (s *Service) deadLetter(in *inbound) *nats.Msg {
 	subject := s.subjects.DLQInvalid()

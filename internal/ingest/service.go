@@ -2,7 +2,7 @@
 // from LEDGER_IN, commits them with the fenced append, stores the committed
 // copies in LEDGER_LOG and the rejected ones in LEDGER_DLQ, sends each
 // holder its receipts, and only then acks. It also serves the lease micro
-// service of CONTRACT §1.
+// service of docs/contract.md §1.
 //
 // Faults are never verdicts. The rules that make it so:
 //

@@ -37,6 +37,6 @@
 // redelivery would not make it readable.
 //
 // A state whose data does not fit in a bucket value is stored without it
-// (data null, data_too_large its size; CONTRACT §6). The engine keeps the
+// (data null, data_too_large its size; docs/contract.md §6). The engine keeps the
 // true data; loading such a value folds the data again from PostgreSQL.
 package projector

@@ -21,7 +21,7 @@ import (
 
 // The model test: random sequences of acquire / take over / renew / release /
 // expire / append batches run against the Store and against modelLedger, a
-// plain in-memory rendering of the contract's rules (CONTRACT §1, §3, §7 and
+// plain in-memory rendering of the contract's rules (docs/contract.md §1, §3, §7 and
 // the package documentation). Every call's result and, at the end of each
 // sequence, the four tables must match the model.
 //

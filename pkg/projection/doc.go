@@ -1,5 +1,5 @@
 // Package projection is the per-task ordering engine behind the ledger_tasks
-// KV bucket (CONTRACT §6). It turns the committed log, as a consumer sees it
+// KV bucket (docs/contract.md §6). It turns the committed log, as a consumer sees it
 // (out of order, duplicated, with holes), into one State per task that is the
 // fold of the task's events in version order.
 //

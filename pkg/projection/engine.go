@@ -154,7 +154,7 @@ func (e *Engine) Offer(ev Event) (Result, error) {
 		return Result{}, fmt.Errorf("offer task %q version %d: %w", ev.Task, ev.Version, ErrNotLoaded)
 	}
 	if len(ev.Payload) == 0 {
-		ev.Payload = nullJSON // CONTRACT §2: an empty body is null
+		ev.Payload = nullJSON // docs/contract.md §2: an empty body is null
 	}
 	now := e.cfg.Now()
 	var res Result

@@ -334,7 +334,7 @@ func TestStateMarshalsToTheContractShape(t *testing.T) {
 	b, err = json.Marshal(State{Task: "big", Version: 5, Status: "done", Data: json.RawMessage(`{"a":"xyz"}`), Seq: 9, UpdatedAt: at}.WithoutData())
 	require.NoError(t, err)
 	require.JSONEq(t, `{"task":"big","partition":0,"version":5,"status":"done","data":null,"data_too_large":11,"seq":9,
-		"updated_at":"2026-03-01T12:00:00.123456789Z","gap":null}`, string(b), "CONTRACT §6: data null and its size")
+		"updated_at":"2026-03-01T12:00:00.123456789Z","gap":null}`, string(b), "docs/contract.md §6: data null and its size")
 }
 
 func TestConfigDefaultsAndValidation(t *testing.T) {

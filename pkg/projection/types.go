@@ -70,7 +70,7 @@ type GapInfo struct {
 }
 
 // State is a task's projection, marshalled as the KV value of bucket
-// ledger_tasks (CONTRACT §6):
+// ledger_tasks (docs/contract.md §6):
 //
 //	{"task","partition","version","status","data","seq","updated_at","gap"}
 //
@@ -96,7 +96,7 @@ type State struct {
 	// DataTooLarge is 0 (and left out of the JSON) unless the value was
 	// stored without its data because the data did not fit in a bucket
 	// value: then Data is null and DataTooLarge is the data's size in bytes,
-	// while Version, Status and Seq stay exact (CONTRACT §6). The Engine never
+	// while Version, Status and Seq stay exact (docs/contract.md §6). The Engine never
 	// sets it and never loads such a State: it always holds the true data.
 	DataTooLarge int `json:"data_too_large,omitempty"`
 }

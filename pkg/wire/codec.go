@@ -16,7 +16,7 @@ import (
 // producer and consumer of the contract (the ingest, the projector, the SDK,
 // ledgerctl and the tests) builds and reads them here.
 
-// Inbound is an event as a worker publishes it to LEDGER_IN (CONTRACT §2).
+// Inbound is an event as a worker publishes it to LEDGER_IN (docs/contract.md §2).
 type Inbound struct {
 	// ID is the event id, a ULID: the idempotency key.
 	ID        string
@@ -160,7 +160,7 @@ func decimal(h nats.Header, name, missing, bad string) (int64, error) {
 	return n, nil
 }
 
-// LogCopy is a committed event as LEDGER_LOG carries it (CONTRACT §4).
+// LogCopy is a committed event as LEDGER_LOG carries it (docs/contract.md §4).
 type LogCopy struct {
 	// Seq is the event's position in the PostgreSQL log.
 	Seq        int64
@@ -219,7 +219,7 @@ func (s Subjects) LogMsg(c *LogCopy) *nats.Msg {
 	}
 }
 
-// DecodeLog reads a LEDGER_LOG message. Every header of CONTRACT §4 must be
+// DecodeLog reads a LEDGER_LOG message. Every header of docs/contract.md §4 must be
 // there and well formed, and agree with the subject.
 func (s Subjects) DecodeLog(subject string, h nats.Header, data []byte) (LogCopy, error) {
 	var c LogCopy
@@ -309,7 +309,7 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // Rejection is what a dead letter adds to the message it copies
-// (CONTRACT §5).
+// (docs/contract.md §5).
 type Rejection struct {
 	Verdict Verdict
 	Reason  string

@@ -12,7 +12,7 @@ import (
 	"github.com/flowness/ledger/pkg/wire"
 )
 
-// The LEDGER_LOG copy carries exactly the headers of CONTRACT §4, each with
+// The LEDGER_LOG copy carries exactly the headers of docs/contract.md §4, each with
 // its own value (they are cut from shared buffers), and reads back as what
 // was written.
 func TestLogMsgCarriesTheContractHeaders(t *testing.T) {

@@ -38,7 +38,7 @@ func ValidID(s string) bool {
 const MaxHolderPartLen = 64
 
 // ValidHolder reports whether s is a holder id: <principal>.<instance>,
-// each 1..64 characters of [A-Za-z0-9_-] (CONTRACT, Identifiers).
+// each 1..64 characters of [A-Za-z0-9_-] (docs/contract.md, Identifiers).
 func ValidHolder(s string) bool {
 	principal, instance, ok := strings.Cut(s, ".")
 	return ok && len(principal) <= MaxHolderPartLen && len(instance) <= MaxHolderPartLen &&
@@ -56,7 +56,7 @@ func Principal(holder string) string {
 
 // InboxPrefix is the inbox prefix of a principal's connections: its
 // replies come to <InboxPrefix>.>, which only that principal may
-// subscribe to (CONTRACT §9). Connect with
+// subscribe to (docs/contract.md §9). Connect with
 // nats.CustomInboxPrefix(wire.InboxPrefix(principal)).
 func InboxPrefix(principal string) string { return "_INBOX." + principal }
 

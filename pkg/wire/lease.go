@@ -1,6 +1,6 @@
 package wire
 
-// Lease TTL bounds (CONTRACT §1).
+// Lease TTL bounds (docs/contract.md §1).
 const (
 	// TTLDefaultMillis is the default lease TTL: 3000 ms.
 	TTLDefaultMillis = 3000

@@ -25,7 +25,7 @@ const (
 	ServiceName = "ledger"
 )
 
-// Headers of inbound events (CONTRACT §2).
+// Headers of inbound events (docs/contract.md §2).
 const (
 	HeaderMsgID      = "Nats-Msg-Id"
 	HeaderHolder     = "Ledger-Holder"
@@ -34,7 +34,7 @@ const (
 	HeaderType       = "Ledger-Type"
 )
 
-// Extra headers of committed-log copies (CONTRACT §4).
+// Extra headers of committed-log copies (docs/contract.md §4).
 const (
 	HeaderSeq         = "Ledger-Seq"
 	HeaderTask        = "Ledger-Task"
@@ -42,7 +42,7 @@ const (
 	HeaderCommittedAt = "Ledger-Committed-At"
 )
 
-// Extra headers of dead letters (CONTRACT §5).
+// Extra headers of dead letters (docs/contract.md §5).
 const (
 	HeaderVerdict           = "Ledger-Verdict"
 	HeaderReason            = "Ledger-Reason"
@@ -66,7 +66,7 @@ const (
 var DeadLetterHeaders = []string{HeaderVerdict, HeaderReason, HeaderCurrentGeneration, HeaderCurrentHolder,
 	HeaderRejectedAt, HeaderSourceSeq, HeaderSourceSubject, HeaderTruncated, HeaderHeadersDropped}
 
-// Limits on an inbound message's headers (CONTRACT §3: oversized headers
+// Limits on an inbound message's headers (docs/contract.md §3: oversized headers
 // are invalid). They keep every dead letter within the stream's message
 // size, whatever a worker sends: the contract's headers need a few hundred
 // bytes.
@@ -92,7 +92,7 @@ func (s Subjects) p() string {
 	return s.Prefix
 }
 
-// In is the subject a holder publishes an event to (CONTRACT §2):
+// In is the subject a holder publishes an event to (docs/contract.md §2):
 // <prefix>.in.<principal>.<instance>.<partition>.<task>. holder is the
 // holder id, <principal>.<instance>.
 func (s Subjects) In(holder string, partition int, task string) string {
@@ -145,7 +145,7 @@ func (s Subjects) ReceiptPrincipal(principal string) string {
 }
 
 // Lease operations a holder calls with its own holder id in the subject
-// (CONTRACT §1).
+// (docs/contract.md §1).
 const (
 	LeaseAcquire = "acquire"
 	LeaseRenew   = "renew"

@@ -1,6 +1,6 @@
 package wire
 
-// Verdict is the final outcome of one inbound message (CONTRACT §3).
+// Verdict is the final outcome of one inbound message (docs/contract.md §3).
 type Verdict string
 
 // The verdicts, in the order in which they are checked.

@@ -1,6 +1,6 @@
 package chaos
 
-// The checker's reads of the ledger's tables (CONTRACT §7), restricted to
+// The checker's reads of the ledger's tables (docs/contract.md §7), restricted to
 // the run's tasks and partitions so that a run against a shared deployment
 // reads only its own.
 const (

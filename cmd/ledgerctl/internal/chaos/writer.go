@@ -41,7 +41,7 @@ var eventTypes = []string{"created", "running", "progress", "checkpoint", "compl
 // partition's lease and, while it holds it, publishes the next versions of
 // that partition's tasks, logging everything it does and sees.
 type WriterConfig struct {
-	// Holder is the writer's holder id, <principal>.<instance> (CONTRACT,
+	// Holder is the writer's holder id, <principal>.<instance> (docs/contract.md,
 	// Identifiers). Required.
 	Holder string
 	// Partition is the partition it competes for.
@@ -265,7 +265,7 @@ func (w *writer) extend(gen int64, sent time.Time) {
 // acquire asks for the lease until it is granted or ctx ends. A refusal
 // because another holder has it waits until that lease's expiry. A request
 // that got no answer is sent again with its request_id, so a grant whose
-// reply was lost is given again, not bumped (CONTRACT §1).
+// reply was lost is given again, not bumped (docs/contract.md §1).
 func (w *writer) acquire(ctx context.Context) (int64, error) {
 	ttl := w.cfg.TTL.Milliseconds()
 	req := map[string]any{"partition": w.cfg.Partition, "ttl_ms": ttl, "request_id": ulid.Make().String()}

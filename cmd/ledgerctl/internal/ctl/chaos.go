@@ -151,7 +151,7 @@ func ChaosWriter(ctx context.Context, args []string, _, stderr io.Writer) error 
 		return Usagef("%v", err)
 	}
 	// Replies come under the principal's own inbox prefix, the only one an
-	// authenticated worker may subscribe to (CONTRACT §9).
+	// authenticated worker may subscribe to (docs/contract.md §9).
 	opts = append(opts, nats.Name(cfg.Holder), nats.CustomInboxPrefix(wire.InboxPrefix(wire.Principal(cfg.Holder))),
 		nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
 	nc, err := nats.Connect(f.Conn.NATSURL, opts...)

@@ -31,7 +31,7 @@ func DLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 const DLQListLimitDefault = 100
 
 // deadLetter is one message of LEDGER_DLQ, decoded from its subject and
-// headers (CONTRACT §5). Header values that are not numbers (an invalid
+// headers (docs/contract.md §5). Header values that are not numbers (an invalid
 // event's) read as 0.
 type deadLetter struct {
 	StreamSeq uint64 `json:"stream_seq"`

@@ -14,7 +14,7 @@ import (
 	"github.com/flowness/ledger/pkg/wire"
 )
 
-// logEvent is one LEDGER_LOG message as tail prints it (CONTRACT §4).
+// logEvent is one LEDGER_LOG message as tail prints it (docs/contract.md §4).
 type logEvent struct {
 	StreamSeq   uint64          `json:"stream_seq"`
 	Seq         int64           `json:"seq"`

@@ -203,7 +203,7 @@ func (r *run) sayProjection(st projection.State, rev uint64) {
 	r.say("projection", "%s: version %d, status %q, data %s, gap %s (revision %d)", st.Task, st.Version, st.Status, st.Data, gap, rev)
 }
 
-// publishRaw publishes an event as any NATS client can (CONTRACT §2).
+// publishRaw publishes an event as any NATS client can (docs/contract.md §2).
 func (r *run) publishRaw(ctx context.Context, partition int, task, holder string, gen, version int64, typ, payload string) (string, error) {
 	id := ulid.MustNew(ulid.Now(), rand.Reader).String()
 	m := wire.Subjects{}.InboundMsg(wire.Inbound{ID: id, Partition: partition, Task: task, Holder: holder,
