@@ -1,5 +1,5 @@
 -- +goose Up
--- The ledger's tables (docs/contract.md §7). Every time is decided by the database
+-- The ledger's tables (CONTRACT §7). Every time is decided by the database
 -- clock; clients never send one.
 CREATE SCHEMA IF NOT EXISTS ledger;
 

@@ -8,7 +8,7 @@
 --                     and grants, and moves leases. It can never delete,
 --                     truncate or rewrite history.
 --   ledger_projector  the projector: reads, to re-fetch missing versions.
---   ledger_operator   people and ledgerctl: the tables of docs/contract.md §7, read only.
+--   ledger_operator   people and ledgerctl: the tables of CONTRACT §7, read only.
 --
 -- Roles belong to the whole PostgreSQL cluster, not to this database: several
 -- ledger databases on one server (and test databases migrated at the same

@@ -1,5 +1,5 @@
 -- +goose Up
--- An acquire may carry a request id (docs/contract.md §1): a retry with the id of
+-- An acquire may carry a request id (CONTRACT §1): a retry with the id of
 -- the grant that made the current generation gets that same grant back
 -- instead of a second bump. The lease row keeps the id of its last grant,
 -- and every grant records its own.
