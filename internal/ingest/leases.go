@@ -137,20 +137,26 @@ const unavailableMessage = "the ledger's database could not serve the request; n
 // the reply is invalid, with the error's message.
 var errBadRequest = errors.New("bad request")
 
-// maxRequestBody bounds a request body: the largest valid one is about 150
+// maxRequestBody bounds a request body (but a task head request's, which
+// may list many tasks: maxTaskHeadsBody): the largest valid one is about 150
 // bytes, so anything much larger is refused before it is parsed.
 const maxRequestBody = 4 << 10
+
+// maxTaskHeadsBody bounds a task head request: fence.MaxTaskHeads ids of at
+// most 128 bytes each, quoted and separated.
+const maxTaskHeadsBody = fence.MaxTaskHeads*(wire.MaxIDLen+3) + 64
 
 // Kinds of request body members.
 const (
 	memberInt = iota + 1
 	memberString
+	memberStringList // an array of strings, no deeper
 )
 
 var (
 	leaseMembers = map[string]int{"partition": memberInt, "holder": memberString, "generation": memberInt,
 		"ttl_ms": memberInt, "request_id": memberString}
-	taskHeadMembers = map[string]int{"task": memberString, "event_id": memberString}
+	taskHeadMembers = map[string]int{"task": memberString, "event_id": memberString, "tasks": memberStringList}
 )
 
 // decodeLeaseRequest decodes and checks the body of an acquire, renew,
@@ -163,7 +169,7 @@ var (
 // store's to check.
 func decodeLeaseRequest(op, holder string, data []byte) (wire.LeaseRequest, error) {
 	var r wire.LeaseRequest
-	m, err := decodeFlatObject(data, leaseMembers)
+	m, _, err := decodeFlatObject(data, leaseMembers, maxRequestBody)
 	if err != nil {
 		return r, err
 	}
@@ -214,9 +220,25 @@ func decodeLeaseRequest(op, holder string, data []byte) (wire.LeaseRequest, erro
 // a valid task id and, optionally, an event id (a ULID).
 func decodeTaskHeadRequest(data []byte) (wire.TaskHeadRequest, error) {
 	var r wire.TaskHeadRequest
-	m, err := decodeFlatObject(data, taskHeadMembers)
+	m, lists, err := decodeFlatObject(data, taskHeadMembers, maxTaskHeadsBody)
 	if err != nil {
 		return r, err
+	}
+	if tasks, ok := lists["tasks"]; ok {
+		// A batch of heads: a worker starting on many tasks at once.
+		if _, single := m["task"]; single || m["event_id"] != "" {
+			return r, fmt.Errorf("%w: tasks goes without task and event_id", errBadRequest)
+		}
+		if len(tasks) == 0 || len(tasks) > fence.MaxTaskHeads {
+			return r, fmt.Errorf("%w: tasks must list 1..%d task ids, not %d", errBadRequest, fence.MaxTaskHeads, len(tasks))
+		}
+		for _, task := range tasks {
+			if !wire.ValidID(task) {
+				return r, fmt.Errorf("%w: task %s is not 1..128 of [A-Za-z0-9_-]", errBadRequest, quoteShort(task))
+			}
+		}
+		r.Tasks = tasks
+		return r, nil
 	}
 	r.Task = m["task"]
 	if !wire.ValidID(r.Task) {
@@ -238,64 +260,100 @@ func decodeTaskHeadRequest(data []byte) (wire.TaskHeadRequest, error) {
 // on purpose: a repeated name, or one cased differently, could be read one
 // way by a proxy or another client and another way here; and a nested
 // value is refused at its first bracket, so no depth costs anything.
-func decodeFlatObject(data []byte, members map[string]int) (map[string]string, error) {
-	if len(data) > maxRequestBody {
-		return nil, fmt.Errorf("%w: body of %d bytes is larger than %d", errBadRequest, len(data), maxRequestBody)
+func decodeFlatObject(data []byte, members map[string]int, maxBody int) (map[string]string, map[string][]string, error) {
+	if len(data) > maxBody {
+		return nil, nil, fmt.Errorf("%w: body of %d bytes is larger than %d", errBadRequest, len(data), maxBody)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, fmt.Errorf("%w: body is not a JSON object", errBadRequest)
+		return nil, nil, fmt.Errorf("%w: body is not a JSON object", errBadRequest)
 	}
+	var lists map[string][]string
 	out := make(map[string]string, len(members))
 	seen := make(map[string]bool, len(members))
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
-			return nil, fmt.Errorf("%w: body is not a JSON object: %v", errBadRequest, err)
+			return nil, nil, fmt.Errorf("%w: body is not a JSON object: %v", errBadRequest, err)
 		}
 		name, _ := t.(string) // inside an object, Token yields names here
 		kind, known := members[name]
 		switch {
 		case !known:
-			return nil, fmt.Errorf("%w: unknown field %s", errBadRequest, quoteShort(name))
+			return nil, nil, fmt.Errorf("%w: unknown field %s", errBadRequest, quoteShort(name))
 		case seen[name]:
-			return nil, fmt.Errorf("%w: field %s appears twice", errBadRequest, name)
+			return nil, nil, fmt.Errorf("%w: field %s appears twice", errBadRequest, name)
 		}
 		seen[name] = true
 		v, err := dec.Token()
 		if err != nil {
-			return nil, fmt.Errorf("%w: value of %s is not JSON: %v", errBadRequest, name, err)
+			return nil, nil, fmt.Errorf("%w: value of %s is not JSON: %v", errBadRequest, name, err)
+		}
+		if v == json.Delim('[') && kind == memberStringList {
+			list, err := readStringList(dec, name)
+			if err != nil {
+				return nil, nil, err
+			}
+			if lists == nil {
+				lists = map[string][]string{}
+			}
+			lists[name] = list
+			continue
 		}
 		switch v := v.(type) {
 		case nil:
 		case string:
 			if kind != memberString {
-				return nil, fmt.Errorf("%w: %s must be an integer", errBadRequest, name)
+				if kind == memberStringList {
+					return nil, nil, fmt.Errorf("%w: %s must be an array of strings", errBadRequest, name)
+				}
+				return nil, nil, fmt.Errorf("%w: %s must be an integer", errBadRequest, name)
 			}
 			out[name] = v
 		case json.Number:
 			if kind != memberInt {
-				return nil, fmt.Errorf("%w: %s must be a string", errBadRequest, name)
+				return nil, nil, fmt.Errorf("%w: %s must be a string", errBadRequest, name)
 			}
 			// Every integer member is checked, used or not, so what is
 			// accepted reads the same to any JSON decoder that fits int64.
 			if _, err := strconv.ParseInt(v.String(), 10, 64); err != nil {
-				return nil, fmt.Errorf("%w: %s %s is not a 64-bit integer", errBadRequest, name, quoteShort(v.String()))
+				return nil, nil, fmt.Errorf("%w: %s %s is not a 64-bit integer", errBadRequest, name, quoteShort(v.String()))
 			}
 			out[name] = v.String()
 		default: // a bool, or the start of an object or array
-			return nil, fmt.Errorf("%w: %s must be %s", errBadRequest, name,
-				map[int]string{memberInt: "an integer", memberString: "a string"}[kind])
+			return nil, nil, fmt.Errorf("%w: %s must be %s", errBadRequest, name,
+				map[int]string{memberInt: "an integer", memberString: "a string", memberStringList: "an array of strings"}[kind])
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, fmt.Errorf("%w: body is not a JSON object: %v", errBadRequest, err)
+		return nil, nil, fmt.Errorf("%w: body is not a JSON object: %v", errBadRequest, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: data after the JSON object", errBadRequest)
+		return nil, nil, fmt.Errorf("%w: data after the JSON object", errBadRequest)
 	}
-	return out, nil
+	return out, lists, nil
+}
+
+// readStringList reads the rest of an array of strings (its '[' read): a
+// nested value or another kind is refused at its first token.
+func readStringList(dec *json.Decoder, name string) ([]string, error) {
+	var list []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%w: value of %s is not JSON: %v", errBadRequest, name, err)
+		}
+		str, ok := t.(string)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s must be an array of strings", errBadRequest, name)
+		}
+		list = append(list, str)
+	}
+	if _, err := dec.Token(); err != nil { // the closing bracket
+		return nil, fmt.Errorf("%w: value of %s is not JSON: %v", errBadRequest, name, err)
+	}
+	return list, nil
 }
 
 // intMember parses member name of m as an integer in [lo, hi].
@@ -326,6 +384,16 @@ func ttlOf(r wire.LeaseRequest) time.Duration {
 		return 0
 	}
 	return time.Duration(*r.TTLMillis) * time.Millisecond
+}
+
+// headReply is a task's head as the contract tells it.
+func headReply(h fence.Head) wire.TaskHeadReply {
+	r := wire.TaskHeadReply{Task: h.Task, Version: h.Version, Seq: h.Seq}
+	if h.Known {
+		p, typ := h.Partition, h.Type
+		r.Partition, r.Type = &p, &typ
+	}
+	return r
 }
 
 func leaseReply(l fence.Lease, withValid bool) wire.LeaseReply {
@@ -409,15 +477,22 @@ func (ls *leaseService) taskHead(ctx context.Context, _ string, data []byte) (an
 	if err != nil {
 		return nil, err
 	}
+	if len(r.Tasks) > 0 {
+		heads, err := ls.store.TaskHeads(ctx, r.Tasks)
+		if err != nil {
+			return nil, err
+		}
+		out := wire.TaskHeadsReply{Heads: make([]wire.TaskHeadReply, len(heads))}
+		for i, h := range heads {
+			out.Heads[i] = headReply(h)
+		}
+		return out, nil
+	}
 	h, err := ls.store.TaskHead(ctx, r.Task)
 	if err != nil {
 		return nil, err
 	}
-	reply := wire.TaskHeadReply{Task: r.Task, Version: h.Version, Seq: h.Seq}
-	if h.Known {
-		p, typ := h.Partition, h.Type
-		reply.Partition, reply.Type = &p, &typ
-	}
+	reply := headReply(h)
 	if r.EventID == "" {
 		return reply, nil
 	}

@@ -50,6 +50,15 @@ var requestCases = []struct {
 	{"get ignores the members it does not use", "get", `{"partition":3,"holder":"not a holder","generation":9}`, true},
 	{"task head", "task_head", `{"task":"report-7"}`, true},
 	{"task head with an event id", "task_head", `{"task":"report-7","event_id":"` + validULID + `"}`, true},
+	{"heads of several tasks", "task_head", `{"tasks":["report-7","report-8"]}`, true},
+	{"heads: an empty list", "task_head", `{"tasks":[]}`, false},
+	{"heads: a bad id in the list", "task_head", `{"tasks":["ok","not ok"]}`, false},
+	{"heads: a nested list", "task_head", `{"tasks":[["a"]]}`, false},
+	{"heads: a number in the list", "task_head", `{"tasks":["a",1]}`, false},
+	{"heads: with a task too", "task_head", `{"task":"a","tasks":["b"]}`, false},
+	{"heads: with an event id", "task_head", `{"tasks":["b"],"event_id":"` + validULID + `"}`, false},
+	{"heads: 1001 tasks", "task_head", `{"tasks":["` + strings.TrimSuffix(strings.Repeat(`t","`, 1001), `","`) + `"]}`, false},
+	{"tasks as a string", "task_head", `{"tasks":"a"}`, false},
 	{"spaces, escapes, null for absent", "acquire", " {\n\"partition\" : 3 , \"hol\\u0064er\":\"worker-a.1\", \"ttl_ms\":null}\n", true},
 	{"negative zero", "get", `{"partition":-0}`, true},
 
@@ -201,6 +210,14 @@ func checkTaskHeadRequest(t *testing.T, body []byte, r wire.TaskHeadRequest) {
 	var std wire.TaskHeadRequest
 	require.NoError(t, json.Unmarshal(body, &std), "task_head accepted %q", body)
 	require.Equal(t, std, r)
+	if len(r.Tasks) > 0 {
+		require.Empty(t, r.Task)
+		require.Empty(t, r.EventID)
+		for _, task := range r.Tasks {
+			require.True(t, wire.ValidID(task))
+		}
+		return
+	}
 	require.True(t, wire.ValidID(r.Task))
 	require.True(t, r.EventID == "" || wire.ValidEventID(r.EventID))
 }

@@ -136,6 +136,29 @@ func TestTaskHeadOverNATS(t *testing.T) {
 	require.Zero(t, unknown.Version)
 }
 
+// The heads of many tasks come in one request, in the order asked.
+func TestTaskHeadsOfManyTasksOverNATS(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, ingest.Config{})
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(7, "worker-a.1", 60000)
+	x := event{id: newID(), partition: 7, task: "known", holder: "worker-a.1", generation: l.Generation, version: 1, typ: "started", payload: `{}`}
+	e.publish(x)
+	receiptFor(t, rc, x.id)
+	b, _ := json.Marshal(wire.TaskHeadRequest{Tasks: []string{"fresh", "known"}})
+	resp, err := e.nc.Request(e.subj.TaskHead(), b, 5*time.Second)
+	require.NoError(t, err)
+	var r wire.TaskHeadsReply
+	require.NoError(t, json.Unmarshal(resp.Data, &r), string(resp.Data))
+	require.Len(t, r.Heads, 2)
+	require.Equal(t, "fresh", r.Heads[0].Task)
+	require.Zero(t, r.Heads[0].Version)
+	require.Nil(t, r.Heads[0].Partition)
+	require.Equal(t, "known", r.Heads[1].Task)
+	require.EqualValues(t, 1, r.Heads[1].Version)
+	require.Equal(t, "started", *r.Heads[1].Type)
+}
+
 // An acquire retried with its request id over NATS gets the same grant.
 func TestAcquireRetriedWithItsRequestIDOverNATS(t *testing.T) {
 	t.Parallel()

@@ -305,3 +305,39 @@ func (s *Store) TaskHead(ctx context.Context, task string) (Head, error) {
 	h.Known = true
 	return h, nil
 }
+
+// MaxTaskHeads is the most tasks one TaskHeads call may ask for.
+const MaxTaskHeads = 1000
+
+// TaskHeads returns the heads of tasks, in order, in one round trip: a
+// worker starting on many fresh tasks learns them all at once.
+func (s *Store) TaskHeads(ctx context.Context, tasks []string) ([]Head, error) {
+	if len(tasks) > MaxTaskHeads {
+		return nil, leaseErr(ErrInvalid, nil, "%d tasks asked for at once; at most %d", len(tasks), MaxTaskHeads)
+	}
+	for _, task := range tasks {
+		if !wire.ValidID(task) {
+			return nil, leaseErr(ErrInvalid, nil, "task id %q is not 1..128 of [A-Za-z0-9_-]", task)
+		}
+	}
+	pb := &pgx.Batch{}
+	for _, task := range tasks {
+		pb.Queue(sqlTaskHead, task)
+	}
+	br := s.pool.SendBatch(ctx, pb)
+	defer br.Close()
+	out := make([]Head, len(tasks))
+	for i, task := range tasks {
+		h := Head{Task: task}
+		err := br.QueryRow().Scan(&h.Partition, &h.Version, &h.Seq, &h.Type)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return nil, fmt.Errorf("fence: heads of %d tasks: %w", len(tasks), err)
+		default:
+			h.Known = true
+		}
+		out[i] = h
+	}
+	return out, br.Close()
+}

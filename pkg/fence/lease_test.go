@@ -246,3 +246,24 @@ func TestRetriedAcquireGetsTheSameGrant(t *testing.T) {
 	require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM ledger.lease_grants WHERE partition = 4 AND request_id = 'req-1'`),
 		"the retry wrote no second grant")
 }
+
+// The heads of many tasks come in one call, in the order asked, unknown
+// tasks included.
+func TestTaskHeadsOfManyTasksAtOnce(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t, fence.Config{})
+	ctx := context.Background()
+	l, err := s.Acquire(ctx, 2, "worker-a.1", longTTL)
+	require.NoError(t, err)
+	appendOne(t, s, ev(l, "a", 1, "start"))
+	appendOne(t, s, ev(l, "a", 2, "done"))
+	appendOne(t, s, ev(l, "c", 1, "start"))
+	heads, err := s.TaskHeads(ctx, []string{"a", "b", "c"})
+	require.NoError(t, err)
+	require.Len(t, heads, 3)
+	require.Equal(t, fence.Head{Task: "a", Known: true, Partition: 2, Version: 2, Seq: heads[0].Seq, Type: "done"}, heads[0])
+	require.Equal(t, fence.Head{Task: "b"}, heads[1])
+	require.EqualValues(t, 1, heads[2].Version)
+	_, err = s.TaskHeads(ctx, []string{"a", "bad id"})
+	require.ErrorIs(t, err, fence.ErrInvalid)
+}

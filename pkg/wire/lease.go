@@ -73,8 +73,18 @@ type ErrorReply struct {
 // (this implementation's extension): with it the reply is a
 // TaskHeadEventReply, which also tells that event's recorded verdict.
 type TaskHeadRequest struct {
-	Task    string `json:"task"`
+	Task    string `json:"task,omitempty"`
 	EventID string `json:"event_id,omitempty"`
+	// Tasks, instead of Task, asks for the heads of up to 1000 tasks at
+	// once (this implementation's addition); the reply is a
+	// TaskHeadsReply.
+	Tasks []string `json:"tasks,omitempty"`
+}
+
+// TaskHeadsReply is the reply of ledger.task.head to a request with tasks:
+// one head per task asked for, in that order.
+type TaskHeadsReply struct {
+	Heads []TaskHeadReply `json:"heads"`
 }
 
 // TaskHeadReply is the reply of ledger.task.head. Partition is null and
