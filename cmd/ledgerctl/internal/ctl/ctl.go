@@ -41,6 +41,7 @@ var commands = map[string]Command{
 	"version": {Version, "", "print the version of ledgerctl"},
 	"demo":    {Demo, "", "run the whole ledger in-process and play the two seed stories"},
 	"bench":   {Bench, "[-events N] [-rate N]", "benchmark report: baselines, fence, pipeline, latency"},
+	"auth":    {Auth, "static|jwt|jwt-user [flags]", "generate the NATS authorization of an authenticated deployment"},
 	"rebuild": {Rebuild, "[-partitions SET]", "replay the PostgreSQL log into fresh projections (stop the projectors first)"},
 }
 
