@@ -3,6 +3,7 @@ package deploytest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -54,6 +55,9 @@ func TestAuthorizedDeployments(t *testing.T) {
 		})
 	}
 }
+
+// gapWindow is the stack's ingest gap window.
+const gapWindow = time.Second
 
 // authStack is a running ledger under a generated authorization.
 type authStack struct {
@@ -113,7 +117,9 @@ func startAuthStack(t *testing.T, mode string) *authStack {
 }
 
 func (s *authStack) startIngest(t *testing.T) {
-	in, err := ingest.New(ingest.Config{}, ingest.Deps{NC: s.ingestNC.Conn, Store: s.store, Logger: s.log})
+	// A short gap window, so that a version that never gets its
+	// predecessor is judged within the test.
+	in, err := ingest.New(ingest.Config{GapWindow: gapWindow}, ingest.Deps{NC: s.ingestNC.Conn, Store: s.store, Logger: s.log})
 	require.NoError(t, err)
 	require.NoError(t, in.Start(s.ctx))
 	s.root.Cleanup(in.Stop)
@@ -142,12 +148,31 @@ func (s *authStack) newWorker(t *testing.T, principal, taskPrefix string, avoid 
 	return w
 }
 
+// requireServicesUnrefused fails at once, with the server's words, when
+// the server refused the ingest or the projector anything: a permission
+// the generator forgot would otherwise show only as a wait that never ends.
+func (s *authStack) requireServicesUnrefused(t *testing.T) {
+	t.Helper()
+	for name, uc := range map[string]*userConn{"ingest": s.ingestNC, "projector": s.projectorNC} {
+		select {
+		case err := <-uc.errs:
+			t.Fatalf("the server refused the %s: %v", name, err)
+		default:
+		}
+	}
+}
+
 // commit publishes through the SDK and requires the event committed.
 func (s *authStack) commit(t *testing.T, w *workerSide, typ, payload string) wire.Receipt {
 	t.Helper()
 	p, err := w.lease.Publish(s.ctx, w.task, typ, []byte(payload))
 	require.NoError(t, err)
-	r, err := p.Receipt(s.ctx)
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	r, err := p.Receipt(ctx)
+	if err != nil {
+		s.requireServicesUnrefused(t)
+	}
 	require.NoError(t, err)
 	require.Equal(t, wire.VerdictCommitted, r.Verdict, "receipt %+v", r)
 	return r
@@ -169,7 +194,11 @@ func (s *authStack) awaitReceipt(t *testing.T, w *workerSide, eventID string) wi
 		if r, ok := w.seen[eventID]; ok {
 			return r
 		}
-		m, err := w.receipts.NextMsgWithContext(s.ctx)
+		s.requireServicesUnrefused(t)
+		m, err := w.receipts.NextMsg(250 * time.Millisecond)
+		if errors.Is(err, nats.ErrTimeout) && s.ctx.Err() == nil {
+			continue
+		}
 		require.NoError(t, err, "no receipt for %s", eventID)
 		r, err := wire.DecodeReceipt(m.Data)
 		require.NoError(t, err)
@@ -242,6 +271,7 @@ func (s *authStack) waitProjection(t *testing.T, uc *userConn, task string, vers
 		if v, ok := s.directGet(t, uc, task); ok && v.Version >= version {
 			return v
 		}
+		s.requireServicesUnrefused(t)
 		select {
 		case <-s.ctx.Done():
 			t.Fatalf("the projection of %s did not reach version %d", task, version)
@@ -280,6 +310,34 @@ func (s *authStack) honestFlows(t *testing.T) {
 	}
 	require.Equal(t, wire.VerdictCommitted, s.awaitReceipt(t, s.a, id1).Verdict)
 	require.Equal(t, wire.VerdictCommitted, s.awaitReceipt(t, s.a, id2).Verdict)
+
+	// A version whose predecessor never comes is judged gap once the
+	// window has passed and the ingest has looked into LEDGER_IN for it.
+	id, m := rawEvent(s.a.holder, p, "lonely-"+s.a.task, gen, 2, `{"step":2}`)
+	_, err = s.a.conn.js(t).PublishMsg(s.ctx, m)
+	require.NoError(t, err)
+	r := s.awaitReceipt(t, s.a, id)
+	require.Equal(t, wire.VerdictGap, r.Verdict, "receipt %+v", r)
+
+	// A gap in the log is marked in the projector's own bucket until it
+	// closes (an operator forges the copies: its user may).
+	marks := s.lastSeq(t, "KV_ledger_projector")
+	gapTask := "gap-" + s.a.task
+	copyOf := func(version int64) *nats.Msg {
+		return wire.Subjects{}.LogMsg(&wire.LogCopy{Seq: 1_000_000 + version, EventID: ledgertest.NewID(), Partition: p,
+			Task: gapTask, Version: version, Type: "forged", Holder: s.a.holder, Generation: gen,
+			CommittedAt: time.Now(), Payload: []byte(fmt.Sprintf(`{"v":%d}`, version))})
+	}
+	_, err = s.admin.js(t).PublishMsg(s.ctx, copyOf(2))
+	require.NoError(t, err)
+	for s.lastSeq(t, "KV_ledger_projector") == marks {
+		s.requireServicesUnrefused(t)
+		require.NoError(t, s.ctx.Err(), "no open-gap marker was written")
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err = s.admin.js(t).PublishMsg(s.ctx, copyOf(1))
+	require.NoError(t, err)
+	s.waitProjection(t, s.reader, gapTask, 2)
 
 	// A restarted ingest finds the last copy of the task in LEDGER_LOG.
 	s.ingest.Stop()

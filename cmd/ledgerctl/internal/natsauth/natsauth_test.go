@@ -206,6 +206,13 @@ func TestMintUserNeedsTheRolesScopedKey(t *testing.T) {
 	_, err = MintUser(dir, "admin", "x")
 	require.ErrorContains(t, err, `no role "admin"`)
 
+	// The projector's key in the ingest's place: a key of the account, of
+	// another role, whose users would get the projector's rights.
+	projector := readFile(t, filepath.Join(dir, KeysDir, "signing-projector.nk"))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, KeysDir, "signing-ingest.nk"), []byte(projector), 0o600))
+	_, err = MintUser(dir, RoleIngest, "ingest-2")
+	require.ErrorContains(t, err, "is not the account's key of role ingest")
+
 	// The ingest's key in the worker's place.
 	ingest := readFile(t, filepath.Join(dir, KeysDir, "signing-ingest.nk"))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, KeysDir, "signing-worker.nk"), []byte(ingest), 0o600))
