@@ -46,6 +46,25 @@ func TestWorkerPermissionsAreTheContracts(t *testing.T) {
 	require.False(t, p.Responses)
 }
 
+// A ledger with another subject prefix gets its own subjects everywhere;
+// stream and bucket names are the contract's whatever the prefix.
+func TestPrefixChangesEverySubject(t *testing.T) {
+	t.Parallel()
+	l, err := NewLayout("acme")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	_, err = Static(Setup{Dir: dir, Layout: l, Workers: []string{"reports"}, Readers: []string{"dash"}})
+	require.NoError(t, err)
+	conf := readFile(t, filepath.Join(dir, StaticConfFile))
+	require.Contains(t, conf, `"acme.in.reports.>"`)
+	require.Contains(t, conf, `{ service: "acme.in.>", accounts: ["LEDGER_WORKERS"] }`)
+	require.Contains(t, conf, "ledgerctl auth static -prefix acme -worker reports -reader dash -out DIR")
+	require.NotRegexp(t, `"ledger\.`, conf)
+	require.Contains(t, conf, `"$JS.API.DIRECT.GET.KV_ledger_tasks.>"`)
+	_, err = NewLayout("a.b")
+	require.Error(t, err)
+}
+
 // Nobody but a worker's own principal reads its inbox: no role may
 // subscribe to _INBOX.> or to another role's inbox.
 func TestNoRoleSubscribesToAnotherInbox(t *testing.T) {
