@@ -23,7 +23,8 @@
 //     anywhere.
 //   - The services' JetStream rights name their own streams, consumers and
 //     buckets, and never delete or purge a stream of the ledger.
-//   - Secrets are written 0600 and never overwritten: running a command
-//     again keeps every key, so servers and clients already using them go on
-//     working.
+//   - Secrets are written 0600. Running a command again reuses every key,
+//     so servers and clients already using them go on working; only
+//     MintUser replaces a credentials file, and the credentials it replaced
+//     stay valid.
 package natsauth
