@@ -10,9 +10,13 @@
 //     does, through the real fence.Store, and nothing that rewrites history
 //     (DELETE, TRUNCATE, UPDATE of events); only they connect to the
 //     ledger's database; migrations refuse to run as them.
-//   - deploy/nats: the authorization in auth.conf lets each component do its
-//     part of the contract and no more, proven on an embedded server with
-//     the real ingest service and worker SDK; the cluster files are valid.
+//   - NATS authorization: both deployments `ledgerctl auth` writes (static
+//     nkey users, operator mode with JWTs) are loaded into an embedded server
+//     that runs the real ingest, projector, worker SDK, readers and
+//     ledgerctl; honest flows work end to end and every attack of
+//     docs/security.md is refused. deploy/nats/auth.conf is the generator's
+//     output, the cluster files and deploy/nats-jwt are valid, and the
+//     security guide cites only tests that exist.
 //
 // Nothing here needs Docker or a network: PostgreSQL comes from
 // internal/dbtest and NATS from internal/natstest. If the docker compose

@@ -15,24 +15,10 @@ import (
 	"time"
 )
 
-// Test passwords for deploy/nats/auth.conf, which reads them from the
-// server's environment. They are set for the whole test process in TestMain,
-// so tests that load the file can still run in parallel.
-var natsPasswords = map[string]string{
-	"LEDGER_INGEST_PASSWORD":    "ingest-test-secret",
-	"LEDGER_PROJECTOR_PASSWORD": "projector-test-secret",
-	"LEDGER_WORKER_PASSWORD":    "worker-test-secret",
-	"LEDGER_READER_PASSWORD":    "reader-test-secret",
-	"LEDGER_OPERATOR_PASSWORD":  "operator-test-secret",
-}
-
 // binDir holds the binaries built by buildBinary, shared by every test.
 var binDir string
 
 func TestMain(m *testing.M) {
-	for k, v := range natsPasswords {
-		os.Setenv(k, v) //nolint:errcheck // cannot fail for these names
-	}
 	dir, err := os.MkdirTemp("", "deploytest-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "deploytest:", err)

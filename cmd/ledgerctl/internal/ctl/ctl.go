@@ -42,6 +42,7 @@ var commands = map[string]Command{
 	"demo":    {Demo, "", "run the whole ledger in-process and play the two seed stories"},
 	"bench":   {Bench, "[-events N] [-rate N]", "benchmark report: baselines, fence, pipeline, latency"},
 	"console": {Console, "[-listen ADDR] [-allow-replay]", "serve the web console: partitions, flow, dead letters, tasks, live"},
+	"auth":    {Auth, "static|jwt|jwt-user [flags]", "generate the NATS authorization of an authenticated deployment"},
 	"rebuild": {Rebuild, "[-partitions SET]", "replay the PostgreSQL log into fresh projections (stop the projectors first)"},
 	"chaos":   {Chaos, "[flags] | writer|check ...", "run the ledger as processes under faults and check every promise"},
 }

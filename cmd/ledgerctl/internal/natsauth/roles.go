@@ -1,0 +1,230 @@
+package natsauth
+
+import (
+	"fmt"
+
+	"github.com/flowness/ledger/pkg/wire"
+	"github.com/flowness/ledger/streams"
+)
+
+// Accounts of an authenticated deployment. The services share one account;
+// workers and each reader have accounts of their own, which reach the
+// ledger's account only through what it exports to them.
+//
+// Separate accounts are what keep a reply subject from being a weapon: a
+// client names any reply subject it likes, and the NATS server (JetStream's
+// publish acks and direct gets) and the lease service answer on it without
+// a permission check. In one shared account a worker's publish ack
+// addressed to $KV.ledger_tasks.<task> overwrote that task's projection, and
+// a reader's direct get addressed there copied one projection over another.
+// Across an import the server rewrites every reply subject, so answers land
+// back in the requester's own account.
+const (
+	// AccountLedger holds the services, ledgerctl and every stream and bucket.
+	AccountLedger = "LEDGER"
+	// AccountWorkers holds one user per worker principal.
+	AccountWorkers = "LEDGER_WORKERS"
+	// AccountReaderPrefix, followed by the reader's name, is a reader's account.
+	AccountReaderPrefix = "LEDGER_READER_"
+	// AccountSystem is the NATS system account of operator mode.
+	AccountSystem = "SYS"
+)
+
+// Roles of the users.
+const (
+	RoleIngest    = "ingest"
+	RoleProjector = "projector"
+	// RoleLedgerctl is the operators' role: ledgerctl and the nats CLI.
+	RoleLedgerctl = "ledgerctl"
+	RoleWorker    = "worker"
+	RoleReader    = "reader"
+)
+
+// ServiceRoles are the roles of the LEDGER account's users.
+var ServiceRoles = []string{RoleIngest, RoleProjector, RoleLedgerctl}
+
+// MaxNameLen is the longest worker principal or reader name.
+const MaxNameLen = wire.MaxHolderPartLen
+
+// ValidName reports whether s may name a worker principal or a reader:
+// 1..64 characters of [A-Za-z0-9_-]. A name is spliced into subjects (in
+// operator mode by the server itself, through {{name()}}), so a dot would
+// let a user named "reports.pod-1" publish as that holder of principal
+// "reports", and "*" would match every principal.
+func ValidName(s string) bool { return len(s) <= MaxNameLen && wire.ValidID(s) }
+
+// InboxPrefix is the inbox prefix a user of role connects with; name is the
+// principal or reader name, ignored for the services.
+func InboxPrefix(role, name string) string {
+	switch role {
+	case RoleWorker:
+		return wire.InboxPrefix(name)
+	case RoleReader:
+		return "_INBOX_" + name
+	}
+	return "_INBOX_" + role
+}
+
+// Permissions are a user's subject permissions.
+type Permissions struct {
+	Publish, Subscribe []string
+	// Responses lets the user answer each request it receives, once, on
+	// the request's reply subject (allow_responses). Only the ingest has
+	// it: it answers lease requests, whose replies come from the workers'
+	// account as _R_ subjects the server made up.
+	Responses bool
+}
+
+// Layout names the subjects of one ledger: its subject prefix and the
+// names of the buckets.
+type Layout struct {
+	prefix, tasksBucket, marksBucket string
+}
+
+// NewLayout returns the layout of a ledger with subject prefix prefix
+// (default "ledger").
+func NewLayout(prefix string) (Layout, error) {
+	if prefix == "" {
+		prefix = wire.PrefixDefault
+	}
+	if !wire.ValidID(prefix) {
+		return Layout{}, fmt.Errorf("prefix %q is not one subject token of [A-Za-z0-9_-]", prefix)
+	}
+	marks, err := streams.Bucket(wire.BucketProjector, streams.Options{Prefix: prefix})
+	if err != nil {
+		return Layout{}, fmt.Errorf("natsauth: the projector's bucket: %w", err)
+	}
+	return Layout{prefix: prefix, tasksBucket: wire.BucketTasks, marksBucket: marks.Bucket}, nil
+}
+
+// Prefix is the subject prefix.
+func (l Layout) Prefix() string { return l.prefix }
+
+func (l Layout) p(rest string) string { return l.prefix + "." + rest }
+
+// streamAPI lists the JetStream API subjects that create, update and read
+// the configuration of each stream: never delete or purge.
+func streamAPI(names ...string) []string {
+	var s []string
+	for _, n := range names {
+		s = append(s, "$JS.API.STREAM.CREATE."+n, "$JS.API.STREAM.UPDATE."+n, "$JS.API.STREAM.INFO."+n)
+	}
+	return s
+}
+
+// msgGetAPI lists the JetStream API subjects that read one message of
+// each stream, directly or through the stream's leader.
+func msgGetAPI(names ...string) []string {
+	var s []string
+	for _, n := range names {
+		s = append(s, "$JS.API.STREAM.MSG.GET."+n, "$JS.API.DIRECT.GET."+n, "$JS.API.DIRECT.GET."+n+".>")
+	}
+	return s
+}
+
+// Permissions returns the permissions of a user of role; name is the
+// principal of a worker or the name of a reader. For operator mode's
+// worker template pass "{{name()}}" as the name.
+func (l Layout) Permissions(role, name string) (Permissions, error) {
+	kvTasks, kvMarks := "KV_"+l.tasksBucket, "KV_"+l.marksBucket
+	switch role {
+	case RoleIngest:
+		// Applies the streams and its consumer at start, consumes LEDGER_IN
+		// and acks it, writes the log copies, dead letters and receipts, and
+		// serves the lease micro service. It reads single messages: the
+		// first queued message of a task in LEDGER_IN (is an earlier
+		// version still waiting?) and the last copy of a task in LEDGER_LOG
+		// (did another process store the version before?), by direct get
+		// where the stream allows it.
+		pub := append([]string{"$JS.API.INFO"}, streamAPI(wire.StreamIn, wire.StreamLog, wire.StreamDLQ)...)
+		pub = append(pub, msgGetAPI(wire.StreamIn, wire.StreamLog)...)
+		pub = append(pub,
+			"$JS.API.CONSUMER.CREATE."+wire.StreamIn+".ingest",
+			"$JS.API.CONSUMER.CREATE."+wire.StreamIn+".ingest.>",
+			"$JS.API.CONSUMER.INFO."+wire.StreamIn+".ingest",
+			"$JS.API.CONSUMER.MSG.NEXT."+wire.StreamIn+".ingest",
+			"$JS.ACK."+wire.StreamIn+".ingest.>",
+			l.p("log.>"), l.p("dlq.>"), l.p("receipt.>"))
+		sub := []string{
+			l.p("lease.acquire.*.*"), l.p("lease.renew.*.*"), l.p("lease.release.*.*"),
+			l.p("lease.get"), l.p("task.head"),
+			"$SRV.*", "$SRV.*." + wire.ServiceName, "$SRV.*." + wire.ServiceName + ".*",
+			InboxPrefix(role, "") + ".>",
+		}
+		return Permissions{Publish: pub, Subscribe: sub, Responses: true}, nil
+	case RoleProjector:
+		// Applies the streams (so it may start before the ingest) and its
+		// buckets, consumes LEDGER_LOG with one durable per partition set,
+		// writes the buckets, lists its gap markers with an ordered
+		// consumer, and on -rebuild deletes its consumer and ledger_tasks.
+		pub := append([]string{"$JS.API.INFO"}, streamAPI(wire.StreamIn, wire.StreamLog, wire.StreamDLQ, kvTasks, kvMarks)...)
+		pub = append(pub, msgGetAPI(kvTasks, kvMarks)...)
+		pub = append(pub,
+			"$JS.API.STREAM.DELETE."+kvTasks,
+			"$JS.API.CONSUMER.CREATE."+wire.StreamLog+".*",
+			"$JS.API.CONSUMER.CREATE."+wire.StreamLog+".*.>",
+			"$JS.API.CONSUMER.INFO."+wire.StreamLog+".*",
+			"$JS.API.CONSUMER.MSG.NEXT."+wire.StreamLog+".*",
+			"$JS.API.CONSUMER.DELETE."+wire.StreamLog+".*",
+			"$JS.API.CONSUMER.CREATE."+kvMarks+".>",
+			"$JS.API.CONSUMER.INFO."+kvMarks+".*",
+			"$JS.API.CONSUMER.DELETE."+kvMarks+".*",
+			"$JS.ACK."+wire.StreamLog+".>",
+			"$JS.FC."+kvMarks+".>",
+			"$KV."+l.tasksBucket+".>", "$KV."+l.marksBucket+".>")
+		return Permissions{Publish: pub, Subscribe: []string{InboxPrefix(role, "") + ".>"}}, nil
+	case RoleLedgerctl:
+		// Everything in the account, but it reads only its own replies:
+		// the services' deliveries of LEDGER_IN and LEDGER_LOG arrive on
+		// their inboxes, which it cannot subscribe to.
+		return Permissions{Publish: []string{">"},
+			Subscribe: []string{InboxPrefix(role, "") + ".>", l.p(">"), "$KV.>", "$JS.EVENT.>"}}, nil
+	case RoleWorker:
+		// CONTRACT §9, word for word.
+		return Permissions{
+			Publish:   []string{l.p("in." + name + ".>"), l.p("lease.*." + name + ".*"), l.p("lease.get"), l.p("task.head")},
+			Subscribe: []string{l.p("receipt." + name + ".>"), InboxPrefix(role, name) + ".>"},
+		}, nil
+	case RoleReader:
+		// A direct get of one key, and the bucket's subjects to follow
+		// changes. No JetStream API: across an import it would act on the
+		// reader's own account, which has no JetStream; and no consumer,
+		// whose delivery subject is the creator's choice.
+		return Permissions{
+			Publish:   []string{"$JS.API.DIRECT.GET." + kvTasks + ".>"},
+			Subscribe: []string{"$KV." + l.tasksBucket + ".>", InboxPrefix(role, name) + ".>"},
+		}, nil
+	}
+	return Permissions{}, fmt.Errorf("natsauth: no role %q", role)
+}
+
+// Export is a subject the LEDGER account offers to the workers' or the
+// readers' accounts, which import it under the same name.
+type Export struct {
+	Name    string
+	Subject string
+	// Service: requests go to LEDGER and the answer comes back (events
+	// with their publish acks, lease requests, direct gets). Otherwise a
+	// stream: LEDGER's messages on the subject are delivered to the
+	// importer too (receipts, bucket changes).
+	Service bool
+}
+
+// WorkerExports are what the workers' account imports.
+func (l Layout) WorkerExports() []Export {
+	return []Export{
+		{Name: "events", Subject: l.p("in.>"), Service: true},
+		{Name: "leases", Subject: l.p("lease.>"), Service: true},
+		{Name: "task-head", Subject: l.p("task.head"), Service: true},
+		{Name: "receipts", Subject: l.p("receipt.>")},
+	}
+}
+
+// ReaderExports are what each reader's account imports.
+func (l Layout) ReaderExports() []Export {
+	kvTasks := "KV_" + l.tasksBucket
+	return []Export{
+		{Name: "projection-get", Subject: "$JS.API.DIRECT.GET." + kvTasks + ".>", Service: true},
+		{Name: "projection-changes", Subject: "$KV." + l.tasksBucket + ".>"},
+	}
+}
