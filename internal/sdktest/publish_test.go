@@ -2,10 +2,14 @@ package sdktest
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/natstest"
@@ -102,4 +106,42 @@ func TestPublishJSONCommitsTheEncodedValueAndRefusesWhatCannotBeEncoded(t *testi
 	require.Equal(t, int64(2), p.Version())
 	require.NoError(t, p.Wait(ctx))
 	require.Len(t, l.events("job"), 2)
+}
+
+// A worker that starts on many fresh tasks at once asks for their heads in
+// a few requests, not one per task: the lookups of concurrent publishers
+// share a request.
+func TestHeadsOfFreshTasksAreAskedTogether(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	spy := l.ns.Conn(t)
+	var requests atomic.Int64
+	_, err := spy.Subscribe(wire.Subjects{}.TaskHead(), func(*nats.Msg) { requests.Add(1) })
+	require.NoError(t, err)
+	require.NoError(t, spy.Flush())
+
+	c := l.client(nil, worker.Config{Holder: "worker-a.1"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lease, err := c.Acquire(ctx, 4)
+	require.NoError(t, err)
+	const tasks = 300
+	var wg sync.WaitGroup
+	errs := make(chan error, tasks)
+	for i := range tasks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := lease.Publish(ctx, fmt.Sprintf("fresh-%d", i), "start", []byte(`{}`)); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return l.count(`SELECT count(*) FROM ledger.events`) == tasks }, 20*time.Second, 20*time.Millisecond)
+	require.Less(t, requests.Load(), int64(tasks/10), "%d head requests for %d fresh tasks", requests.Load(), tasks)
 }

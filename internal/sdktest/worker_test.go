@@ -340,6 +340,15 @@ func fakeLeaseService(t *testing.T, nc *nats.Conn) {
 		if req.EventID != "" {
 			return // verdict lookups are left to the test
 		}
+		if len(req.Tasks) > 0 {
+			var r wire.TaskHeadsReply
+			for _, task := range req.Tasks {
+				r.Heads = append(r.Heads, wire.TaskHeadReply{Task: task})
+			}
+			b, _ := json.Marshal(r)
+			_ = m.Respond(b)
+			return
+		}
 		b, _ := json.Marshal(wire.TaskHeadReply{Task: req.Task})
 		_ = m.Respond(b)
 	})

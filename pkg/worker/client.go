@@ -29,6 +29,8 @@ type Client struct {
 	subj wire.Subjects
 	log  *slog.Logger
 	sub  *nats.Subscription
+	// heads asks for the heads of new tasks, many in one request.
+	heads *headBatcher
 
 	// closedCh is closed by Close; waits on receipts and acks end there.
 	closedCh chan struct{}
@@ -79,6 +81,7 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		closedCh: make(chan struct{}), leases: map[int]*Lease{}, pending: map[string]*Pending{},
 		acking: map[string]*Pending{}}
 	c.ctx, c.stop = context.WithCancel(context.Background())
+	c.heads = &headBatcher{c: c}
 	if cfg.Partitions == 0 {
 		n, err := c.askPartitions()
 		if err != nil {

@@ -195,7 +195,7 @@ func (l *Lease) usableLocked() error {
 }
 
 func (l *Lease) learnHead(ctx context.Context, task string, ts *taskState) error {
-	h, err := l.c.TaskHead(ctx, task)
+	h, err := l.c.heads.lookup(ctx, task)
 	if err != nil {
 		return err
 	}
