@@ -78,6 +78,13 @@ func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, c
 // and several ingest processes share the load through the queue group.
 func (ls *leaseService) handler(name string, h func(context.Context, string, []byte) (any, error)) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
+		// A request nobody waits for the answer of changes nothing: a lease
+		// taken or released without its reply would act for a requester
+		// that cannot learn what happened (or aims the reply elsewhere).
+		if req.Reply() == "" {
+			ls.metrics.lease(name, "no_reply")
+			return
+		}
 		ctx, cancel := context.WithTimeout(ls.ctx, leaseRequestTimeout)
 		defer cancel()
 		reply, err := h(ctx, req.Subject(), req.Data())

@@ -345,3 +345,17 @@ func TestTaskHeadWithEventIDTellsItsRecordedVerdict(t *testing.T) {
 	_, raw := head(`{"task":"job"}`)
 	require.NotContains(t, raw, "event", "a plain head request gets the plain reply")
 }
+
+// A lease request published without a reply subject changes nothing.
+func TestLeaseRequestWithoutAReplyDoesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, ingest.Config{})
+	b, _ := json.Marshal(map[string]any{"partition": 5})
+	require.NoError(t, e.nc.Publish(e.subj.Lease(wire.LeaseAcquire, "worker-a.1"), b))
+	require.NoError(t, e.nc.Flush())
+	got := e.acquire(6, "worker-b.1", 60000) // a request after it was served in order
+	require.EqualValues(t, 1, got.Generation)
+	_, er, _ := e.lease("get", map[string]any{"partition": 5})
+	require.NotNil(t, er)
+	require.Equal(t, "no_lease", er.Error, "the acquire without a reply was not carried out")
+}
