@@ -145,3 +145,36 @@ func TestHeadsOfFreshTasksAreAskedTogether(t *testing.T) {
 	require.Eventually(t, func() bool { return l.count(`SELECT count(*) FROM ledger.events`) == tasks }, 20*time.Second, 20*time.Millisecond)
 	require.Less(t, requests.Load(), int64(tasks/10), "%d head requests for %d fresh tasks", requests.Load(), tasks)
 }
+
+// One goroutine publishing the first event of many fresh tasks in turn does
+// not wait for each task's head: Publish queues the event and returns, and
+// the heads are asked for together.
+func TestPublishDoesNotWaitForTheHeadOfAFreshTask(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	spy := l.ns.Conn(t)
+	var requests atomic.Int64
+	_, err := spy.Subscribe(wire.Subjects{}.TaskHead(), func(*nats.Msg) { requests.Add(1) })
+	require.NoError(t, err)
+	require.NoError(t, spy.Flush())
+
+	c := l.client(nil, worker.Config{Holder: "worker-a.1"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lease, err := c.Acquire(ctx, 6)
+	require.NoError(t, err)
+	const tasks = 300
+	var ps []*worker.Pending
+	for i := range tasks {
+		for v := range 2 {
+			p, err := lease.Publish(ctx, fmt.Sprintf("seq-%d", i), fmt.Sprintf("step-%d", v), []byte(`{}`))
+			require.NoError(t, err)
+			ps = append(ps, p)
+		}
+	}
+	for i, p := range ps {
+		require.NoError(t, p.Wait(ctx))
+		require.EqualValues(t, i%2+1, p.Version(), "versions in call order")
+	}
+	require.Less(t, requests.Load(), int64(tasks/10), "%d head requests for %d fresh tasks", requests.Load(), tasks)
+}

@@ -191,6 +191,13 @@ func TestTaskPinnedToAnotherPartitionIsRefusedBeforePublishing(t *testing.T) {
 
 	on5, err := c.Acquire(ctx, 5)
 	require.NoError(t, err)
+	// The head comes after Publish returned: the event ends unsent.
+	refused, err := on5.Publish(ctx, "pinned", "step", nil)
+	require.NoError(t, err)
+	_, err = refused.Receipt(ctx)
+	require.ErrorIs(t, err, worker.ErrWrongPartition)
+	require.Zero(t, refused.Version())
+	// Once the head is known the refusal is at once.
 	_, err = on5.Publish(ctx, "pinned", "step", nil)
 	require.ErrorIs(t, err, worker.ErrWrongPartition)
 

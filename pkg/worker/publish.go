@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -19,13 +20,32 @@ import (
 // taskState is what a lease knows of one task. mu serialises the task's
 // version assignment and publishing, so a task's events leave in version
 // order; the counters are guarded by the lease's mu.
+//
+// Until the task's head is known, its events queue here, in call order,
+// and one lookup (asked together with other tasks', headBatcher) is under
+// way; when the head comes they get their versions and leave. So a worker
+// that starts on many fresh tasks does not wait a round trip per task.
 type taskState struct {
-	mu    sync.Mutex
-	known bool  // next was learned from the ledger
-	next  int64 // the version the next event gets
+	mu      sync.Mutex
+	known   bool      // next was learned from the ledger
+	next    int64     // the version the next event gets
+	looking bool      // a head lookup for queue is under way
+	pinned  error     // the task is pinned to another partition (for good)
+	queue   []*queued // events waiting for the head, in call order
+	// resync is set while ResyncTask runs, and closed when it ends:
+	// publishes to the task wait for it.
+	resync chan struct{}
 
-	inflight int           // events without receipt (lease mu)
+	inflight int           // events queued or without receipt (lease mu)
 	refused  *wire.Receipt // first refusal since the last resync (lease mu)
+}
+
+// queued is an event waiting for its task's head.
+type queued struct {
+	p       *Pending
+	typ     string
+	payload []byte
+	ctx     context.Context
 }
 
 func (l *Lease) task(task string) *taskState {
@@ -42,10 +62,14 @@ func (l *Lease) task(task string) *taskState {
 // Publish sends one event of task to the ledger under the lease and
 // returns at once with its Pending; the verdict comes later as its receipt.
 //
-// On the lease's first event of a task, Publish asks the ledger for the
-// task's head (one request) and fails with ErrWrongPartition, publishing
-// nothing, if the task is pinned to another partition. It then assigns
-// versions head+1, head+2, ... in call order. typ must be 1..64 of
+// On the lease's first event of a task, Publish does not wait for the
+// task's head: the event is queued and Publish returns; the head is asked
+// for (together with other new tasks') and the task's queued events then
+// get versions head+1, head+2, ... in call order and leave. If the task
+// turns out to be pinned to another partition, or the lookup fails, the
+// queued events are not sent and their Pending ends with that error
+// (ErrWrongPartition, ...); so does one whose ctx ended before its version
+// was assigned. Pending.Version waits for the assignment. typ must be 1..64 of
 // [A-Za-z0-9_.:-]; payload a JSON value (empty means null) of at most
 // Config.MaxPayload bytes.
 //
@@ -101,6 +125,12 @@ func (l *Lease) Publish(ctx context.Context, task, typ string, payload []byte) (
 	return p, nil
 }
 
+// newPending is an event of task about to be published.
+func (l *Lease) newPending(task string) *Pending {
+	return &Pending{lease: l, id: newULID(), task: task,
+		done: make(chan struct{}), acked: make(chan struct{}), assigned: make(chan struct{})}
+}
+
 // PublishJSON is Publish with v encoded by encoding/json as the payload.
 // A value that cannot be encoded (a channel, a func, a NaN, a cycle) fails
 // with an error matching ErrInvalid, and nothing is sent.
@@ -120,39 +150,86 @@ func notSent(task string, err error) error {
 func (l *Lease) publish(ctx context.Context, task, typ string, payload []byte) (*Pending, error) {
 	ts := l.task(task)
 	ts.mu.Lock()
+	for ts.resync != nil {
+		ch := ts.resync
+		ts.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, notSent(task, ctx.Err())
+		}
+		ts.mu.Lock()
+	}
 	defer ts.mu.Unlock()
-	if !ts.known {
-		if err := l.learnHead(ctx, task, ts); err != nil {
+	if ts.pinned != nil {
+		return nil, ts.pinned
+	}
+	p := l.newPending(task)
+	if ts.known {
+		if err := l.send(ctx, ts, p, typ, payload, false); err != nil {
 			return nil, err
 		}
+		return p, nil
 	}
-	p := &Pending{lease: l, id: newULID(), task: task,
-		done: make(chan struct{}), acked: make(chan struct{})}
+	// The head is not known yet: queue the event, counted in flight (so
+	// Release waits for it), and make sure a lookup is under way.
+	l.mu.Lock()
+	if err := l.admitLocked(ts, task, false); err != nil {
+		l.mu.Unlock()
+		return nil, err
+	}
+	ts.inflight++
+	l.inflight++
+	l.mu.Unlock()
+	ts.queue = append(ts.queue, &queued{p: p, typ: typ, payload: payload, ctx: ctx})
+	if !ts.looking {
+		ts.looking = true
+		go l.fillHead(task, ts)
+	}
+	return p, nil
+}
 
+// admitLocked says whether an event of task may be published now; l.mu is
+// held. A queued event was accepted by Publish before a Release began, so
+// Release waits for it rather than refusing it.
+func (l *Lease) admitLocked(ts *taskState, task string, queued bool) error {
+	if err := l.usableLocked(); err != nil && !(queued && l.state == stateReleasing && !l.pastDeadline()) {
+		return err
+	}
+	if r := ts.refused; r != nil {
+		return fmt.Errorf("worker: publish to task %s: event %s (version %d) was refused %s/%s: %w",
+			task, r.EventID, r.Version, r.Verdict, r.Reason, ErrResyncNeeded)
+	}
+	return nil
+}
+
+// send gives p the task's next version and publishes it; ts.mu is held.
+// counted says p is already counted in flight (it was queued); an error
+// leaves the counts as they were before send (a queued event stays
+// counted, for drop to undo).
+func (l *Lease) send(ctx context.Context, ts *taskState, p *Pending, typ string, payload []byte, counted bool) error {
 	// Checking the lease, assigning the version and counting the event in
 	// flight happen under one lock, so Release either refuses this event
 	// or waits for its receipt.
 	l.mu.Lock()
-	if err := l.usableLocked(); err != nil {
+	if err := l.admitLocked(ts, p.task, counted); err != nil {
 		l.mu.Unlock()
-		return nil, err
+		return err
 	}
-	if r := ts.refused; r != nil {
-		l.mu.Unlock()
-		return nil, fmt.Errorf("worker: publish to task %s: event %s (version %d) was refused %s/%s: %w",
-			task, r.EventID, r.Version, r.Verdict, r.Reason, ErrResyncNeeded)
-	}
-	// The head lookup above may have outlasted ctx: the last moment a
+	// The head lookup may have outlasted ctx: the last moment a
 	// cancellation can still keep the event from leaving.
 	if err := ctx.Err(); err != nil {
 		l.mu.Unlock()
-		return nil, notSent(task, err)
+		return notSent(p.task, err)
 	}
 	p.version = ts.next
 	ts.next++
-	ts.inflight++
-	l.inflight++
+	if !counted {
+		ts.inflight++
+		l.inflight++
+	}
 	l.mu.Unlock()
+	p.markAssigned()
 
 	p.msg = l.message(p, typ, payload)
 	err := ErrClosed
@@ -163,14 +240,62 @@ func (l *Lease) publish(ctx context.Context, task, typ string, payload []byte) (
 		l.c.unregister(p)
 		l.mu.Lock()
 		ts.next-- // nothing later was assigned: ts.mu is held
-		ts.inflight--
-		l.inflight--
-		close(l.changed)
-		l.changed = make(chan struct{})
+		if !counted {
+			ts.inflight--
+			l.inflight--
+			close(l.changed)
+			l.changed = make(chan struct{})
+		}
 		l.mu.Unlock()
-		return nil, fmt.Errorf("worker: publish event of task %s: %w", task, err)
+		return fmt.Errorf("worker: publish event of task %s: %w", p.task, err)
 	}
-	return p, nil
+	return nil
+}
+
+// fillHead learns task's head for its queued events, then sends them in
+// order, or ends them with the lookup's error.
+func (l *Lease) fillHead(task string, ts *taskState) {
+	h, err := l.c.heads.lookup(l.ctx, task)
+	if err == nil && h.Partition != nil && *h.Partition != l.partition {
+		err = fmt.Errorf("worker: task %s is pinned to partition %d, the lease is on %d: %w",
+			task, *h.Partition, l.partition, ErrWrongPartition)
+	}
+	if err != nil && l.ctx.Err() != nil {
+		err = context.Cause(l.ctx)
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.looking = false
+	q := ts.queue
+	ts.queue = nil
+	if errors.Is(err, ErrWrongPartition) {
+		ts.pinned = err // a task never moves: later publishes fail at once
+	}
+	if err == nil {
+		ts.known, ts.next = true, h.Version+1
+	}
+	for _, e := range q {
+		if err == nil {
+			if serr := l.send(e.ctx, ts, e.p, e.typ, e.payload, true); serr != nil {
+				l.drop(ts, e.p, serr)
+			}
+			continue
+		}
+		l.drop(ts, e.p, err)
+	}
+}
+
+// drop ends a queued event that is not sent: it leaves the in-flight
+// count, frees its slot and its Pending ends with err.
+func (l *Lease) drop(ts *taskState, p *Pending, err error) {
+	l.mu.Lock()
+	ts.inflight--
+	l.inflight--
+	close(l.changed)
+	l.changed = make(chan struct{})
+	l.mu.Unlock()
+	<-l.slots
+	p.fail(err)
 }
 
 // newULID returns a ULID with crypto/rand entropy, for event ids and
@@ -228,10 +353,32 @@ func (l *Lease) ResyncTask(ctx context.Context, task string) (int64, error) {
 	}
 	ts := l.task(task)
 	ts.mu.Lock()
-	defer ts.mu.Unlock()
+	for ts.resync != nil {
+		ch := ts.resync
+		ts.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("worker: resync task %s: %w", task, ctx.Err())
+		}
+		ts.mu.Lock()
+	}
+	done := make(chan struct{})
+	ts.resync = done // new publishes of the task wait for the resync
+	ts.mu.Unlock()
+	defer func() {
+		ts.mu.Lock()
+		ts.resync = nil
+		ts.mu.Unlock()
+		close(done)
+	}()
+	// Queued events get their versions and leave (their lookup does not
+	// need the resync), and every event sent gets its receipt.
 	if err := l.waitIdle(ctx, ts); err != nil {
 		return 0, fmt.Errorf("worker: resync task %s: %w", task, err)
 	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
 	ts.known = false
 	if err := l.learnHead(ctx, task, ts); err != nil {
 		return 0, err
@@ -251,13 +398,18 @@ type Pending struct {
 	version int64
 	msg     *nats.Msg
 
-	done  chan struct{} // closed with the receipt
-	acked chan struct{} // closed with the publish ack's outcome
+	done     chan struct{} // closed with the receipt (or err)
+	acked    chan struct{} // closed with the publish ack's outcome
+	assigned chan struct{} // closed once version is set (or err): assign
+	assign   sync.Once
 
 	mu      sync.Mutex
 	receipt wire.Receipt
 	ack     *jetstream.PubAck
 	ackErr  error
+	// err ends an event that was never sent (Publish queued it, and its
+	// head lookup failed or its ctx ended first).
+	err error
 	// lookup is the timer of the next lookup of the verdict
 	// (Client.awaitVerdict); lookupsOver is set once none is wanted.
 	lookup      *time.Timer
@@ -270,8 +422,27 @@ func (p *Pending) ID() string { return p.id }
 // Task returns the event's task id.
 func (p *Pending) Task() string { return p.task }
 
-// Version returns the version the event was published with.
-func (p *Pending) Version() int64 { return p.version }
+// Version returns the version the event was published with. For the first
+// events of a task Publish returns before the task's head is known; Version
+// then waits until the event's version is assigned, and returns 0 if the
+// event ends unsent (Receipt says why).
+func (p *Pending) Version() int64 {
+	<-p.assigned
+	return p.version
+}
+
+// markAssigned lets Version return.
+func (p *Pending) markAssigned() { p.assign.Do(func() { close(p.assigned) }) }
+
+// fail ends an event that will never be sent.
+func (p *Pending) fail(err error) {
+	p.mu.Lock()
+	p.err, p.ackErr = err, err
+	p.mu.Unlock()
+	p.markAssigned()
+	close(p.acked)
+	close(p.done)
+}
 
 // Done returns a channel that is closed when the event has its verdict:
 // its receipt arrived, or the ledger told it after the receipt was lost.
@@ -316,12 +487,12 @@ func (p *Pending) PubAck(ctx context.Context) (*jetstream.PubAck, error) {
 func (p *Pending) Receipt(ctx context.Context) (wire.Receipt, error) {
 	select {
 	case <-p.done:
-		return p.getReceipt(), nil
+		return p.getReceipt()
 	default:
 	}
 	select {
 	case <-p.done:
-		return p.getReceipt(), nil
+		return p.getReceipt()
 	case <-ctx.Done():
 		return wire.Receipt{}, fmt.Errorf("worker: receipt of event %s: %w", p.id, ctx.Err())
 	case <-p.lease.c.closedCh:
@@ -343,10 +514,10 @@ func (p *Pending) Wait(ctx context.Context) error {
 	return &RejectedError{Receipt: r}
 }
 
-func (p *Pending) getReceipt() wire.Receipt {
+func (p *Pending) getReceipt() (wire.Receipt, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.receipt
+	return p.receipt, p.err
 }
 
 func (p *Pending) resolve(r wire.Receipt) {
