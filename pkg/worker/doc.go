@@ -125,10 +125,14 @@
 //
 // # Versions
 //
-// On the lease's first event of a task, Publish asks the ledger for the
-// task's head (<prefix>.task.head); a task pinned to another partition is
-// refused with ErrWrongPartition before anything is sent. Later events get
-// head+1, head+2, ... assigned locally, in Publish order per task. An
+// On the lease's first event of a task, Publish does not wait for the
+// task's head: the event queues on the task, and one lookup of
+// <prefix>.task.head, asked together with every other new task's, learns
+// it; the queued events then get head+1, head+2, ... in Publish order and
+// leave. A task pinned to another partition sends nothing: its queued
+// events end with ErrWrongPartition (Pending.Receipt), and later Publishes
+// fail with it at once. Later events get their versions assigned locally,
+// in Publish order per task. An
 // event refused with invalid, conflict or gap leaves a hole the ledger will
 // not fill, so the events after it cannot commit (they wait as "not yet",
 // then get gap when the gap window closes): Publish then fails for that
