@@ -23,8 +23,8 @@ import (
 
 // Defaults of FailoverOptions.
 const (
-	// FailoverTrialsDefault is the number of kill -9 trials per TTL: 10.
-	FailoverTrialsDefault = 10
+	// FailoverTrialsDefault is the number of kill -9 trials per TTL: 20.
+	FailoverTrialsDefault = 20
 	// PauseTrialsDefault is the number of SIGSTOP trials per TTL and pause
 	// length: 10.
 	PauseTrialsDefault = 10
@@ -59,7 +59,7 @@ type FailoverOptions struct {
 	TTLs []time.Duration
 	// Pauses are the lengths of the SIGSTOP trials; default PausesDefault.
 	Pauses []time.Duration
-	// Trials is the number of kill -9 trials per TTL; default 10.
+	// Trials is the number of kill -9 trials per TTL; default 20.
 	Trials int
 	// PauseTrials is the number of SIGSTOP trials per TTL and pause; default
 	// 10.
