@@ -141,8 +141,7 @@ type FailoverReport struct {
 
 // TTLReport is the measurement of one TTL.
 type TTLReport struct {
-	TTL time.Duration `json:"-"`
-	// TTLMillis is TTL in milliseconds.
+	// TTLMillis is the lease TTL measured, in milliseconds.
 	TTLMillis int64 `json:"ttl_ms"`
 	// Kills are the kill -9 trials that ended in a failover.
 	Kills []KillTrial `json:"kills"`
@@ -165,6 +164,9 @@ type TTLReport struct {
 	LoadBefore float64 `json:"load_before"`
 	LoadAfter  float64 `json:"load_after"`
 }
+
+// TTL is the lease TTL measured.
+func (t TTLReport) TTL() time.Duration { return time.Duration(t.TTLMillis) * time.Millisecond }
 
 // KillTrial is one kill -9 of the holding writer.
 type KillTrial struct {
@@ -296,7 +298,7 @@ func measureTTL(ctx context.Context, o FailoverOptions, ttl time.Duration, dir s
 	if err := r.startStack(ctx); err != nil {
 		return nil, err
 	}
-	tr := &TTLReport{TTL: ttl, TTLMillis: ttl.Milliseconds(), RenewalsPerSecond: 3 / ttl.Seconds()}
+	tr := &TTLReport{TTLMillis: ttl.Milliseconds(), RenewalsPerSecond: 3 / ttl.Seconds()}
 	var err error
 	if tr.Renewal, err = f.renewalCost(ctx); err != nil {
 		return nil, err

@@ -87,7 +87,7 @@ func TestParseProcStatReadsUserAndSystemTime(t *testing.T) {
 
 func TestPrintFailoverShowsTheThreeTables(t *testing.T) {
 	rep := &FailoverReport{Trials: 2, PauseTrials: 1, CPUs: 2, Seed: 7, Seconds: 9, TTLs: []TTLReport{{
-		TTL: 3 * time.Second, TTLMillis: 3000, Failover: Summary{N: 2, P50: 2510, P90: 2890, Max: 2890},
+		TTLMillis: 3000, Failover: Summary{N: 2, P50: 2510, P90: 2890, Max: 2890},
 		Grant: Summary{N: 2, P50: 2490, P90: 2870, Max: 2870}, RenewalsPerSecond: 1,
 		Pauses:  []PauseResult{{PauseMillis: 100, Trials: 1}, {PauseMillis: 2000, Trials: 1, Lost: 1}},
 		Renewal: RenewalCost{N: 9000, RoundTripMicros: 110, CPUMicros: 40}, LoadBefore: 1.5, LoadAfter: -1,

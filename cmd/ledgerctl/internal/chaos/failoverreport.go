@@ -19,7 +19,7 @@ func PrintFailover(w io.Writer, rep *FailoverReport) error {
 	fmt.Fprintln(tw, "Failover: kill -9 of the holder to the standby's first committed event")
 	fmt.Fprintln(tw, "TTL\tp50\tp90\tmax\tgrant p50\tmissed\tload (1 min) before/after\t")
 	for _, t := range rep.TTLs {
-		fmt.Fprintf(tw, "%v\t%s\t%s\t%s\t%s\t%d\t%s/%s\t\n", t.TTL, ms(t.Failover.P50), ms(t.Failover.P90), ms(t.Failover.Max),
+		fmt.Fprintf(tw, "%v\t%s\t%s\t%s\t%s\t%d\t%s/%s\t\n", t.TTL(), ms(t.Failover.P50), ms(t.Failover.P90), ms(t.Failover.Max),
 			ms(t.Grant.P50), t.Missed, load(t.LoadBefore), load(t.LoadAfter))
 	}
 
@@ -34,7 +34,7 @@ func PrintFailover(w io.Writer, rep *FailoverReport) error {
 	}
 	fmt.Fprintln(tw, head.String())
 	for _, t := range rep.TTLs {
-		fmt.Fprintf(tw, "%v\t", t.TTL)
+		fmt.Fprintf(tw, "%v\t", t.TTL())
 		for _, p := range t.Pauses {
 			cell := fmt.Sprintf("%d/%d", p.Takeovers, p.Trials)
 			if n := p.Lost - p.Takeovers; n > 0 {
@@ -53,7 +53,7 @@ func PrintFailover(w io.Writer, rep *FailoverReport) error {
 			cpu = fmt.Sprintf("%.0fµs", t.Renewal.CPUMicros)
 			cores = fmt.Sprintf("%.2f", 1000*t.RenewalsPerSecond*t.Renewal.CPUMicros/1e6)
 		}
-		fmt.Fprintf(tw, "%v\t%.2f\t%.0fµs\t%s\t%s\t\n", t.TTL, t.RenewalsPerSecond, t.Renewal.RoundTripMicros, cpu, cores)
+		fmt.Fprintf(tw, "%v\t%.2f\t%.0fµs\t%s\t%s\t\n", t.TTL(), t.RenewalsPerSecond, t.Renewal.RoundTripMicros, cpu, cores)
 	}
 	if rep.Dir != "" {
 		fmt.Fprintf(tw, "\nlogs in %s\n", rep.Dir)
