@@ -253,7 +253,7 @@ func ChaosFailover(ctx context.Context, args []string, stdout, stderr io.Writer)
 	f.Float64Var(&o.Rate, "rate", chaos.FailoverRateDefault, "events per second of the holding writer")
 	seed := f.Uint64("seed", 0, "seed of where in the renewal cycle each fault lands (0: random, printed)")
 	f.StringVar(&o.Bin, "bin", "", "directory of the ingest and ledgerctl binaries (default: this executable's)")
-	f.StringVar(&o.Dir, "dir", "", "keep the logs and data here (default: a temporary directory, removed unless a failover was missed)")
+	f.StringVar(&o.Dir, "dir", "", "keep the logs and data here (default: a temporary directory, kept only after an error or a missed failover)")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
