@@ -45,7 +45,7 @@ func TestFailoverOptionsRefuseWhatCannotRun(t *testing.T) {
 		change func(*FailoverOptions)
 		err    string
 	}{
-		"a TTL below the contract's": {func(o *FailoverOptions) { o.TTLs = []time.Duration{50 * time.Millisecond} }, "a TTL must be whole milliseconds"},
+		"a TTL below the contract's":  {func(o *FailoverOptions) { o.TTLs = []time.Duration{50 * time.Millisecond} }, "a TTL must be whole milliseconds"},
 		"a TTL of a fraction of a ms": {func(o *FailoverOptions) { o.TTLs = []time.Duration{1500 * time.Microsecond} }, "a TTL must be whole milliseconds"},
 		"a negative pause":            {func(o *FailoverOptions) { o.Pauses = []time.Duration{-time.Second} }, "a pause must be in (0, 1m0s]"},
 		"an hour's pause":             {func(o *FailoverOptions) { o.Pauses = []time.Duration{time.Hour} }, "a pause must be in (0, 1m0s]"},
