@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: test vet bench demo build fuzz chaos
+.PHONY: test vet bench demo build fuzz chaos failover
 
 # demo: the whole ledger in one process (NATS embedded; PostgreSQL from
 # DATABASE_URL, or a throwaway cluster), playing the two seed stories.
@@ -36,6 +36,15 @@ CHAOS_FLAGS ?=
 chaos:
 	$(GO) build -o bin/ ./cmd/...
 	bin/ledgerctl chaos $(CHAOS_FLAGS)
+
+# failover: for lease TTLs of 500ms, 1s, 3s and 10s, the time from kill -9 of a
+# holding worker to its standby's first commit, and how often a live worker paused
+# by SIGSTOP loses its lease (docs/operations.md, "Failover time and the TTL").
+# About 10 minutes. FAILOVER_FLAGS passes flags: make failover FAILOVER_FLAGS='-json'.
+FAILOVER_FLAGS ?=
+failover:
+	$(GO) build -o bin/ ./cmd/...
+	bin/ledgerctl chaos failover $(FAILOVER_FLAGS)
 
 vet:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done

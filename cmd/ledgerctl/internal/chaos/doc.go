@@ -37,4 +37,14 @@
 // its writer's clock, a grant's time the moment its reply reached its
 // writer; writers run on one host, so the times compare. The violations it
 // counts are the ViolationKind constants; each must be 0.
+//
+// # The failover measurement
+//
+// RunFailover ("ledgerctl chaos failover", "make failover") reuses the run's
+// processes for a measurement instead of a proof: per lease TTL, a stack of
+// PostgreSQL, NATS and one ingest, and two writers of one partition without
+// a zombie window, renewing as the Go SDK does. It kills the holder with
+// SIGKILL and reads from PostgreSQL when the standby was granted the
+// partition and when its first event committed, and it pauses the live
+// holder with SIGSTOP and counts the pauses that cost it its lease.
 package chaos

@@ -74,7 +74,7 @@ type Options struct {
 	// Rate is the events per second of a holding writer; default 50.
 	Rate float64
 	// Zombie is how long a woken writer keeps publishing with its old
-	// generation; default 300 ms.
+	// generation; default 300 ms, Off for not at all.
 	Zombie time.Duration
 	// SigstopEvery: SIGSTOP of a writer (the holder of a random
 	// partition) for 1.25 to 2 TTLs, then SIGCONT; default 4 s.
@@ -187,7 +187,7 @@ func (o Options) Validate() error {
 		return fmt.Errorf("the principal %q is not 1..%d of [A-Za-z0-9_-]", o.Principal, wire.MaxHolderPartLen)
 	case o.Rate <= 0:
 		return errors.New("the rate must be positive")
-	case o.Zombie < 0:
+	case o.Zombie < 0 && o.Zombie != Off:
 		return errors.New("the zombie window must not be negative")
 	case o.GapWindow < 0 || o.GapTimeout <= 0 || o.DrainTimeout <= 0:
 		return errors.New("the gap window must not be negative, the gap timeout and drain timeout must be positive")

@@ -65,9 +65,12 @@ type run struct {
 	writers []*proc
 	// holderOf maps a writer's holder id to its process.
 	holderOf map[string]*proc
-	pool     *pgxpool.Pool
-	nc       *nats.Conn
-	js       jetstream.JetStream
+	// noProjector leaves the projector out (a failover measurement reads
+	// only PostgreSQL).
+	noProjector bool
+	pool        *pgxpool.Pool
+	nc          *nats.Conn
+	js          jetstream.JetStream
 
 	mu     sync.Mutex
 	rng    *rand.Rand
@@ -312,6 +315,10 @@ func (r *run) startStack(ctx context.Context) error {
 			return err
 		}
 	}
+	if r.noProjector {
+		r.logf("%d ingest(s) ready", r.o.Ingests)
+		return nil
+	}
 	r.proj = r.newProc("projector", r.bin.projector, "-database-url", r.dbURL, "-nats-url", r.natsURL,
 		"-partition-count", strconv.Itoa(r.o.Partitions), "-replicas", replicas, "-gap-timeout", r.o.GapTimeout.String(),
 		"-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[r.o.Ingests]))
@@ -415,33 +422,47 @@ func waitReady(ctx context.Context, port int, p *proc) error {
 
 // startWriters starts Writers writer processes per partition.
 func (r *run) startWriters() error {
-	var conn []string
-	if ext := r.o.External; ext != nil {
-		conn = externalConnArgs(ext)
-	} else {
-		conn = []string{"-nats-url", r.natsURL}
-	}
 	for p := r.first; p < r.first+r.o.Partitions; p++ {
 		for k := range r.o.Writers {
-			holder := wire.Holder(r.o.Principal, fmt.Sprintf("%s-p%d-w%d", r.id, p, k))
-			args := append([]string{"chaos", "writer"}, conn...)
-			args = append(args, "-prefix", r.prefix, "-holder", holder, "-partition", strconv.Itoa(p),
-				"-tasks", strconv.Itoa(r.o.Tasks), "-task-prefix", fmt.Sprintf("%s-p%d", r.id, p),
-				"-ttl", r.o.TTL.String(), "-rate", strconv.FormatFloat(r.o.Rate, 'f', -1, 64),
-				"-zombie", r.o.Zombie.String(), "-log", filepath.Join(r.dir, "logs", holder+".jsonl"))
-			w := r.newProc(holder, r.bin.ledgerctl, args...)
-			w.onExit = func(p *proc, err error) {
-				r.onExit(p, err)
-				p.close() // a writer is not restarted: its log would begin again
-			}
-			r.writers = append(r.writers, w)
-			r.holderOf[holder] = w
-			if err := w.start(); err != nil {
+			if _, err := r.startWriter(p, k); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// startWriter starts writer k of partition p.
+func (r *run) startWriter(p, k int) (*proc, error) {
+	var args []string
+	if ext := r.o.External; ext != nil {
+		args = externalConnArgs(ext)
+	} else {
+		args = []string{"-nats-url", r.natsURL}
+	}
+	zombie := r.o.Zombie.String()
+	if r.o.Zombie == Off {
+		zombie = "0" // the writer's word for none
+	}
+	holder := wire.Holder(r.o.Principal, fmt.Sprintf("%s-p%d-w%d", r.id, p, k))
+	args = append([]string{"chaos", "writer"}, args...)
+	args = append(args, "-prefix", r.prefix, "-holder", holder, "-partition", strconv.Itoa(p),
+		"-tasks", strconv.Itoa(r.o.Tasks), "-task-prefix", fmt.Sprintf("%s-p%d", r.id, p),
+		"-ttl", r.o.TTL.String(), "-rate", strconv.FormatFloat(r.o.Rate, 'f', -1, 64),
+		"-zombie", zombie, "-log", r.writerLog(holder))
+	w := r.newProc(holder, r.bin.ledgerctl, args...)
+	w.onExit = func(p *proc, err error) {
+		r.onExit(p, err)
+		p.close() // a writer is not restarted: its log would begin again
+	}
+	r.writers = append(r.writers, w)
+	r.holderOf[holder] = w
+	return w, w.start()
+}
+
+// writerLog is where a writer logs.
+func (r *run) writerLog(holder string) string {
+	return filepath.Join(r.dir, "logs", holder+".jsonl")
 }
 
 // externalConnArgs passes a deployment's NATS settings on to the writers.

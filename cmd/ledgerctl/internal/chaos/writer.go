@@ -50,16 +50,19 @@ type WriterConfig struct {
 	Tasks []string
 	// Prefix is the subject prefix; default "ledger".
 	Prefix string
-	// TTL is the lease TTL it asks for; default 1 s. It renews every TTL/3
-	// and stops trusting a generation TTL − (2% + 25 ms) after the last
-	// renewal it had confirmed was sent, as the Go SDK does.
+	// TTL is the lease TTL it asks for; default 1 s. As the Go SDK does
+	// (pkg/worker), it renews TTL/3 after the last renewal was sent, retries
+	// a failed one after TTL/12 (at least 10 ms), bounds each by its local
+	// deadline and by 2 s, and stops trusting a generation TTL − (2% +
+	// 25 ms) after the last renewal it had confirmed was sent.
 	TTL time.Duration
 	// Rate is events per second while it holds the lease; default 50.
 	Rate float64
 	// Zombie is how long it keeps publishing with its old generation after
-	// it notices it was paused for longer than TTL; default 300 ms. Such
-	// sends, once another writer's grant was acknowledged, must all be
-	// refused by the fence.
+	// it notices it was paused for longer than TTL; default 300 ms, and a
+	// negative value (Off) turns it off, as the Go SDK would. Such sends,
+	// once another writer's grant was acknowledged, must all be refused by
+	// the fence.
 	Zombie time.Duration
 	// Log receives the writer's records, one JSON object per line (see
 	// Record). Required.
@@ -84,8 +87,8 @@ func (c WriterConfig) validate() error {
 		return errors.New("writer: no tasks")
 	case c.TTL < wire.TTLMinMillis*time.Millisecond || c.TTL > wire.TTLMaxMillis*time.Millisecond:
 		return fmt.Errorf("writer: ttl %v is outside the contract's bounds", c.TTL)
-	case c.Rate <= 0 || c.Zombie < 0:
-		return errors.New("writer: rate must be positive and the zombie window not negative")
+	case c.Rate <= 0:
+		return errors.New("writer: rate must be positive")
 	case c.Log == nil:
 		return errors.New("writer: no log")
 	}
@@ -177,6 +180,10 @@ func RunWriter(ctx context.Context, nc *nats.Conn, cfg WriterConfig) error {
 // the writer stops trusting it (the Go SDK's margin).
 func safetyMargin(ttl time.Duration) time.Duration { return ttl/50 + 25*time.Millisecond }
 
+// renewTimeout bounds a renewal that its local deadline does not bound
+// sooner: the Go SDK's default request timeout.
+const renewTimeout = 2 * time.Second
+
 // flushEvery pushes the log to its file now and then, so a writer that is
 // stopped for good leaves most of its log behind.
 func (w *writer) flushEvery(ctx context.Context, d time.Duration) {
@@ -253,12 +260,13 @@ func (w *writer) markLost(gen int64, why string) {
 	}
 }
 
-// extend moves gen's deadline after a confirmed renewal sent at sent.
+// extend moves gen's deadline after a confirmed renewal sent at sent; a
+// reply that arrives out of order never moves it back.
 func (w *writer) extend(gen int64, sent time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.gen == gen && !w.lost {
-		w.deadline = sent.Add(w.cfg.TTL - safetyMargin(w.cfg.TTL))
+	if d := sent.Add(w.cfg.TTL - safetyMargin(w.cfg.TTL)); w.gen == gen && !w.lost && d.After(w.deadline) {
+		w.deadline = d
 	}
 }
 
@@ -301,9 +309,12 @@ func (w *writer) acquire(ctx context.Context) (int64, error) {
 }
 
 // renewLoop renews gen every TTL/3 until ctx ends or gen is lost: refused,
-// or not confirmed before its deadline.
+// or not confirmed before its deadline. Its schedule is the Go SDK's
+// (Lease.keepAlive), so that what a run measures of failovers and pauses
+// holds for the SDK's users.
 func (w *writer) renewLoop(ctx context.Context, gen int64) {
 	every := w.cfg.TTL / 3
+	retry := max(every/4, 10*time.Millisecond)
 	req := map[string]any{"partition": w.cfg.Partition, "generation": gen, "ttl_ms": w.cfg.TTL.Milliseconds()}
 	wait := every
 	for {
@@ -322,16 +333,16 @@ func (w *writer) renewLoop(ctx context.Context, gen int64) {
 			return
 		}
 		var rep wire.LeaseReply
-		er, err := w.request(ctx, w.subj.Lease(wire.LeaseRenew, w.cfg.Holder), req, &rep, min(every, time.Until(deadline)))
+		er, err := w.request(ctx, w.subj.Lease(wire.LeaseRenew, w.cfg.Holder), req, &rep, min(renewTimeout, time.Until(deadline)))
 		switch {
 		case err == nil:
 			w.extend(gen, sent)
-			wait = every
+			wait = time.Until(sent.Add(every))
 		case er != nil && er.Error != wire.ErrCodeUnavailable:
 			w.markLost(gen, "renewal refused: "+er.Error+": "+er.Message)
 			return
 		default:
-			wait = 25 * time.Millisecond
+			wait = retry
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,10 +24,13 @@ var chaosCommands = map[string]Command{
 	"writer": {ChaosWriter, "-holder H -partition N -tasks N -task-prefix P -log FILE [flags]", "one writer of a chaos run"},
 	"check":  {ChaosCheck, "-logs DIR [-show N]", "check the ledger against writer logs"},
 	"nats":   {ChaosNATS, "-name N -port P -store DIR [-cluster C -cluster-port P -routes URLS]", "a NATS server node of a chaos run"},
+	"failover": {ChaosFailover, "[-ttls 500ms,1s,3s,10s] [-pauses 100ms,...] [-trials N] [-pause-trials N] [-json]",
+		"measure failover time after kill -9 and false takeovers after pauses, per lease TTL"},
 }
 
-// Chaos runs a chaos run ("chaos"), or one of its parts ("chaos writer",
-// "chaos check", "chaos nats").
+// Chaos runs a chaos run ("chaos"), one of its parts ("chaos writer",
+// "chaos check", "chaos nats"), or the failover measurement ("chaos
+// failover").
 func Chaos(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// A part's name comes first after the global flags; anything else is
 	// the run's own flags.
@@ -128,10 +132,13 @@ func ChaosWriter(ctx context.Context, args []string, _, stderr io.Writer) error 
 	taskPrefix := f.String("task-prefix", "", "task ids are <task-prefix>-t<i> (required)")
 	f.DurationVar(&cfg.TTL, "ttl", chaos.WriterTTLDefault, "lease TTL")
 	f.Float64Var(&cfg.Rate, "rate", chaos.WriterRateDefault, "events per second while holding the lease")
-	f.DurationVar(&cfg.Zombie, "zombie", chaos.ZombieDefault, "how long to keep publishing with the old generation after a pause")
+	f.DurationVar(&cfg.Zombie, "zombie", chaos.ZombieDefault, "how long to keep publishing with the old generation after a pause; 0: not at all")
 	logPath := f.String("log", "", "writer log file to create (required)")
 	if err := f.Parse(args); err != nil {
 		return err
+	}
+	if cfg.Zombie == 0 {
+		cfg.Zombie = chaos.Off
 	}
 	if cfg.Holder == "" || cfg.Partition < 0 || *taskPrefix == "" || *logPath == "" || *tasks < 1 {
 		return Usagef("-holder, -partition, -tasks, -task-prefix and -log are required")
@@ -226,4 +233,60 @@ func ChaosNATS(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return Usagef("-name, -port and -store are required")
 	}
 	return chaos.RunNATS(ctx, n)
+}
+
+// ChaosFailover measures failover time and false takeovers per lease TTL
+// ("chaos failover").
+func ChaosFailover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := NewFlags("ledgerctl chaos failover", "[-ttls 500ms,1s,3s,10s] [-pauses 100ms,250ms,500ms,1s,2s] [-trials N] [-pause-trials N] [flags]",
+		"For each TTL, start PostgreSQL (a throwaway cluster), NATS and one ingest as processes, and two\n"+
+			"writers of one partition, each the other's standby, renewing every TTL/3 by the SDK's rule. Then\n"+
+			"kill -9 the holder -trials times, measuring from the kill to the standby's first committed event,\n"+
+			"and SIGSTOP the holder for each pause -pause-trials times, counting the pauses after which the\n"+
+			"other writer was granted the partition (false takeovers: the holder was alive). Prints the\n"+
+			"tables (or -json) and what a renewal costs PostgreSQL. See docs/operations.md.", stderr)
+	ttls := f.String("ttls", durationList(chaos.FailoverTTLsDefault), "lease TTLs to measure, comma separated")
+	pauses := f.String("pauses", durationList(chaos.PausesDefault), "pause lengths (SIGSTOP), comma separated")
+	var o chaos.FailoverOptions
+	f.IntVar(&o.Trials, "trials", chaos.FailoverTrialsDefault, "kill -9 trials per TTL")
+	f.IntVar(&o.PauseTrials, "pause-trials", chaos.PauseTrialsDefault, "SIGSTOP trials per TTL and pause")
+	f.Float64Var(&o.Rate, "rate", chaos.FailoverRateDefault, "events per second of the holding writer")
+	seed := f.Uint64("seed", 0, "seed of where in the renewal cycle each fault lands (0: random, printed)")
+	f.StringVar(&o.Bin, "bin", "", "directory of the ingest and ledgerctl binaries (default: this executable's)")
+	f.StringVar(&o.Dir, "dir", "", "keep the logs and data here (default: a temporary directory, kept only after an error or a missed failover)")
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if f.NArg() > 0 {
+		return Usagef("unexpected argument %q", f.Arg(0))
+	}
+	var err error
+	if o.TTLs, err = chaos.ParseDurations(*ttls); err != nil {
+		return Usagef("-ttls: %v", err)
+	}
+	if o.Pauses, err = chaos.ParseDurations(*pauses); err != nil {
+		return Usagef("-pauses: %v", err)
+	}
+	o.Seed = *seed
+	// The flags hold the defaults already: a zero typed here is a mistake.
+	if err := o.Validate(); err != nil {
+		return Usagef("%v", err)
+	}
+	o.Progress = stderr
+	rep, err := chaos.RunFailover(ctx, o)
+	if err != nil {
+		return err
+	}
+	if f.JSON {
+		return writeJSON(stdout, rep)
+	}
+	return chaos.PrintFailover(stdout, rep)
+}
+
+func durationList(ds []time.Duration) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = d.String()
+	}
+	return strings.Join(s, ",")
 }
