@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -457,5 +458,44 @@ func TestConcurrentPublishersOfOneTaskGetDenseVersions(t *testing.T) {
 	require.Len(t, rows, writers*each)
 	for i, r := range rows {
 		require.Equal(t, int64(i+1), r.Version)
+	}
+}
+
+// A renewal whose reply never comes is sent again in time: the lease
+// survives one lost renewal reply at the default 3 s TTL.
+func TestLostRenewalReplyIsRetriedBeforeTheDeadline(t *testing.T) {
+	t.Parallel()
+	ns := natstest.Start(t)
+	ctx := testCtx(t, 30*time.Second)
+	require.NoError(t, streams.Apply(ctx, ns.JetStream(t), streams.Options{}))
+	svc := ns.Conn(t)
+	subj := wire.Subjects{}
+	var renewals atomic.Int64
+	reply := func(m *nats.Msg, partition int) {
+		b, _ := json.Marshal(wire.LeaseReply{Partition: partition, Holder: "worker-a.1", Generation: 1,
+			ExpiresAt: wire.FormatTime(time.Now().Add(3 * time.Second)), TTLMillis: 3000})
+		_ = m.Respond(b)
+	}
+	for _, s := range []string{subj.LeaseAny(wire.LeaseAcquire), subj.LeaseAny(wire.LeaseRenew)} {
+		renew := s == subj.LeaseAny(wire.LeaseRenew)
+		_, err := svc.Subscribe(s, func(m *nats.Msg) {
+			var req wire.LeaseRequest
+			require.NoError(t, json.Unmarshal(m.Data, &req))
+			if renew && renewals.Add(1) == 1 {
+				return // the first renewal's reply is lost
+			}
+			reply(m, *req.Partition)
+		})
+		require.NoError(t, err)
+	}
+	require.NoError(t, svc.Flush())
+	c := newClient(t, ns.Conn(t, worker.InboxOption("worker-a.1")), worker.Config{Holder: "worker-a.1", Partitions: 16})
+	lease, err := c.Acquire(ctx, 2)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return renewals.Load() >= 3 }, 10*time.Second, 10*time.Millisecond)
+	select {
+	case <-lease.Lost():
+		t.Fatalf("the lease was lost after one lost renewal reply: %v", context.Cause(lease.Context()))
+	default:
 	}
 }

@@ -310,11 +310,23 @@ func (l *Lease) keepAlive() {
 }
 
 // renew sends one renewal, bounded by the local deadline (a reply after it
-// could not save the lease anyway), and extends the deadline on success.
+// could not save the lease anyway) and by renewAttempt, and extends the
+// deadline on success.
 func (l *Lease) renew() (time.Time, error) {
 	ctx, cancel := context.WithDeadline(l.kaCtx, l.Deadline())
 	defer cancel()
+	ctx, cancelAttempt := context.WithTimeout(ctx, l.renewAttempt())
+	defer cancelAttempt()
 	return l.renewBy(ctx)
+}
+
+// renewAttempt bounds one renewal request: half the renewal interval, at
+// most the request timeout. A renewal whose reply is lost (an ingest killed
+// while serving it, a dropped packet) is then sent again while the lease
+// still has time: with the request timeout alone, at a 3 s TTL one lost
+// reply used up the time left and the lease was lost.
+func (l *Lease) renewAttempt() time.Duration {
+	return min(max(l.c.cfg.RenewEvery/2, 50*time.Millisecond), l.c.cfg.RequestTimeout)
 }
 
 // renewBy sends one renewal bounded by ctx and, on success, moves the local

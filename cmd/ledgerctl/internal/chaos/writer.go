@@ -333,7 +333,10 @@ func (w *writer) renewLoop(ctx context.Context, gen int64) {
 			return
 		}
 		var rep wire.LeaseReply
-		er, err := w.request(ctx, w.subj.Lease(wire.LeaseRenew, w.cfg.Holder), req, &rep, min(renewTimeout, time.Until(deadline)))
+		// One attempt waits at most half the renewal interval, as the SDK's
+		// does, so a lost reply leaves time to ask again.
+		er, err := w.request(ctx, w.subj.Lease(wire.LeaseRenew, w.cfg.Holder), req, &rep,
+			min(renewTimeout, max(every/2, 50*time.Millisecond), time.Until(deadline)))
 		switch {
 		case err == nil:
 			w.extend(gen, sent)
