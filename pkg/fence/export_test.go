@@ -30,3 +30,31 @@ func SharedRejectionLocks(s *Store) *Store {
 
 // NormalizePayload is normalizePayload, for the fuzz targets.
 func NormalizePayload(p []byte, max int) ([]byte, error) { return normalizePayload(p, max) }
+
+// UnserialisedHeads returns a copy of s whose inserts move a task's head
+// whatever version it is at, instead of only from the version the batch
+// planned from: the negative control of the test that writers racing on
+// one task are serialised.
+func UnserialisedHeads(s *Store) *Store {
+	c := *s
+	c.unserialised = true
+	return &c
+}
+
+// HeadsFromLog returns a copy of s that reads task heads from the hot log,
+// as before ledger.heads: the negative control of the test that archived
+// versions stay taken.
+func HeadsFromLog(s *Store) *Store {
+	c := *s
+	c.headsFromLog = true
+	return &c
+}
+
+// WithoutIDFloor returns a copy of s that does not refuse event ids minted
+// before the archive horizon's id floor: the negative control of the test
+// that an archived id never commits again.
+func WithoutIDFloor(s *Store) *Store {
+	c := *s
+	c.noIDFloor = true
+	return &c
+}

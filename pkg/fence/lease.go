@@ -27,6 +27,12 @@ type Store struct {
 	// under the shared lease locks of every append, as before finality was
 	// enforced: the negative control of the finality test.
 	sharedRejections bool
+	// unserialised, headsFromLog and noIDFloor, set only by the package's
+	// tests, switch off what keeps versions dense and ids unique across
+	// writers and archived history: the negative controls of those tests.
+	unserialised, headsFromLog, noIDFloor bool
+	// parts keeps partitions of ledger.events ready ahead of the appends.
+	parts *partitionKeeper
 }
 
 // New returns a Store on pool. The schema must be migrated (package migrations).
@@ -35,7 +41,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, cfg: cfg}
+	s := &Store{pool: pool, cfg: cfg, parts: &partitionKeeper{pool: pool}}
 	if cfg.HeadCacheSize > 0 {
 		s.heads = newHeadCache(cfg.HeadCacheSize)
 	}
@@ -283,6 +289,10 @@ type Head struct {
 	Seq       int64
 	// Type is the type of the last committed event.
 	Type string
+	// Archived is how many of the task's first versions are archived
+	// (ledgerctl archive): versions 1..Archived are no longer in the hot
+	// log, but in the archive's files. 0 when none is.
+	Archived int64
 }
 
 // TaskHead returns task's head.
@@ -291,7 +301,7 @@ func (s *Store) TaskHead(ctx context.Context, task string) (Head, error) {
 	if !wire.ValidID(task) {
 		return h, leaseErr(ErrInvalid, nil, "task id %q is not 1..128 of [A-Za-z0-9_-]", task)
 	}
-	err := s.pool.QueryRow(ctx, sqlTaskHead, task).Scan(&h.Partition, &h.Version, &h.Seq, &h.Type)
+	err := s.pool.QueryRow(ctx, sqlTaskHead, task).Scan(&h.Partition, &h.Version, &h.Seq, &h.Type, &h.Archived)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return h, nil
 	}
