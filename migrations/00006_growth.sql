@@ -195,12 +195,30 @@ END
 $$;
 -- +goose StatementEnd
 
+-- ledger.ids_check raises when fewer event ids were recorded than inserted:
+-- some were minted before the id floor, which an archive raised after the
+-- append read it. unique_violation, as for an id that exists, makes the
+-- append read the horizon again and refuse them (invalid/before_horizon).
+-- +goose StatementBegin
+CREATE FUNCTION ledger.ids_check(expected bigint, recorded bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF recorded <> expected THEN
+        RAISE EXCEPTION 'ledger ids: % of % event ids were minted before the archive horizon''s id floor', expected - recorded, expected
+            USING ERRCODE = 'unique_violation';
+    END IF;
+    RETURN false;
+END
+$$;
+-- +goose StatementEnd
+
 SELECT ledger.ensure_partitions(0);
 
 GRANT SELECT, INSERT ON ledger.events, ledger.event_ids TO ledger_ingest;
 GRANT SELECT, INSERT, UPDATE ON ledger.heads TO ledger_ingest;
 GRANT SELECT ON ledger.horizon, ledger.event_partitions, ledger.partitioning TO ledger_ingest;
-GRANT EXECUTE ON FUNCTION ledger.ensure_partitions(bigint), ledger.heads_check(bigint, bigint) TO ledger_ingest;
+GRANT EXECUTE ON FUNCTION ledger.ensure_partitions(bigint), ledger.heads_check(bigint, bigint),
+    ledger.ids_check(bigint, bigint) TO ledger_ingest;
 GRANT SELECT ON ledger.events, ledger.heads, ledger.event_ids, ledger.horizon, ledger.event_partitions,
     ledger.partitioning TO ledger_projector, ledger_operator;
 REVOKE EXECUTE ON FUNCTION ledger.ensure_partitions(bigint) FROM PUBLIC;
@@ -241,6 +259,7 @@ $$;
 -- +goose StatementEnd
 GRANT SELECT, INSERT ON ledger.events TO ledger_ingest;
 GRANT SELECT ON ledger.events TO ledger_projector, ledger_operator;
+DROP FUNCTION ledger.ids_check(bigint, bigint);
 DROP FUNCTION ledger.heads_check(bigint, bigint);
 DROP FUNCTION ledger.ensure_partitions(bigint);
 DROP TABLE ledger.event_ids, ledger.heads, ledger.horizon, ledger.event_partitions, ledger.partitioning;

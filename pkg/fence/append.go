@@ -111,7 +111,7 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Result, error) {
 			b.fullLookup = true
 			s.forgetHeads(b)
 		case code == pgerrcode.DeadlockDetected, code == pgerrcode.SerializationFailure:
-		case isNoPartition(err):
+		case isNoPartition(err) && !s.noPartitionKeeping:
 			// The partitions ran out (making them in the background failed):
 			// make them now. A fault of the deployment, never a verdict.
 			if _, _, perr := s.parts.ensure(ctx, 0); perr != nil {

@@ -52,7 +52,7 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 		res[i].Verdict, res[i].Seq, res[i].Committed = wire.VerdictCommitted, c.Seq, c
 		top = max(top, c.Seq)
 	}
-	if top > 0 {
+	if top > 0 && !s.noPartitionKeeping {
 		s.parts.note(top)
 	}
 	for i, j := range p.follows {
@@ -328,13 +328,15 @@ func (s *Store) write(ctx context.Context, conn *pgxpool.Conn, b *batch, p plan,
 }
 
 // insertSQL is the statement that inserts the commits: the fenced insert,
-// or one of the tests' negative controls.
+// or with a mechanism switched off for a test's negative control.
 func (s *Store) insertSQL() string {
 	switch {
 	case s.unfenced:
 		return sqlAppendInsertUnfenced
 	case s.unserialised, s.headsFromLog:
-		return sqlAppendInsertUnserialised
+		return without(sqlAppendInsert, appendHeadsPredicate, appendHeadsCheck)
+	case s.noIDFloor:
+		return without(sqlAppendInsert, appendFloorPredicate, appendFloorCheck)
 	}
 	return sqlAppendInsert
 }

@@ -1,5 +1,7 @@
 package fence
 
+import "bytes"
+
 // Unfenced returns a copy of s with the fence switched off: no lease lock, no
 // stale classification, no fence predicate in the insert. Only the negative
 // control of the commit-order race test uses it, to prove that the test's
@@ -57,4 +59,32 @@ func WithoutIDFloor(s *Store) *Store {
 	c := *s
 	c.noIDFloor = true
 	return &c
+}
+
+// ArchiveSeams returns a copy of s whose archives lose each partition's
+// first row on the way to its file (loseRow), do not read the file back
+// (unchecked), or read the rows before the detach waited for their writers
+// (copyFirst, unchecked too): the negative controls of the archive tests.
+func ArchiveSeams(s *Store, loseRow, unchecked, copyFirst bool) *Store {
+	c := *s
+	c.archiveLoseRow, c.archiveUnchecked, c.archiveCopyFirst = loseRow, unchecked, copyFirst
+	return &c
+}
+
+// WithoutPartitionKeeping returns a copy of s whose appends never make
+// partitions of ledger.events: the negative control of the test that they
+// do.
+func WithoutPartitionKeeping(s *Store) *Store {
+	c := *s
+	c.noPartitionKeeping = true
+	return &c
+}
+
+// EncodeArchiveLine is encodeArchiveLine, for the fuzz targets.
+func EncodeArchiveLine(c Committed) []byte {
+	var b bytes.Buffer
+	if err := encodeArchiveLine(&b, &c); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
 }

@@ -31,6 +31,14 @@ type Store struct {
 	// tests, switch off what keeps versions dense and ids unique across
 	// writers and archived history: the negative controls of those tests.
 	unserialised, headsFromLog, noIDFloor bool
+	// archiveLoseRow, archiveUnchecked and archiveCopyFirst, set only by
+	// the package's tests, make an archive lose a partition's first row on
+	// its way to the file, skip reading the file back, and read the rows
+	// before the detach has waited for their writers (unchecked).
+	archiveLoseRow, archiveUnchecked, archiveCopyFirst bool
+	// noPartitionKeeping, set only by the package's tests, stops appends
+	// from making partitions of ledger.events.
+	noPartitionKeeping bool
 	// parts keeps partitions of ledger.events ready ahead of the appends.
 	parts *partitionKeeper
 }

@@ -1,6 +1,9 @@
 package fence
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // Every statement of the package, in one place. Values are always
 // parameters; batches travel as arrays and are expanded with unnest.
@@ -165,7 +168,11 @@ JOIN ledger.events e ON e.task_id = i.task_id AND e.version = i.version AND e.se
 	// and the transaction aborts, so the COMMIT sent in the same round trip
 	// cannot commit part of the batch.
 	//
-	// The same statement records each id in ledger.event_ids and moves each
+	// The same statement records each id in ledger.event_ids, unless it was
+	// minted before the id floor: an append that read the horizon before an
+	// archive moved it may plan such an id as new, and ledger.ids_check then
+	// fails the statement so that the batch is decided again (doc.go,
+	// Growth). It moves each
 	// task's head in ledger.heads: a task's head moves from exactly the
 	// version the batch planned from (the version before its first commit
 	// of the task), or not at all. The UPDATE waits for the row lock of a
@@ -188,7 +195,10 @@ ins AS (
     RETURNING event_id, seq, committed_at, partition, task_id, version, type
 ),
 ids AS (
-    INSERT INTO ledger.event_ids (event_id, seq) SELECT event_id, seq FROM ins
+    INSERT INTO ledger.event_ids (event_id, seq)
+    SELECT event_id, seq FROM ins CROSS JOIN ledger.horizon z
+    WHERE upper(left(event_id, 10)) >= z.id_floor
+    RETURNING 1
 ),
 moves AS (
     SELECT DISTINCT ON (task_id) task_id, partition, version, seq, type,
@@ -212,6 +222,8 @@ born AS (
 SELECT event_id, seq, committed_at FROM ins
 UNION ALL
 SELECT NULL, NULL, NULL WHERE ledger.fence_check($9::bigint, (SELECT count(*) FROM ins))
+UNION ALL
+SELECT NULL, NULL, NULL WHERE ledger.ids_check((SELECT count(*) FROM ins), (SELECT count(*) FROM ids))
 UNION ALL
 SELECT NULL, NULL, NULL WHERE ledger.heads_check((SELECT count(*) FROM moves),
                                                  (SELECT count(*) FROM moved) + (SELECT count(*) FROM born))`
@@ -244,26 +256,33 @@ const appendFencePredicate = `
 var sqlAppendInsertUnfenced = withoutFence(sqlAppendInsert)
 
 // appendHeadsPredicate and appendHeadsCheck are what make sqlAppendInsert
-// move a head only from the version the batch planned from, or fail.
+// move a head only from the version the batch planned from, or fail;
+// appendFloorPredicate and appendFloorCheck what make it refuse an id
+// minted before the id floor.
 const (
 	appendHeadsPredicate = ` AND h.version = m.prev`
 	appendHeadsCheck     = `
 UNION ALL
 SELECT NULL, NULL, NULL WHERE ledger.heads_check((SELECT count(*) FROM moves),
                                                  (SELECT count(*) FROM moved) + (SELECT count(*) FROM born))`
+	appendFloorPredicate = ` CROSS JOIN ledger.horizon z
+    WHERE upper(left(event_id, 10)) >= z.id_floor`
+	appendFloorCheck = `
+UNION ALL
+SELECT NULL, NULL, NULL WHERE ledger.ids_check((SELECT count(*) FROM ins), (SELECT count(*) FROM ids))`
 )
 
-// sqlAppendInsertUnserialised is sqlAppendInsert whose heads move whatever
-// version they are at, unchecked: the negative control of the tests that
-// two writers racing on one task are serialised and that archived versions
-// stay taken. No exported API reaches it.
-var sqlAppendInsertUnserialised = withoutHeadsCheck(sqlAppendInsert)
-
-func withoutHeadsCheck(sql string) string {
-	if strings.Count(sql, appendHeadsPredicate) != 1 || strings.Count(sql, appendHeadsCheck) != 1 {
-		panic("fence: sqlAppendInsert no longer has the heads predicate and check withoutHeadsCheck removes")
+// without returns sql without each of parts, which it must hold once. The
+// tests' negative controls switch mechanisms off with it; no exported API
+// reaches the result.
+func without(sql string, parts ...string) string {
+	for _, p := range parts {
+		if strings.Count(sql, p) != 1 {
+			panic(fmt.Sprintf("fence: sqlAppendInsert no longer holds %q once", p))
+		}
+		sql = strings.Replace(sql, p, "", 1)
 	}
-	return strings.Replace(strings.Replace(sql, appendHeadsPredicate, "", 1), appendHeadsCheck, "", 1)
+	return sql
 }
 
 func withoutFence(sql string) string {
@@ -312,3 +331,44 @@ SELECT verdict, reason, seq FROM (
     SELECT $3::text, $4::text, 0, 3 FROM ledger.horizon z
     WHERE upper(left($1, 10)) < z.id_floor AND NOT EXISTS (SELECT FROM ledger.event_ids x WHERE x.event_id = $1)
 ) v ORDER BY rank LIMIT 1`
+
+// The archive's statements (archive.go). They run as the schema's owner.
+const (
+	sqlArchiveHorizon = `SELECT below_seq, id_floor, id_floor_at FROM ledger.horizon`
+
+	// sqlArchiveDrawn is the newest seq drawn: a partition whose range ends
+	// at or below it receives no more rows.
+	sqlArchiveDrawn = `
+SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('ledger.events', 'seq')::regclass), 0)`
+
+	// sqlArchivePartitions lists the partitions not archived yet, oldest
+	// first, with the commit time of each one's highest seq (one backward
+	// probe of its primary key; null when it is empty or detached).
+	sqlArchivePartitions = `
+SELECT p.lo, p.hi, p.name,
+       (SELECT e.committed_at FROM ledger.events e WHERE e.seq >= p.lo AND e.seq < p.hi ORDER BY e.seq DESC LIMIT 1)
+FROM ledger.event_partitions p WHERE p.archived_at IS NULL ORDER BY p.lo`
+
+	// sqlArchiveMoveHorizon raises the horizon; neither bound ever falls.
+	sqlArchiveMoveHorizon = `
+UPDATE ledger.horizon
+SET below_seq = greatest(below_seq, $1),
+    id_floor = greatest(id_floor, $2::text),
+    id_floor_at = CASE WHEN $2::text > id_floor THEN $3::timestamptz ELSE id_floor_at END,
+    moved_at = clock_timestamp()
+RETURNING below_seq, id_floor, id_floor_at`
+
+	// sqlArchivePartitionState tells whether a partition is attached, and
+	// whether a concurrent detach of it was interrupted.
+	sqlArchivePartitionState = `
+SELECT coalesce(bool_or(i.inhrelid IS NOT NULL), false), coalesce(bool_or(i.inhdetachpending), false)
+FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
+WHERE c.relnamespace = 'ledger'::regnamespace AND c.relname = $1`
+
+	// sqlArchiveRecord records an archived partition's file.
+	sqlArchiveRecord = `
+UPDATE ledger.event_partitions
+SET archived_at = clock_timestamp(), rows = $2, file = $3, sha256 = $4, bytes = $5,
+    first_committed_at = $6, last_committed_at = $7
+WHERE lo = $1`
+)
