@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,6 +92,59 @@ func BenchmarkGrowth(b *testing.B) {
 		b.ReportMetric(me, "empty-events/s@"+label)
 		b.ReportMetric(float64(sz.total())/(1<<20), "MiB@"+label)
 	}
+	if os.Getenv("LEDGER_GROWTH_ARCHIVE") != "" {
+		archiveWhileAppending(b, grown, batches)
+	}
+}
+
+// archiveWhileAppending archives the older half of the grown ledger with
+// Store.Archive (what ledgerctl archive runs) while one appender keeps
+// appending to it, and logs the archive's time, the rows it moved and the
+// append rate during it against the rate just before.
+func archiveWhileAppending(b *testing.B, l *growthLedger, batches int) {
+	ctx := context.Background()
+	var drawn int64
+	require.NoError(b, l.db.Pool.QueryRow(ctx, `SELECT max(seq) FROM ledger.events`).Scan(&drawn))
+	var before []float64
+	for range 3 {
+		before = append(before, l.round(ctx, b, batches))
+	}
+	var stop atomic.Bool
+	var during []float64
+	var appendErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			rate, err := l.roundErr(ctx, 10)
+			if err != nil {
+				appendErr = err
+				return
+			}
+			during = append(during, rate)
+		}
+	}()
+	start := time.Now()
+	rep, err := l.s.Archive(ctx, fence.ArchiveOptions{Dir: b.TempDir(), BeforeSeq: drawn / 2,
+		Progress: func(p fence.ArchiveProgress) {
+			b.Logf("archive: %s [%d, %d) %s (%d rows) at %v", p.Partition, p.FromSeq, p.BelowSeq, p.Step, p.Rows,
+				time.Since(start).Round(time.Millisecond))
+		}})
+	took := time.Since(start)
+	stop.Store(true)
+	<-done
+	require.NoError(b, err)
+	require.NoError(b, appendErr)
+	var bytes int64
+	for _, f := range rep.Files {
+		bytes += f.Bytes
+	}
+	b.Logf("archive of seq < %d: %d partitions, %d rows, %.0f MiB of files, in %v; appends meanwhile %.0f events/s (median of %d rounds of 5,000), just before %.0f",
+		drawn/2, len(rep.Files), rep.Rows, float64(bytes)/(1<<20), took.Round(time.Second), median(during), len(during), median(before))
+	b.Logf("after the archive: %s", ledgerSizes(b, l.db.Pool))
+	b.ReportMetric(took.Seconds(), "archive-s")
+	b.ReportMetric(float64(rep.Rows), "archived-rows")
+	b.ReportMetric(median(during)/median(before), "rate-during-archive-ratio")
 }
 
 func growthSizes(b *testing.B) []int64 {
@@ -163,9 +217,17 @@ func randomTask() string {
 // time in Append only. Leases are renewed first: a round may follow a long
 // fill.
 func (l *growthLedger) round(ctx context.Context, b *testing.B, batches int) float64 {
+	rate, err := l.roundErr(ctx, batches)
+	require.NoError(b, err)
+	return rate
+}
+
+func (l *growthLedger) roundErr(ctx context.Context, batches int) (float64, error) {
 	for i, lease := range l.leases {
 		renewed, err := l.s.Renew(ctx, lease.Partition, lease.Holder, lease.Generation, fence.TTLMax)
-		require.NoError(b, err)
+		if err != nil {
+			return 0, err
+		}
 		l.leases[i] = renewed
 	}
 	filler := strings.Repeat("x", 150)
@@ -187,14 +249,16 @@ func (l *growthLedger) round(ctx context.Context, b *testing.B, batches int) flo
 		start := time.Now()
 		res, err := l.s.Append(ctx, batch)
 		spent += time.Since(start)
-		require.NoError(b, err)
+		if err != nil {
+			return 0, err
+		}
 		for _, r := range res {
 			if r.Verdict != wire.VerdictCommitted {
-				b.Fatalf("verdict %s/%s", r.Verdict, r.Reason)
+				return 0, fmt.Errorf("verdict %s/%s", r.Verdict, r.Reason)
 			}
 		}
 	}
-	return float64(batches*growthBatch) / spent.Seconds()
+	return float64(batches*growthBatch) / spent.Seconds(), nil
 }
 
 // fillLedger adds the events from..to-1 of the grown ledger's history
@@ -204,16 +268,33 @@ func (l *growthLedger) round(ctx context.Context, b *testing.B, batches int) flo
 // start during the rounds.
 func fillLedger(b *testing.B, pool *pgxpool.Pool, from, to int64) {
 	ctx := context.Background()
+	var partitioned bool
+	require.NoError(b, pool.QueryRow(ctx, `SELECT to_regclass('ledger.heads') IS NOT NULL`).Scan(&partitioned))
 	restore := dropSecondaryIndexes(b, pool)
-	const chunk = 1_000_000
+	const chunk = 1_000_000 // one block of tasks: no task spans two chunks
 	for lo := from; lo < to; lo += chunk {
 		hi := min(lo+chunk, to)
-		_, err := pool.Exec(ctx, sqlGrowthFill, lo, hi, growthVersions)
+		sql := sqlGrowthFill
+		if partitioned {
+			// The partitions the chunk's rows go to, and the heads and ids
+			// the appends would have written.
+			_, err := pool.Exec(ctx, `SELECT ledger.ensure_partitions(
+				coalesce(pg_sequence_last_value(pg_get_serial_sequence('ledger.events', 'seq')::regclass), 0) + $1)`, hi-lo)
+			require.NoError(b, err)
+			sql = sqlGrowthFillPartitioned
+		}
+		_, err := pool.Exec(ctx, sql, lo, hi, growthVersions)
 		require.NoError(b, err, "fill events %d..%d", lo, hi)
 	}
 	restore()
-	_, err := pool.Exec(ctx, `VACUUM (ANALYZE) ledger.events`)
-	require.NoError(b, err)
+	for _, table := range []string{"ledger.events", "ledger.heads", "ledger.event_ids"} {
+		var exists bool
+		require.NoError(b, pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists))
+		if exists {
+			_, err := pool.Exec(ctx, `VACUUM (ANALYZE) `+table)
+			require.NoError(b, err)
+		}
+	}
 }
 
 // sqlGrowthFill inserts events $1..$2-1 of the fill: event g belongs to
@@ -230,6 +311,19 @@ CROSS JOIN LATERAL (
     SELECT (g / (100000 * $3::bigint)) * 100000 + g % 100000 AS n,
            (g % (100000 * $3::bigint)) / 100000 + 1 AS v
 ) t`
+
+// sqlGrowthFillPartitioned is sqlGrowthFill for the schema of migration
+// 00006: the rows' ids go to ledger.event_ids and each task's head to
+// ledger.heads, as the appends would have written them.
+const sqlGrowthFillPartitioned = `
+WITH ins AS (` + sqlGrowthFill + `
+    RETURNING seq, event_id, task_id, partition, version
+), ids AS (
+    INSERT INTO ledger.event_ids (event_id, seq) SELECT event_id, seq FROM ins
+)
+INSERT INTO ledger.heads (task_id, partition, version, seq, type, first_seq)
+SELECT task_id, partition, max(version), max(seq), 'progress', min(seq) FROM ins GROUP BY task_id, partition
+ON CONFLICT (task_id) DO UPDATE SET version = excluded.version, seq = excluded.seq`
 
 // dropSecondaryIndexes drops every index of ledger.events but its primary
 // key, and returns a function that creates them again as they were.
@@ -275,7 +369,10 @@ WHERE x.indrelid = 'ledger.events'::regclass AND NOT x.indisprimary
 			require.NoError(b, err)
 		}
 		for _, c := range idx {
-			_, err := pool.Exec(ctx, c.def)
+			// The index of a partitioned table is defined ON ONLY the
+			// parent; made again on the parent, it is made on every
+			// partition.
+			_, err := pool.Exec(ctx, strings.Replace(c.def, " ON ONLY ", " ON ", 1))
 			require.NoError(b, err)
 		}
 	}
