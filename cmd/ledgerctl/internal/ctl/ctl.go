@@ -42,6 +42,9 @@ var commands = map[string]Command{
 	"demo":    {Demo, "", "run the whole ledger in-process and play the two seed stories"},
 	"bench":   {Bench, "[-events N] [-rate N]", "benchmark report: baselines, fence, pipeline, latency"},
 	"rebuild": {Rebuild, "[-partitions SET]", "replay the PostgreSQL log into fresh projections (stop the projectors first)"},
+
+	"archive":  {Archive, "-dir DIR -before-seq N | -older-than D", "move history older than a horizon into files, online"},
+	"snapshot": {Snapshot, "-out FILE", "write the projection bucket to a file a rebuild can start from"},
 }
 
 // Run runs ledgerctl with args (without the program name) and returns the
