@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -225,6 +226,10 @@ func (l *growthLedger) round(ctx context.Context, b *testing.B, batches int) flo
 func (l *growthLedger) roundErr(ctx context.Context, batches int) (float64, error) {
 	for i, lease := range l.leases {
 		renewed, err := l.s.Renew(ctx, lease.Partition, lease.Holder, lease.Generation, fence.TTLMax)
+		if errors.Is(err, fence.ErrLost) {
+			// A fill outlasted the TTL: take the partition again.
+			renewed, err = l.s.Acquire(ctx, lease.Partition, lease.Holder, fence.TTLMax)
+		}
 		if err != nil {
 			return 0, err
 		}
