@@ -136,6 +136,15 @@ func (s *Service) RebuildFrom(ctx context.Context, src RebuildSource, progress f
 	if len(s.held) > 0 {
 		return fmt.Errorf("projector: rebuild: the bucket refused the projections of %d tasks for lack of space (see ledger_projector_kv_refused_total); raise its max_bytes and rebuild again", len(s.held))
 	}
+	var after, ignored int64
+	if err := s.pool.QueryRow(ctx, sqlHorizon).Scan(&after, &ignored); err != nil {
+		return fmt.Errorf("projector: rebuild: read the archive horizon: %w", err)
+	}
+	if after != below {
+		// Rows moved out of the hot log after the rebuild planned where to
+		// read them: it may have missed some.
+		return fmt.Errorf("projector: rebuild: an archive moved the horizon from seq %d to %d during the rebuild; rebuild again", below, after)
+	}
 	s.log.Info("rebuild done", slog.Int64("events", r.done), slog.Int64("from_snapshot", r.loaded),
 		slog.Duration("took", time.Since(r.start)))
 	if below > 1 {

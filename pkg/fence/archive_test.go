@@ -483,3 +483,64 @@ func TestArchiveLeavesTheOpenPartition(t *testing.T) {
 	require.ErrorContains(t, err, "give a horizon")
 	require.Equal(t, 50, countRows(t, r.db, `SELECT count(*) FROM ledger.events`))
 }
+
+// An append that read the horizon before an archive moved it plans an
+// archived id as new: its insert must still refuse it. The append reads,
+// stops before its write while the archive moves the horizon and drops the
+// id's partition, then writes: the insert finds the id minted before the
+// new floor (ledger.ids_check), the batch is decided again, and the event
+// is refused. The negative control has no floor at all, and commits the id
+// a second time.
+func TestAppendRacingAnArchiveDoesNotCommitAnArchivedID(t *testing.T) {
+	t.Parallel()
+	for _, control := range []bool{false, true} {
+		t.Run(map[bool]string{false: "floor", true: "no_floor_control"}[control], func(t *testing.T) {
+			t.Parallel()
+			r := newArchiveRig(t)
+			ctx := context.Background()
+			first := ev(r.leases[0], "first", 1, "step")
+			require.Equal(t, wire.VerdictCommitted, appendOne(t, r.s, first).Verdict)
+			time.Sleep(2 * time.Millisecond)
+			fill(t, r, 250)
+
+			read, write := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			s := fence.BeforeWrite(r.s, func() {
+				once.Do(func() {
+					close(read)
+					<-write
+				})
+			})
+			if control {
+				s = fence.WithoutIDFloor(s)
+			}
+			reused := ev(r.leases[1], "elsewhere", 1, "step")
+			reused.ID = first.ID
+			got := make(chan fence.Result, 1)
+			go func() {
+				res, err := s.Append(ctx, []fence.Event{reused})
+				if err != nil {
+					t.Error(err)
+					close(got)
+					return
+				}
+				got <- res[0]
+			}()
+			<-read
+			_, err := r.s.Archive(ctx, fence.ArchiveOptions{Dir: r.dir, BeforeSeq: 201})
+			idsLeft := countRows(t, r.db, `SELECT count(*) FROM ledger.event_ids WHERE event_id = $1`, first.ID)
+			close(write)
+			require.NoError(t, err)
+			require.Zero(t, idsLeft, "the archive removed the id")
+			res := <-got
+			if control {
+				require.Equal(t, wire.VerdictCommitted, res.Verdict,
+					"without the floor the archived id did not commit again: the test could not fail")
+				return
+			}
+			require.Equal(t, wire.VerdictInvalid, res.Verdict)
+			require.Equal(t, wire.ReasonBeforeHorizon, res.Reason)
+			require.Zero(t, countRows(t, r.db, `SELECT count(*) FROM ledger.events WHERE event_id = $1`, first.ID))
+		})
+	}
+}

@@ -76,7 +76,10 @@ func waitDoneOrBlocked(t testing.TB, db *dbtest.DB, done <-chan struct{}) bool {
 
 // smallPartitions remakes the partitions of the test's (empty) ledger with
 // rows rows each, so that a test crosses partition boundaries after a few
-// hundred events, and returns a Store made afterwards.
+// hundred events, and returns a Store made afterwards. Ten partitions are
+// kept ahead, so that an append does not outrun the background making of
+// the next ones (it would make them itself, burning the seqs of the
+// attempt, which the tests' exact counts do not allow for).
 func smallPartitions(t testing.TB, db *dbtest.DB, cfg fence.Config, rows int) *fence.Store {
 	t.Helper()
 	ctx := context.Background()
@@ -90,7 +93,7 @@ func smallPartitions(t testing.TB, db *dbtest.DB, cfg fence.Config, rows int) *f
 	}
 	_, err = db.Pool.Exec(ctx, `DELETE FROM ledger.event_partitions`)
 	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `UPDATE ledger.partitioning SET rows_per_partition = $1`, rows)
+	_, err = db.Pool.Exec(ctx, `UPDATE ledger.partitioning SET rows_per_partition = $1, partitions_ahead = 10`, rows)
 	require.NoError(t, err)
 	s, err := fence.New(db.Pool, cfg)
 	require.NoError(t, err)

@@ -28,7 +28,7 @@ func (e *env) withSmallPartitions(rows int) *env {
 	}
 	_, err = e.db.Pool.Exec(ctx, `DELETE FROM ledger.event_partitions`)
 	require.NoError(e.t, err)
-	_, err = e.db.Pool.Exec(ctx, `UPDATE ledger.partitioning SET rows_per_partition = $1`, rows)
+	_, err = e.db.Pool.Exec(ctx, `UPDATE ledger.partitioning SET rows_per_partition = $1, partitions_ahead = 10`, rows)
 	require.NoError(e.t, err)
 	e.store, err = fence.New(e.db.Pool, fence.Config{})
 	require.NoError(e.t, err)
