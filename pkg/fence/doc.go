@@ -145,7 +145,9 @@
 //     inserts, halving the set, in a transaction rolled back), which become
 //     invalid (bad_payload, with the SQLSTATE in Detail) while the rest of
 //     the batch commits; any other error is the database's or the
-//     deployment's and is returned, never anyone's verdict.
+//     deployment's and is returned, never anyone's verdict. So is a row
+//     that finds no partition of ledger.events (check_violation without a
+//     constraint): the partitions are made and the batch runs again.
 //
 //  9. Bounded locks. Every append and takeover transaction sets
 //     statement_timeout and idle_in_transaction_session_timeout locally
@@ -159,9 +161,9 @@
 // the heads of tasks this process has not cached and of the recorded
 // verdicts and the horizon; then one INSERT ... SELECT FROM unnest(...) for
 // the commits (with their ids and heads), one for the rejections, and
-// COMMIT. A lookup of the stored rows that events at
-// or below their head may collide with (usually none) takes a third, and a
-// batch that records a rejection reads once more under its exclusive locks.
+// COMMIT. A lookup of the stored rows that events at or below their head
+// may collide with (usually none) takes a third, and a batch that records a
+// rejection reads once more under its exclusive locks.
 // COMMIT travels with the insert, so the insert itself must fail when a row
 // does not pass the fence (a lease that expired after it was read):
 // ledger.fence_check (migration 00003) compares the rows inserted with the
