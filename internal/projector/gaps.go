@@ -45,6 +45,7 @@ func (s *Service) refetch(ctx context.Context, changed map[string]projection.Sta
 	for _, ev := range events {
 		_ = s.offer(ctx, ev, changed) // a task due for a re-fetch is resident: nothing to load
 	}
+	s.reportArchivedRefetch(ctx, due, events)
 	s.metrics.refetches.Add(float64(len(due)))
 	s.metrics.refetched.Add(float64(len(events)))
 	s.log.Debug("re-fetched", slog.Int("tasks", len(due)), slog.Int("events", len(events)))

@@ -2,13 +2,19 @@ package projector
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -25,10 +31,42 @@ type Progress struct {
 	Elapsed time.Duration
 }
 
-// Rebuild replays the committed log from PostgreSQL into fresh projections
-// of the service's partitions, then returns; Start afterwards resumes live
+// ErrHistoryArchived is returned by a rebuild from the hot log alone when
+// history was archived (ledgerctl archive): the projections would lack the
+// archived versions. Rebuild from a snapshot, from the archive's files, or
+// say that the hot log alone is wanted (RebuildSource).
+var ErrHistoryArchived = errors.New("projector: rebuild: history is archived")
+
+// RebuildSource says where a rebuild takes the history that is no longer
+// in the hot log. The zero value is the hot log alone, refused once history
+// was archived.
+type RebuildSource struct {
+	// Snapshot, if not nil, is a snapshot (WriteSnapshot): each projection
+	// in it is where its task begins, and the hot log's later versions are
+	// folded on. A task whose versions between the snapshot and the hot
+	// log were archived is left waiting at that gap, and the rebuild says
+	// so in its error.
+	Snapshot io.Reader
+	// ArchiveDir, if set, is an archive directory (ledgerctl archive): its
+	// files, checked against their manifest, are replayed before the hot
+	// log, a full replay. They must reach the current horizon.
+	ArchiveDir string
+	// HotOnly rebuilds from the hot log alone although history is
+	// archived: tasks whose early versions are archived wait at a gap.
+	HotOnly bool
+}
+
+// Rebuild is RebuildFrom the hot log alone: it fails with
+// ErrHistoryArchived, before changing anything, if history was archived.
+func (s *Service) Rebuild(ctx context.Context, progress func(Progress)) error {
+	return s.RebuildFrom(ctx, RebuildSource{}, progress)
+}
+
+// RebuildFrom replays the committed log into fresh projections of the
+// service's partitions, then returns; Start afterwards resumes live
 // consumption. It must run before Start, with no other projector running on
-// the same partitions.
+// the same partitions. It begins with the snapshot or the archive's files
+// src names, if any, then replays the hot log (PostgreSQL).
 //
 // Nothing that commits meanwhile is lost: the consumer is recreated, at the
 // log's current end, before the scan begins. An event committed before that
@@ -37,7 +75,28 @@ type Progress struct {
 //
 // For every partition the bucket is deleted and created anew; for a subset,
 // the subset's tasks are overwritten and the other tasks are left alone.
-func (s *Service) Rebuild(ctx context.Context, progress func(Progress)) error {
+func (s *Service) RebuildFrom(ctx context.Context, src RebuildSource, progress func(Progress)) error {
+	if src.Snapshot != nil && src.ArchiveDir != "" {
+		return errors.New("projector: rebuild: from a snapshot or from the archive, not both")
+	}
+	var below, first int64
+	if err := s.pool.QueryRow(ctx, sqlHorizon).Scan(&below, &first); err != nil {
+		return fmt.Errorf("projector: rebuild: read the archive horizon: %w", err)
+	}
+	if below > 1 && src.Snapshot == nil && src.ArchiveDir == "" && !src.HotOnly {
+		return fmt.Errorf("%w below seq %d: rebuild from a snapshot or from the archive's files, or from the hot log alone knowingly", ErrHistoryArchived, below)
+	}
+	var manifest fence.Manifest
+	if src.ArchiveDir != "" {
+		m, err := fence.ReadManifest(src.ArchiveDir)
+		if err != nil {
+			return fmt.Errorf("projector: rebuild: %w", err)
+		}
+		if err := reachesHorizon(m, first, below); err != nil {
+			return err
+		}
+		manifest = m
+	}
 	whole := s.cfg.Partitions == nil
 	if err := s.resetForRebuild(ctx, whole); err != nil {
 		return err
@@ -47,30 +106,261 @@ func (s *Service) Rebuild(ctx context.Context, progress func(Progress)) error {
 	if err := s.pool.QueryRow(ctx, sqlScanCount, parts).Scan(&total, &last); err != nil {
 		return fmt.Errorf("projector: rebuild: count: %w", err)
 	}
-	start := time.Now()
-	seen := map[string]bool{} // tasks this rebuild has begun
-	var done, cursor int64
-	for cursor < last {
-		n, next, err := s.rebuildChunk(ctx, cursor, parts, whole, seen)
+	for _, f := range manifest.Files {
+		total += f.Rows
+	}
+	r := &rebuild{s: s, whole: whole, seen: map[string]bool{}, total: total, start: time.Now(), progress: progress}
+	switch {
+	case src.Snapshot != nil:
+		if err := r.loadSnapshot(ctx, src.Snapshot); err != nil {
+			return err
+		}
+	case src.ArchiveDir != "":
+		if err := r.replayArchive(ctx, src.ArchiveDir); err != nil {
+			return err
+		}
+	}
+	for cursor := int64(0); cursor < last; {
+		n, next, err := s.rebuildChunk(ctx, cursor, parts, whole, r.seen)
 		if err != nil {
 			return err
 		}
 		if n == 0 {
 			break
 		}
-		cursor, done = next, done+int64(n)
-		if progress != nil {
-			progress(Progress{Done: done, Total: total, Elapsed: time.Since(start)})
-		}
-		if err := ctx.Err(); err != nil {
+		cursor = next
+		if err := r.advance(ctx, n); err != nil {
 			return err
 		}
 	}
 	if len(s.held) > 0 {
 		return fmt.Errorf("projector: rebuild: the bucket refused the projections of %d tasks for lack of space (see ledger_projector_kv_refused_total); raise its max_bytes and rebuild again", len(s.held))
 	}
-	s.log.Info("rebuild done", slog.Int64("events", done), slog.String("took", time.Since(start).String()))
+	var after, ignored int64
+	if err := s.pool.QueryRow(ctx, sqlHorizon).Scan(&after, &ignored); err != nil {
+		return fmt.Errorf("projector: rebuild: read the archive horizon: %w", err)
+	}
+	if after != below {
+		// Rows moved out of the hot log after the rebuild planned where to
+		// read them: it may have missed some.
+		return fmt.Errorf("projector: rebuild: an archive moved the horizon from seq %d to %d during the rebuild; rebuild again", below, after)
+	}
+	s.log.Info("rebuild done", slog.Int64("events", r.done), slog.Int64("from_snapshot", r.loaded),
+		slog.String("took", time.Since(r.start).String()))
+	if below > 1 {
+		return s.waitingOnArchived(ctx, below)
+	}
 	return nil
+}
+
+// rebuild is the progress of a rebuild.
+type rebuild struct {
+	s        *Service
+	whole    bool
+	seen     map[string]bool // tasks this rebuild has begun
+	done     int64           // events replayed
+	loaded   int64           // projections taken from a snapshot
+	total    int64
+	start    time.Time
+	progress func(Progress)
+}
+
+func (r *rebuild) advance(ctx context.Context, n int) error {
+	r.done += int64(n)
+	if r.progress != nil {
+		r.progress(Progress{Done: r.done, Total: r.total, Elapsed: time.Since(r.start)})
+	}
+	return ctx.Err()
+}
+
+// loadSnapshot writes the snapshot's projections of the service's
+// partitions to the bucket, a chunk at a time; the hot log's scan then
+// loads each task from there, as it loads a task it began itself. A value
+// stored without its data cannot be folded on from, and is left out: its
+// task starts from nothing.
+func (r *rebuild) loadSnapshot(ctx context.Context, snap io.Reader) error {
+	s := r.s
+	mine := map[int]bool{}
+	for _, p := range s.cfg.partitionsOrAll() {
+		mine[int(p)] = true
+	}
+	changed := map[string]projection.State{}
+	flush := func() error {
+		if len(changed) == 0 {
+			return nil
+		}
+		if !s.writeAll(ctx, changed) {
+			return fmt.Errorf("projector: rebuild: write the snapshot's projections: %w", errOr(ctx.Err(), errors.New("stopped")))
+		}
+		for task := range changed {
+			if s.held[task] == nil {
+				delete(s.revs, task) // loaded again, with its revision, when the scan meets the task
+			}
+		}
+		clear(changed)
+		return nil
+	}
+	_, err := ReadSnapshot(snap, func(st projection.State) error {
+		if !mine[st.Partition] || st.DataTooLarge != 0 || r.seen[st.Task] {
+			return nil
+		}
+		s.revs[st.Task] = 0
+		if !r.whole {
+			entry, err := s.kv.Get(ctx, st.Task)
+			if err == nil {
+				s.revs[st.Task] = entry.Revision()
+			} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return fmt.Errorf("read %s: %w", st.Task, err)
+			}
+		}
+		r.seen[st.Task] = true
+		st.UpdatedAt = time.Now().UTC()
+		changed[st.Task] = st
+		r.loaded++
+		if len(changed) == scanChunk {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("projector: rebuild: %w", err)
+	}
+	return flush()
+}
+
+// replayArchive replays the archive's files, checked against the
+// manifest, a chunk at a time, as the hot log's scan does.
+func (r *rebuild) replayArchive(ctx context.Context, dir string) error {
+	mine := map[int]bool{}
+	for _, p := range r.s.cfg.partitionsOrAll() {
+		mine[int(p)] = true
+	}
+	var chunk []projection.Event
+	flush := func() error {
+		if len(chunk) == 0 {
+			return nil
+		}
+		if err := r.s.rebuildEvents(ctx, chunk, r.whole, r.seen); err != nil {
+			return err
+		}
+		n := len(chunk)
+		chunk = chunk[:0]
+		return r.advance(ctx, n)
+	}
+	_, err := fence.ReplayArchive(dir, func(c fence.Committed) error {
+		if !mine[c.Partition] {
+			return nil
+		}
+		chunk = append(chunk, projection.Event{Task: c.Task, Partition: c.Partition, Version: c.Version, Seq: c.Seq,
+			Type: c.Type, Payload: json.RawMessage(c.Payload)})
+		if len(chunk) == scanChunk {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("projector: rebuild from the archive: %w", err)
+	}
+	return flush()
+}
+
+// reachesHorizon checks that an archive's files cover the archived history
+// without a hole: from the first partition, at first, to the horizon.
+func reachesHorizon(m fence.Manifest, first, below int64) error {
+	reach := first
+	for _, f := range m.Files {
+		if f.FromSeq != reach {
+			return fmt.Errorf("projector: rebuild: the archive lacks seq %d..%d, before %s", reach, f.FromSeq-1, f.File)
+		}
+		reach = f.BelowSeq
+	}
+	if reach < below {
+		return fmt.Errorf("projector: rebuild: the archive's files end at seq %d, but history below seq %d is archived: another directory holds the rest", reach, below)
+	}
+	return nil
+}
+
+// waitingOnArchived fails the rebuild, after it wrote what it could, if
+// tasks wait at a gap whose versions are archived: it names a few.
+func (s *Service) waitingOnArchived(ctx context.Context, below int64) error {
+	var waiting []string
+	for task := range s.gaps {
+		waiting = append(waiting, task)
+	}
+	if len(waiting) == 0 {
+		return nil
+	}
+	archived, err := s.archivedTasks(ctx, waiting)
+	if err != nil {
+		return err
+	}
+	if len(archived) == 0 {
+		return nil
+	}
+	var names []string
+	for task, first := range archived {
+		if len(names) < 5 {
+			names = append(names, fmt.Sprintf("%s (hot from version %d)", task, first))
+		}
+	}
+	slices.Sort(names)
+	return fmt.Errorf("%w below seq %d: %d tasks wait for versions that are archived and were not in the snapshot, e.g. %s; rebuild from the archive's files",
+		ErrHistoryArchived, below, len(archived), strings.Join(names, ", "))
+}
+
+// archivedTasks returns, of tasks, those whose history is partly archived,
+// with the first version the hot log holds.
+func (s *Service) archivedTasks(ctx context.Context, tasks []string) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, sqlArchivedTasks, tasks)
+	if err != nil {
+		return nil, fmt.Errorf("projector: which tasks are archived: %w", err)
+	}
+	out := map[string]int64{}
+	var task string
+	var first int64
+	_, err = pgx.ForEachRow(rows, []any{&task, &first}, func() error {
+		out[task] = first
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projector: which tasks are archived: %w", err)
+	}
+	return out, nil
+}
+
+// reportArchivedRefetch logs, once per task, a re-fetch that found nothing
+// because the versions it asks for are archived: the task waits at that
+// gap until it is rebuilt from the archive.
+func (s *Service) reportArchivedRefetch(ctx context.Context, due []projection.Refetch, events []projection.Event) {
+	got := map[string]bool{}
+	for _, ev := range events {
+		got[ev.Task] = true
+	}
+	var empty []string
+	for _, r := range due {
+		if !got[r.Task] && !s.archivedWarned[r.Task] {
+			empty = append(empty, r.Task)
+		}
+	}
+	if len(empty) == 0 {
+		return
+	}
+	archived, err := s.archivedTasks(ctx, empty)
+	if err != nil {
+		return
+	}
+	for _, r := range due {
+		first, ok := archived[r.Task]
+		if !ok || r.FromVersion >= first {
+			continue
+		}
+		if s.archivedWarned == nil {
+			s.archivedWarned = map[string]bool{}
+		}
+		s.archivedWarned[r.Task] = true
+		s.log.Warn("a missing version is archived; the task waits at the gap until it is rebuilt from the archive (ledgerctl rebuild -archive)",
+			slog.String("task", r.Task), slog.Int64("from_version", r.FromVersion), slog.Int64("first_hot_version", first))
+	}
 }
 
 // resetForRebuild recreates the consumer at the log's end, the whole bucket
@@ -114,21 +404,29 @@ func (s *Service) rebuildChunk(ctx context.Context, cursor int64, parts []int32,
 	if len(events) == 0 {
 		return 0, cursor, nil
 	}
+	if err := s.rebuildEvents(ctx, events, whole, seen); err != nil {
+		return 0, 0, err
+	}
+	return len(events), events[len(events)-1].Seq, nil
+}
+
+// rebuildEvents folds and stores a chunk of events in seq order.
+func (s *Service) rebuildEvents(ctx context.Context, events []projection.Event, whole bool, seen map[string]bool) error {
 	changed := map[string]projection.State{}
 	for _, ev := range events {
 		if err := s.rebuildOffer(ctx, ev, changed, whole, seen); err != nil {
-			return 0, 0, err
+			return err
 		}
 	}
 	s.refetch(ctx, changed)
 	if !s.writeAll(ctx, changed) {
 		if err := ctx.Err(); err != nil {
-			return 0, 0, fmt.Errorf("projector: rebuild: write the projections after seq %d: %w", cursor, err)
+			return fmt.Errorf("projector: rebuild: write the projections up to seq %d: %w", events[len(events)-1].Seq, err)
 		}
-		return 0, 0, errors.New("projector: rebuild: stopped")
+		return errors.New("projector: rebuild: stopped")
 	}
 	s.trim()
-	return len(events), events[len(events)-1].Seq, nil
+	return nil
 }
 
 // rebuildOffer offers a scanned event; a task seen for the first time starts

@@ -51,6 +51,9 @@ type Service struct {
 	gaps      map[string]time.Time // open gaps, for the oldest-gap metric
 	held      map[string]*heldTask // states the bucket refused for lack of space
 	oversized map[string]bool      // tasks whose last value went without its data
+	// archivedWarned is the tasks whose missing version was found archived
+	// and said so (rebuild.go), once each.
+	archivedWarned map[string]bool
 	// valueLimit is the largest value the bucket takes: its max_value_size
 	// and the connection's max payload, less room for the headers.
 	valueLimit int

@@ -20,4 +20,17 @@ SELECT task_id, partition, version, seq, type, payload::text FROM ledger.events
 WHERE seq > $1 AND partition = ANY($2::int[]) ORDER BY seq LIMIT $3`
 
 	sqlScanCount = `SELECT count(*), coalesce(max(seq), 0) FROM ledger.events WHERE partition = ANY($1::int[])`
+
+	// sqlHorizon is the archive horizon: every event below it was moved to
+	// the archive's files (ledgerctl archive).
+	// It also gives the first seq of the ledger's first partition.
+	sqlHorizon = `SELECT below_seq, (SELECT coalesce(min(lo), 1) FROM ledger.event_partitions) FROM ledger.horizon`
+
+	// sqlArchivedTasks picks, of the given tasks, those whose history is
+	// partly archived, with the first version the hot log still holds.
+	sqlArchivedTasks = `
+SELECT h.task_id, coalesce((SELECT min(e.version) FROM ledger.events e
+                            WHERE e.task_id = h.task_id AND e.seq >= z.below_seq AND e.seq <= h.seq), h.version + 1)
+FROM ledger.heads h CROSS JOIN ledger.horizon z
+WHERE h.task_id = ANY($1::text[]) AND h.first_seq < z.below_seq`
 )

@@ -111,6 +111,12 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Result, error) {
 			b.fullLookup = true
 			s.forgetHeads(b)
 		case code == pgerrcode.DeadlockDetected, code == pgerrcode.SerializationFailure:
+		case isNoPartition(err) && !s.noPartitionKeeping:
+			// The partitions ran out (making them in the background failed):
+			// make them now. A fault of the deployment, never a verdict.
+			if _, _, perr := s.parts.ensure(ctx, 0); perr != nil {
+				return nil, fmt.Errorf("fence: append %d events: %w (%w)", len(events), err, perr)
+			}
 		case code == "" || IsTransient(err) || !isDataError(code):
 			// Transient: the caller retries. A fault of the database or the
 			// deployment (privileges, schema): no event is to blame, and it

@@ -46,9 +46,14 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 		return err
 	}
 	s.rememberHeads(b, p.commits)
+	var top int64
 	for _, i := range p.commits {
 		c := inserted[b.events[i].ID]
 		res[i].Verdict, res[i].Seq, res[i].Committed = wire.VerdictCommitted, c.Seq, c
+		top = max(top, c.Seq)
+	}
+	if top > 0 && !s.noPartitionKeeping {
+		s.parts.note(top)
 	}
 	for i, j := range p.follows {
 		res[i].Verdict, res[i].Seq, res[i].Committed = wire.VerdictDuplicate, res[j].Seq, res[j].Committed
@@ -166,8 +171,9 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 		pb.Queue(lock, partitions)
 	}
 	if len(tasks) > 0 {
-		pb.Queue(sqlAppendHeads, tasks)
+		pb.Queue(s.sqlHeads(), tasks)
 	}
+	pb.Queue(sqlAppendHorizon)
 	pb.Queue(sqlAppendRecorded, ids)
 	br := conn.SendBatch(ctx, pb)
 	defer br.Close()
@@ -199,12 +205,15 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 		rows, _ := br.Query()
 		var task string
 		var h taskHead
-		if _, err := pgx.ForEachRow(rows, []any{&task, &h.partition, &h.version}, func() error {
+		if _, err := pgx.ForEachRow(rows, []any{&task, &h.partition, &h.version, &h.firstSeq}, func() error {
 			st.heads[task] = h
 			return nil
 		}); err != nil {
 			return st, fmt.Errorf("read heads: %w", err)
 		}
+	}
+	if err := br.QueryRow().Scan(&st.horizon.belowSeq, &st.horizon.idFloor); err != nil {
+		return st, fmt.Errorf("read the archive horizon: %w", err)
 	}
 	rows, _ := br.Query()
 	var id string
@@ -219,17 +228,27 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 		return st, err
 	}
 	var err error
-	st.existing, err = s.readExisting(ctx, conn, b, st.heads)
+	st.existing, err = s.readExisting(ctx, conn, b, st.heads, st.horizon)
 	return st, err
 }
 
+// sqlHeads is the statement the append reads heads with.
+func (s *Store) sqlHeads() string {
+	if s.headsFromLog {
+		return sqlAppendHeadsFromLog
+	}
+	return sqlAppendHeads
+}
+
 // readExisting looks up the stored rows that share an event id or a (task,
-// version) with the events that can collide with one.
-func (s *Store) readExisting(ctx context.Context, conn *pgxpool.Conn, b *batch, heads map[string]taskHead) ([]existing, error) {
+// version) with the events that can collide with one: those at or below
+// their head, and those whose id was minted before the id floor.
+func (s *Store) readExisting(ctx context.Context, conn *pgxpool.Conn, b *batch, heads map[string]taskHead, z horizon) ([]existing, error) {
 	ex := make([]existing, len(b.order))
 	var pos []int // positions in b.order that are looked up
 	for k, i := range b.order {
-		if b.fullLookup || b.events[i].Version <= heads[b.events[i].Task].version {
+		e := &b.events[i]
+		if b.fullLookup || e.Version <= heads[e.Task].version || z.beforeFloor(e.ID) {
 			pos = append(pos, k)
 			ex[k].looked = true
 		}
@@ -250,7 +269,7 @@ func (s *Store) readExisting(ctx context.Context, conn *pgxpool.Conn, b *batch, 
 	var byID bool
 	var st stored
 	var payload string
-	_, err = pgx.ForEachRow(rows, []any{&ord, &byID, &st.c.Seq, &st.c.EventID, &st.c.Partition, &st.c.Task,
+	_, err = pgx.ForEachRow(rows, []any{&ord, &byID, &st.c.Seq, &st.hot, &st.c.EventID, &st.c.Partition, &st.c.Task,
 		&st.c.Version, &st.c.Type, &payload, &st.c.Holder, &st.c.Generation, &st.c.CommittedAt, &st.samePayload},
 		func() error {
 			row := st
@@ -275,7 +294,7 @@ func (s *Store) readExisting(ctx context.Context, conn *pgxpool.Conn, b *batch, 
 func (s *Store) write(ctx context.Context, conn *pgxpool.Conn, b *batch, p plan, res []Result) (map[string]*Committed, error) {
 	pb := &pgx.Batch{}
 	if len(p.commits) > 0 {
-		queueInsert(pb, b, p.commits, s.unfenced)
+		queueInsert(pb, b, p.commits, s.insertSQL())
 	}
 	if len(p.rejects) > 0 {
 		queueRejections(pb, b, p.rejects, res)
@@ -308,8 +327,22 @@ func (s *Store) write(ctx context.Context, conn *pgxpool.Conn, b *batch, p plan,
 	return out, nil
 }
 
+// insertSQL is the statement that inserts the commits: the fenced insert,
+// or with a mechanism switched off for a test's negative control.
+func (s *Store) insertSQL() string {
+	switch {
+	case s.unfenced:
+		return sqlAppendInsertUnfenced
+	case s.unserialised, s.headsFromLog:
+		return without(sqlAppendInsert, appendHeadsPredicate, appendHeadsCheck)
+	case s.noIDFloor:
+		return without(sqlAppendInsert, appendFloorPredicate, appendFloorCheck)
+	}
+	return sqlAppendInsert
+}
+
 // queueInsert queues the fenced insert of the commits.
-func queueInsert(pb *pgx.Batch, b *batch, commits []int, unfenced bool) {
+func queueInsert(pb *pgx.Batch, b *batch, commits []int, sql string) {
 	n := len(commits)
 	ids, tasks, types, payloads, holders := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	partitions, versions, gens := make([]int32, n), make([]int64, n), make([]int64, n)
@@ -317,10 +350,6 @@ func queueInsert(pb *pgx.Batch, b *batch, commits []int, unfenced bool) {
 		e := &b.events[i]
 		ids[k], tasks[k], types[k], payloads[k], holders[k] = e.ID, e.Task, e.Type, b.payloads[i], e.Holder
 		partitions[k], versions[k], gens[k] = int32(e.Partition), e.Version, e.Generation
-	}
-	sql := sqlAppendInsert
-	if unfenced {
-		sql = sqlAppendInsertUnfenced
 	}
 	pb.Queue(sql, ids, partitions, tasks, versions, types, payloads, holders, gens, int64(n))
 }
@@ -412,7 +441,7 @@ func (s *Store) isolate(ctx context.Context, b *batch, res []Result) (int, error
 		switch {
 		case perr == nil:
 			return nil
-		case !errors.As(perr, &pgErr) || !isDataError(pgErr.Code):
+		case !errors.As(perr, &pgErr) || !isDataError(pgErr.Code) || isNoPartition(perr):
 			return perr
 		case len(set) == 1:
 			bad[set[0]] = pgErr

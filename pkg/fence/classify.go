@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"strings"
 
 	"github.com/flowness/ledger/pkg/canonjson"
 	"github.com/flowness/ledger/pkg/wire"
@@ -21,16 +22,43 @@ type leaseState struct {
 	valid  bool
 }
 
-// taskHead is a task's partition and last committed version.
+// taskHead is a task's partition and last committed version, and the seq
+// of its version 1 (0 where unknown: a head this process cached).
 type taskHead struct {
 	partition int
 	version   int64
+	firstSeq  int64
 }
 
-// stored is a committed row that shares a key with a batch event.
+// stored is a committed row that shares a key with a batch event. A row
+// found by event id in ledger.event_ids whose row was archived is not hot:
+// only its seq is known.
 type stored struct {
 	c           Committed
 	samePayload bool
+	hot         bool
+}
+
+// horizon is what was archived, as ledger.horizon says: every event below
+// belowSeq, and the ids minted before idFloor (the first 10 characters of
+// a ULID, upper case; "" while nothing is archived).
+type horizon struct {
+	belowSeq int64
+	idFloor  string
+}
+
+// beforeFloor reports whether event id was minted before the id floor:
+// the ledger no longer holds such an id once its row is archived, so it
+// must be looked up, and refused unless the hot log holds it.
+func (z horizon) beforeFloor(id string) bool {
+	return z.idFloor != "" && len(id) >= len(z.idFloor) && strings.ToUpper(id[:len(z.idFloor)]) < z.idFloor
+}
+
+// archivedHistory reports whether versions of a task whose version 1 has
+// seq firstSeq are archived. A head this process cached knows no firstSeq;
+// such a head is read again before a decision depends on it.
+func (z horizon) archivedHistory(h taskHead) bool {
+	return z.belowSeq > 1 && h.firstSeq < z.belowSeq
 }
 
 // existing holds, per position in batch.order, the rows found by event id
@@ -56,6 +84,7 @@ type state struct {
 	heads    map[string]taskHead
 	existing []existing
 	recorded map[string]recorded
+	horizon  horizon
 }
 
 // recorded is the verdict ledger.rejections holds for an event id.
@@ -84,6 +113,7 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 		l, leased := leases[e.Partition]
 		*r = Result{CurrentGeneration: l.gen, CurrentHolder: l.holder}
 		x := ex[k]
+		hotID := x.byID != nil && x.byID.hot
 		jID, inID := plannedID[e.ID]
 		jTV, inTV := plannedTV[key{e.Task, e.Version}]
 		rec, hasRec := st.recorded[e.ID]
@@ -99,7 +129,7 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 		case known && h.partition != e.Partition:
 			r.Verdict, r.Reason = wire.VerdictInvalid, wire.ReasonWrongPartition
 			r.Detail = fmt.Sprintf("task %s is pinned to partition %d", e.Task, h.partition)
-		case x.byID != nil && sameStored(x.byID, e):
+		case hotID && sameStored(x.byID, e):
 			r.Verdict, r.Reason, r.Seq, r.Committed = wire.VerdictDuplicate, wire.ReasonSameEventID, x.byID.c.Seq, &x.byID.c
 		case x.byTV != nil && x.byTV.c.Type == e.Type && x.byTV.samePayload:
 			r.Verdict, r.Reason, r.Seq, r.Committed = wire.VerdictDuplicate, wire.ReasonSameContent, x.byTV.c.Seq, &x.byTV.c
@@ -107,14 +137,32 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 			r.Reason, p.follows[i] = wire.ReasonSameEventID, jID
 		case inTV && sameContent(b, jTV, i):
 			r.Reason, p.follows[i] = wire.ReasonSameContent, jTV
+		case x.byID == nil && !inID && !s.noIDFloor && st.horizon.beforeFloor(e.ID):
+			// Not in the hot log, and minted before the floor: it may have
+			// been committed and archived, with its id. It must not commit
+			// a second time, and which it was cannot be told here.
+			r.Verdict, r.Reason = wire.VerdictInvalid, wire.ReasonBeforeHorizon
+			r.Detail = fmt.Sprintf("event id %s was minted before the archive horizon's id floor (%s)", e.ID, st.horizon.idFloor)
 		case !s.unfenced && staleReason(leased, l, e) != "":
 			r.Verdict, r.Reason = wire.VerdictStale, staleReason(leased, l, e)
+			p.rejects = append(p.rejects, i)
+		case x.byID != nil && !hotID:
+			// The id is committed, in archived history: its content cannot
+			// be compared, and nothing is written.
+			r.Verdict, r.Reason = wire.VerdictConflict, wire.ReasonArchived
+			r.Detail = fmt.Sprintf("event id %s is committed at seq %d, which is archived", e.ID, x.byID.c.Seq)
 			p.rejects = append(p.rejects, i)
 		case x.byID != nil || inID:
 			r.Verdict, r.Reason = wire.VerdictConflict, wire.ReasonEventIDReused
 			p.rejects = append(p.rejects, i)
 		case x.byTV != nil || inTV:
 			r.Verdict, r.Reason = wire.VerdictConflict, wire.ReasonVersionTaken
+			p.rejects = append(p.rejects, i)
+		case e.Version <= h.version && x.looked && h.firstSeq > 0 && st.horizon.archivedHistory(h):
+			// The head says the version is committed, and the hot log does
+			// not hold it: it is archived.
+			r.Verdict, r.Reason = wire.VerdictConflict, wire.ReasonArchived
+			r.Detail = fmt.Sprintf("version %d of task %s is committed in archived history (below seq %d)", e.Version, e.Task, st.horizon.belowSeq)
 			p.rejects = append(p.rejects, i)
 		case e.Version > h.version+int64(s.cfg.MaxAhead):
 			r.Verdict, r.Reason = wire.VerdictGap, wire.ReasonTooFarAhead
@@ -124,13 +172,19 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 			p.rejects = append(p.rejects, i)
 		case e.Version > h.version+1:
 			r.Verdict = NotYet
+		case e.Version <= h.version && !b.fullLookup:
+			// The head says the version is committed but its row was not
+			// found, and the head came from the cache, which does not know
+			// whether the task's history is archived: decide again from
+			// heads read from the database.
+			p.unchecked = true
 		case e.Version <= h.version:
 			// The head says the version is committed but its row was not
 			// found: the reads straddled another writer's commit.
 			return p, errRetryBatch
 		default:
 			p.commits = append(p.commits, i)
-			heads[e.Task] = taskHead{partition: e.Partition, version: e.Version}
+			heads[e.Task] = taskHead{partition: e.Partition, version: e.Version, firstSeq: h.firstSeq}
 			plannedID[e.ID] = i
 			plannedTV[key{e.Task, e.Version}] = i
 			continue

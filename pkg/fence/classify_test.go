@@ -16,13 +16,16 @@ func TestClassifyDecidesInTheContractsOrder(t *testing.T) {
 	const id = "01J00000000000000000000001"
 	base := Event{ID: id, Partition: 1, Task: "t", Version: 4, Type: "step", Payload: []byte(`{"a":1}`), Holder: "w.1", Generation: 5}
 	with := func(f func(*Event)) Event { e := base; f(&e); return e }
-	storedRow := &stored{c: Committed{Seq: 9, EventID: id, Partition: 1, Task: "t", Version: 4, Type: "step"}, samePayload: true}
+	storedRow := &stored{c: Committed{Seq: 9, EventID: id, Partition: 1, Task: "t", Version: 4, Type: "step"}, samePayload: true, hot: true}
+	// Archived: every event below seq 100, and the ids minted before 01K.
+	archived := horizon{belowSeq: 100, idFloor: "01K0000000"}
 	for _, c := range []struct {
 		name     string
 		e        Event
 		lease    *leaseState
 		existing existing
 		recorded *recorded
+		horizon  horizon
 		verdict  wire.Verdict
 		reason   string
 	}{
@@ -45,8 +48,20 @@ func TestClassifyDecidesInTheContractsOrder(t *testing.T) {
 		{name: "the same id and content is a duplicate", e: base, existing: existing{byID: storedRow, looked: true},
 			verdict: wire.VerdictDuplicate, reason: wire.ReasonSameEventID},
 		{name: "a taken version is a conflict", e: with(func(e *Event) { e.Version = 3 }),
-			existing: existing{byTV: &stored{c: Committed{Seq: 8, EventID: "01J00000000000000000000002", Task: "t", Version: 3, Type: "other"}}, looked: true},
+			existing: existing{byTV: &stored{c: Committed{Seq: 8, EventID: "01J00000000000000000000002", Task: "t", Version: 3, Type: "other"}, hot: true}, looked: true},
 			verdict:  wire.VerdictConflict, reason: wire.ReasonVersionTaken},
+		{name: "an id committed in archived history is a conflict", e: base, horizon: archived,
+			existing: existing{byID: &stored{c: Committed{Seq: 9}}, looked: true},
+			verdict:  wire.VerdictConflict, reason: wire.ReasonArchived},
+		{name: "a version below the head whose row is archived is a conflict", e: with(func(e *Event) { e.ID, e.Version = "01M00000000000000000000001", 2 }),
+			horizon: archived, existing: existing{looked: true}, verdict: wire.VerdictConflict, reason: wire.ReasonArchived},
+		{name: "an id minted before the floor and not in the hot log is refused", e: base, horizon: archived,
+			existing: existing{looked: true}, verdict: wire.VerdictInvalid, reason: wire.ReasonBeforeHorizon},
+		{name: "an id minted before the floor and in the hot log is a duplicate", e: base, horizon: archived,
+			existing: existing{byID: storedRow, looked: true}, verdict: wire.VerdictDuplicate, reason: wire.ReasonSameEventID},
+		{name: "a recorded rejection of an id before the floor stands", e: base, horizon: archived,
+			recorded: &recorded{verdict: wire.VerdictGap, reason: wire.ReasonGapTimeout},
+			existing: existing{looked: true}, verdict: wire.VerdictGap, reason: wire.ReasonGapTimeout},
 		{name: "a recorded rejection stands", e: base, recorded: &recorded{verdict: wire.VerdictGap, reason: wire.ReasonGapTimeout},
 			existing: existing{looked: true}, verdict: wire.VerdictGap, reason: wire.ReasonGapTimeout},
 	} {
@@ -59,8 +74,12 @@ func TestClassifyDecidesInTheContractsOrder(t *testing.T) {
 			if c.lease != nil {
 				lease = *c.lease
 			}
-			st := state{leases: map[int]leaseState{1: lease, 2: lease}, heads: map[string]taskHead{"t": {partition: 1, version: 3}},
-				existing: []existing{c.existing}, recorded: map[string]recorded{}}
+			z := c.horizon
+			if z.belowSeq == 0 {
+				z.belowSeq = 1
+			}
+			st := state{leases: map[int]leaseState{1: lease, 2: lease}, heads: map[string]taskHead{"t": {partition: 1, version: 3, firstSeq: 7}},
+				existing: []existing{c.existing}, recorded: map[string]recorded{}, horizon: z}
 			if c.recorded != nil {
 				st.recorded[id] = *c.recorded
 			}

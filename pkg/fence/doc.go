@@ -76,18 +76,32 @@
 //     rows (ledger.fence_check aborts the transaction, and the batch is
 //     decided again: stale/lease_expired).
 //
-//  2. Dense versions. A task's versions are 1, 2, 3, ... with no hole: an
-//     event commits only as head + 1, counting earlier events of the same
-//     batch. Two writers racing on one task are serialised by the unique
-//     index on (task_id, version); the loser's transaction is retried and
-//     then sees the winner's row.
+//  2. Dense versions. A task's versions are 1, 2, 3, ... with no hole and
+//     none twice, archived ones included: an event commits only as head + 1,
+//     counting earlier events of the same batch, and the head is the task's
+//     row in ledger.heads, which archiving never removes. The insert that
+//     commits a task's versions moves that row in the same statement, and
+//     only from the version the batch planned from (UPDATE ... WHERE
+//     version = planned; for a new task, INSERT ... ON CONFLICT DO
+//     NOTHING); ledger.heads_check fails the statement unless every head
+//     moved. So two writers racing on one task are serialised by the head
+//     row: the second's UPDATE waits for the first's row lock, then finds
+//     the head moved and changes nothing; the second's INSERT of a new
+//     task's head waits for the first's uncommitted row, then finds it. Its
+//     statement fails with unique_violation, the transaction is retried,
+//     and it then reads the winner's row. This holds for any two writers of
+//     a task, whatever leases they hold: writers of one partition share its
+//     lease row only FOR KEY SHARE, which serialises nothing between them.
 //
 //  3. Idempotence. An event id, or a (task, version), that is already
 //     committed with identical content is a duplicate: nothing is written and
 //     the original seq is returned. The same key with different content is a
 //     conflict, recorded, never dropped. Content is compared as jsonb
 //     compares it: in SQL for stored rows, and by canonjson's canonical form
-//     (linear in the payload, never a bignum) within a batch.
+//     (linear in the payload, never a bignum) within a batch. An id commits
+//     at most once: ledger.event_ids holds every id of the hot log under a
+//     unique key, inserted by the same statement as the row. For history
+//     that was archived, see Growth.
 //
 //  4. Pinning. A task stays on the partition of its version 1; an event on
 //     another partition is invalid (wrong_partition).
@@ -131,7 +145,9 @@
 //     inserts, halving the set, in a transaction rolled back), which become
 //     invalid (bad_payload, with the SQLSTATE in Detail) while the rest of
 //     the batch commits; any other error is the database's or the
-//     deployment's and is returned, never anyone's verdict.
+//     deployment's and is returned, never anyone's verdict. So is a row
+//     that finds no partition of ledger.events (check_violation without a
+//     constraint): the partitions are made and the batch runs again.
 //
 //  9. Bounded locks. Every append and takeover transaction sets
 //     statement_timeout and idle_in_transaction_session_timeout locally
@@ -143,21 +159,70 @@
 // The batch costs a fixed handful of statements whatever its size, in two
 // pipelined round trips: BEGIN, the timeouts, the lease lock, the reads of
 // the heads of tasks this process has not cached and of the recorded
-// verdicts; then one INSERT ... SELECT FROM unnest(...) for the commits, one
-// for the rejections, and COMMIT. A lookup of the stored rows that events at
-// or below their head may collide with (usually none) takes a third, and a
-// batch that records a rejection reads once more under its exclusive locks.
+// verdicts and the horizon; then one INSERT ... SELECT FROM unnest(...) for
+// the commits (with their ids and heads), one for the rejections, and
+// COMMIT. A lookup of the stored rows that events at or below their head
+// may collide with (usually none) takes a third, and a batch that records a
+// rejection reads once more under its exclusive locks.
 // COMMIT travels with the insert, so the insert itself must fail when a row
 // does not pass the fence (a lease that expired after it was read):
 // ledger.fence_check (migration 00003) compares the rows inserted with the
 // rows planned and raises, which aborts the transaction, and the batch runs
 // again.
 //
-// The lookups are optimistic. An event planned as head + 1 is not looked up;
-// if its id or (task, version) is in fact taken (an id reused under another
-// task, a head another process moved on), the INSERT fails on the unique
-// index and the batch is rerun with every head read from the database and
-// every event looked up. An event that will not commit is never decided
+// # Growth
+//
+// The cost of an append does not grow with the ledger's age. What an
+// append consults, and the promise each structure keeps:
+//
+//   - ledger.heads, one row per task ever committed (partition, version,
+//     seq, type, and first_seq, the seq of version 1): dense versions and
+//     pinning (2, 4), for archived history too. One primary-key probe per
+//     task; it grows with the number of tasks, not of events.
+//   - ledger.event_ids, one row per event id of the hot log: idempotence by
+//     id (3). Ids are ULIDs, which rise with time, so its index grows at
+//     its right edge. An archive removes the ids of the rows it moves that
+//     were minted before the id floor.
+//   - ledger.events, partitioned by seq range (ledger.partitioning, default
+//     4,194,304 rows a partition): rows land in the newest partition, so
+//     the (task_id, version) index an insert touches at random is that
+//     partition's. A lookup of a task's rows is bounded by its first_seq
+//     and seq, so it searches only the partitions the task spans.
+//     Partitions are made ahead of need by the appends themselves
+//     (partitions.go); a missing one is made at once, and is never a
+//     verdict.
+//   - ledger.horizon: what was archived. Every row with seq < below_seq,
+//     and every id minted before id_floor (the first 10 characters of a
+//     ULID, its time).
+//
+// Archived history (Store.Archive, archive.go) keeps every promise but
+// one, which it bounds. A version at or below a task's head is still
+// taken; if its row is archived its content can no longer be compared, and
+// the event is a conflict (reason archived), recorded, never committed. An
+// id found in ledger.event_ids whose row is archived is the same conflict.
+// An id that is not in the hot log and was minted before the id floor may
+// have been committed and archived with its id: it is refused as invalid
+// (before_horizon), never committed. So an event id is recognised for
+// ever if it was minted at or after the floor; one minted before the
+// floor is recognised while its row is hot (a worker that mints its ids
+// when it first publishes re-sends within the retention are always
+// recognised), and never committed twice either way. The floor only rises.
+//
+// Why an append never commits an archived id, whichever order things
+// happen in: the archive raises the floor before it removes any id, and the
+// insert itself refuses to record an id minted before the floor it reads
+// (ledger.ids_check, unique_violation: the batch is decided again with the
+// new horizon). An insert that began before the floor rose holds a lock on
+// ledger.events until it commits; the archive removes ids only after
+// detaching the partition CONCURRENTLY, which waits for every such lock
+// holder, so that insert met the id still in ledger.event_ids.
+//
+// The lookups are optimistic. An event planned as head + 1 is not looked up
+// (unless its id was minted before the id floor); if its id or (task,
+// version) is in fact taken (an id reused under another task, a head
+// another process moved on), the INSERT fails with unique_violation (the
+// id's key in ledger.event_ids, or ledger.heads_check) and the batch is
+// rerun with every head read from the database and every event looked up. An event that will not commit is never decided
 // without that full lookup, so a cached head or a skipped lookup can cost a
 // retry, never a wrong verdict. A cached head is never above the truth: it
 // is written only after a commit, and heads only rise.

@@ -1,5 +1,7 @@
 package fence
 
+import "bytes"
+
 // Unfenced returns a copy of s with the fence switched off: no lease lock, no
 // stale classification, no fence predicate in the insert. Only the negative
 // control of the commit-order race test uses it, to prove that the test's
@@ -30,3 +32,59 @@ func SharedRejectionLocks(s *Store) *Store {
 
 // NormalizePayload is normalizePayload, for the fuzz targets.
 func NormalizePayload(p []byte, max int) ([]byte, error) { return normalizePayload(p, max) }
+
+// UnserialisedHeads returns a copy of s whose inserts move a task's head
+// whatever version it is at, instead of only from the version the batch
+// planned from: the negative control of the test that writers racing on
+// one task are serialised.
+func UnserialisedHeads(s *Store) *Store {
+	c := *s
+	c.unserialised = true
+	return &c
+}
+
+// HeadsFromLog returns a copy of s that reads task heads from the hot log,
+// as before ledger.heads: the negative control of the test that archived
+// versions stay taken.
+func HeadsFromLog(s *Store) *Store {
+	c := *s
+	c.headsFromLog = true
+	return &c
+}
+
+// WithoutIDFloor returns a copy of s that does not refuse event ids minted
+// before the archive horizon's id floor: the negative control of the test
+// that an archived id never commits again.
+func WithoutIDFloor(s *Store) *Store {
+	c := *s
+	c.noIDFloor = true
+	return &c
+}
+
+// ArchiveSeams returns a copy of s whose archives lose each partition's
+// first row on the way to its file (loseRow), do not read the file back
+// (unchecked), or read the rows before the detach waited for their writers
+// (copyFirst, unchecked too): the negative controls of the archive tests.
+func ArchiveSeams(s *Store, loseRow, unchecked, copyFirst bool) *Store {
+	c := *s
+	c.archiveLoseRow, c.archiveUnchecked, c.archiveCopyFirst = loseRow, unchecked, copyFirst
+	return &c
+}
+
+// WithoutPartitionKeeping returns a copy of s whose appends never make
+// partitions of ledger.events: the negative control of the test that they
+// do.
+func WithoutPartitionKeeping(s *Store) *Store {
+	c := *s
+	c.noPartitionKeeping = true
+	return &c
+}
+
+// EncodeArchiveLine is encodeArchiveLine, for the fuzz targets.
+func EncodeArchiveLine(c Committed) []byte {
+	var b bytes.Buffer
+	if err := encodeArchiveLine(&b, &c); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
+}

@@ -27,6 +27,20 @@ type Store struct {
 	// under the shared lease locks of every append, as before finality was
 	// enforced: the negative control of the finality test.
 	sharedRejections bool
+	// unserialised, headsFromLog and noIDFloor, set only by the package's
+	// tests, switch off what keeps versions dense and ids unique across
+	// writers and archived history: the negative controls of those tests.
+	unserialised, headsFromLog, noIDFloor bool
+	// archiveLoseRow, archiveUnchecked and archiveCopyFirst, set only by
+	// the package's tests, make an archive lose a partition's first row on
+	// its way to the file, skip reading the file back, and read the rows
+	// before the detach has waited for their writers (unchecked).
+	archiveLoseRow, archiveUnchecked, archiveCopyFirst bool
+	// noPartitionKeeping, set only by the package's tests, stops appends
+	// from making partitions of ledger.events.
+	noPartitionKeeping bool
+	// parts keeps partitions of ledger.events ready ahead of the appends.
+	parts *partitionKeeper
 }
 
 // buildUnfenced is set only in a build with the tag ledger_nofence
@@ -39,7 +53,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, cfg: cfg, unfenced: buildUnfenced}
+	s := &Store{pool: pool, cfg: cfg, unfenced: buildUnfenced, parts: &partitionKeeper{pool: pool}}
 	if cfg.HeadCacheSize > 0 {
 		s.heads = newHeadCache(cfg.HeadCacheSize)
 	}
@@ -287,6 +301,10 @@ type Head struct {
 	Seq       int64
 	// Type is the type of the last committed event.
 	Type string
+	// Archived is how many of the task's first versions are archived
+	// (ledgerctl archive): versions 1..Archived are no longer in the hot
+	// log, but in the archive's files. 0 when none is.
+	Archived int64
 }
 
 // TaskHead returns task's head.
@@ -295,7 +313,7 @@ func (s *Store) TaskHead(ctx context.Context, task string) (Head, error) {
 	if !wire.ValidID(task) {
 		return h, leaseErr(ErrInvalid, nil, "task id %q is not 1..128 of [A-Za-z0-9_-]", task)
 	}
-	err := s.pool.QueryRow(ctx, sqlTaskHead, task).Scan(&h.Partition, &h.Version, &h.Seq, &h.Type)
+	err := s.pool.QueryRow(ctx, sqlTaskHead, task).Scan(&h.Partition, &h.Version, &h.Seq, &h.Type, &h.Archived)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return h, nil
 	}

@@ -38,7 +38,8 @@ func (s *Store) Verdict(ctx context.Context, task, eventID string) (Recorded, bo
 		return rec, false, leaseErr(ErrInvalid, nil, "event id %.40q is not a ULID", eventID)
 	}
 	var verdict string
-	err := s.pool.QueryRow(ctx, sqlEventVerdict, eventID, task).Scan(&verdict, &rec.Reason, &rec.Seq)
+	err := s.pool.QueryRow(ctx, sqlEventVerdict, eventID, task, string(wire.VerdictInvalid), wire.ReasonBeforeHorizon).
+		Scan(&verdict, &rec.Reason, &rec.Seq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return rec, false, nil
 	}

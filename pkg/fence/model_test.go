@@ -757,7 +757,7 @@ func TestLeaseAppendModel(t *testing.T) {
 	cases := 0
 	rapid.Check(t, func(rt *rapid.T) {
 		_, err := db.Pool.Exec(ctx,
-			`TRUNCATE ledger.events, ledger.leases, ledger.lease_grants, ledger.rejections RESTART IDENTITY`)
+			`TRUNCATE ledger.events, ledger.heads, ledger.event_ids, ledger.leases, ledger.lease_grants, ledger.rejections RESTART IDENTITY`)
 		require.NoError(rt, err)
 		// Fresh stores: a truncated table would leave their caches of task
 		// heads above the truth, which a real database never does.

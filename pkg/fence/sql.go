@@ -1,6 +1,9 @@
 package fence
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // Every statement of the package, in one place. Values are always
 // parameters; batches travel as arrays and are expanded with unnest.
@@ -65,9 +68,15 @@ FROM ledger.leases WHERE partition = $1`
 SELECT partition, holder, generation, expires_at, ttl_ms, expires_at > clock_timestamp()
 FROM ledger.leases ORDER BY partition`
 
+	// sqlTaskHead reads a task's head and whether versions of it are
+	// archived: those below its first version still in the hot log.
 	sqlTaskHead = `
-SELECT partition, version, seq, type FROM ledger.events
-WHERE task_id = $1 ORDER BY version DESC LIMIT 1`
+SELECT h.partition, h.version, h.seq, h.type,
+       CASE WHEN h.first_seq < z.below_seq THEN coalesce(
+           (SELECT min(e.version) FROM ledger.events e
+            WHERE e.task_id = h.task_id AND e.seq >= z.below_seq AND e.seq <= h.seq), h.version + 1) - 1
+       ELSE 0 END
+FROM ledger.heads h CROSS JOIN ledger.horizon z WHERE h.task_id = $1`
 
 	// sqlAppendLockLeases locks the batch's lease rows FOR KEY SHARE until
 	// commit and reads them for classification. KEY SHARE conflicts only with
@@ -99,31 +108,53 @@ ORDER BY event_id, id`
 	sqlSetTimeouts = `
 SELECT set_config('statement_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)`
 
-	// sqlAppendHeads reads each task's last committed version, one backward
-	// index probe per task.
+	// sqlAppendHeads reads each task's head from ledger.heads, one probe of
+	// its primary key per task, whatever the length of the log.
 	sqlAppendHeads = `
-SELECT t.task_id, h.partition, h.version
+SELECT task_id, partition, version, first_seq FROM ledger.heads WHERE task_id = ANY($1::text[])`
+
+	// sqlAppendHeadsFromLog reads the heads from the log itself, as before
+	// ledger.heads: only the negative control of the archive tests uses it,
+	// to show that a head read from the hot log forgets archived versions.
+	sqlAppendHeadsFromLog = `
+SELECT t.task_id, h.partition, h.version, 1::bigint
 FROM unnest($1::text[]) AS t(task_id)
 CROSS JOIN LATERAL (
     SELECT e.partition, e.version FROM ledger.events e
     WHERE e.task_id = t.task_id ORDER BY e.version DESC LIMIT 1
 ) h`
 
+	// sqlAppendHorizon reads what was archived (ledger.horizon). It is read
+	// after the lease locks: the horizon moves only under every lease row
+	// FOR UPDATE (archive.go), so an append sees one horizon from its
+	// reads to its commit.
+	sqlAppendHorizon = `SELECT below_seq, id_floor FROM ledger.horizon`
+
 	// sqlAppendExisting finds committed rows that share an event id or a
 	// (task, version) with the given events. Payloads are compared as jsonb,
 	// and only for rows that matched. It runs only for the events that can
-	// match: those at or below their task's head, or all of them when an
-	// optimistic insert found an unexpected key.
+	// match: those at or below their task's head, those whose id is older
+	// than the id floor, or all of them when an optimistic insert found an
+	// unexpected key.
+	//
+	// An id is found in ledger.event_ids, and its row joined by seq; an id
+	// whose row was archived comes back without one (hot false). A (task,
+	// version) is looked for only between the task's first and last seq,
+	// so only the partitions the task spans are searched.
 	sqlAppendExisting = `
-SELECT i.ord, true, e.seq, e.event_id, e.partition, e.task_id, e.version, e.type,
-       e.payload::text, e.holder, e.generation, e.committed_at, e.payload = i.payload::jsonb
+SELECT i.ord, true, x.seq, e.seq IS NOT NULL, coalesce(e.event_id, ''), coalesce(e.partition, 0),
+       coalesce(e.task_id, ''), coalesce(e.version, 0), coalesce(e.type, ''), coalesce(e.payload::text, ''),
+       coalesce(e.holder, ''), coalesce(e.generation, 0), coalesce(e.committed_at, 'epoch'),
+       coalesce(e.payload = i.payload::jsonb, false)
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) WITH ORDINALITY AS i(event_id, task_id, version, payload, ord)
-JOIN ledger.events e ON e.event_id = i.event_id
+JOIN ledger.event_ids x ON x.event_id = i.event_id
+LEFT JOIN ledger.events e ON e.seq = x.seq
 UNION ALL
-SELECT i.ord, false, e.seq, e.event_id, e.partition, e.task_id, e.version, e.type,
+SELECT i.ord, false, e.seq, true, e.event_id, e.partition, e.task_id, e.version, e.type,
        e.payload::text, e.holder, e.generation, e.committed_at, e.payload = i.payload::jsonb
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) WITH ORDINALITY AS i(event_id, task_id, version, payload, ord)
-JOIN ledger.events e ON e.task_id = i.task_id AND e.version = i.version`
+JOIN ledger.heads h ON h.task_id = i.task_id
+JOIN ledger.events e ON e.task_id = i.task_id AND e.version = i.version AND e.seq >= h.first_seq AND e.seq <= h.seq`
 
 	// sqlAppendInsert is the fenced conditional insert. The fence predicate
 	// is part of this statement: a row is inserted only where the lease row
@@ -137,9 +168,19 @@ JOIN ledger.events e ON e.task_id = i.task_id AND e.version = i.version`
 	// and the transaction aborts, so the COMMIT sent in the same round trip
 	// cannot commit part of the batch.
 	//
-	// A row whose event id or (task, version) turns out to exist (an id
-	// reused under another task, or a concurrent writer) fails the statement
-	// with unique_violation; Append then re-runs the batch with full lookups.
+	// The same statement records each id in ledger.event_ids, unless it was
+	// minted before the id floor: an append that read the horizon before an
+	// archive moved it may plan such an id as new, and ledger.ids_check then
+	// fails the statement so that the batch is decided again (doc.go,
+	// Growth). It moves each
+	// task's head in ledger.heads: a task's head moves from exactly the
+	// version the batch planned from (the version before its first commit
+	// of the task), or not at all. The UPDATE waits for the row lock of a
+	// concurrent writer of the task and then finds the head moved; the
+	// INSERT of a new task's head waits for a concurrent insert of the same
+	// task and then finds it there. ledger.heads_check (migration 00006)
+	// then raises unique_violation, as a duplicate event id does in
+	// ledger.event_ids, and Append re-runs the batch with full lookups.
 	sqlAppendInsert = `
 WITH now AS (SELECT clock_timestamp() AS t),
 ins AS (
@@ -151,11 +192,41 @@ ins AS (
     JOIN ledger.leases l ON l.partition = i.partition
     WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > now.t
     ORDER BY i.ord
-    RETURNING event_id, seq, committed_at
+    RETURNING event_id, seq, committed_at, partition, task_id, version, type
+),
+ids AS (
+    INSERT INTO ledger.event_ids (event_id, seq)
+    SELECT event_id, seq FROM ins CROSS JOIN ledger.horizon z
+    WHERE upper(left(event_id, 10)) >= z.id_floor
+    RETURNING 1
+),
+moves AS (
+    SELECT DISTINCT ON (task_id) task_id, partition, version, seq, type,
+           min(version) OVER w - 1 AS prev, min(seq) OVER w AS first_seq
+    FROM ins WINDOW w AS (PARTITION BY task_id)
+    ORDER BY task_id, version DESC
+),
+moved AS (
+    UPDATE ledger.heads h SET version = m.version, seq = m.seq, type = m.type
+    FROM moves m
+    WHERE h.task_id = m.task_id AND m.prev > 0 AND h.version = m.prev
+    RETURNING 1
+),
+born AS (
+    INSERT INTO ledger.heads (task_id, partition, version, seq, type, first_seq)
+    SELECT task_id, partition, version, seq, type, first_seq FROM moves WHERE prev = 0
+    ORDER BY task_id
+    ON CONFLICT (task_id) DO NOTHING
+    RETURNING 1
 )
 SELECT event_id, seq, committed_at FROM ins
 UNION ALL
-SELECT NULL, NULL, NULL WHERE ledger.fence_check($9::bigint, (SELECT count(*) FROM ins))`
+SELECT NULL, NULL, NULL WHERE ledger.fence_check($9::bigint, (SELECT count(*) FROM ins))
+UNION ALL
+SELECT NULL, NULL, NULL WHERE ledger.ids_check((SELECT count(*) FROM ins), (SELECT count(*) FROM ids))
+UNION ALL
+SELECT NULL, NULL, NULL WHERE ledger.heads_check((SELECT count(*) FROM moves),
+                                                 (SELECT count(*) FROM moved) + (SELECT count(*) FROM born))`
 
 	sqlAppendRejections = `
 INSERT INTO ledger.rejections
@@ -184,6 +255,36 @@ const appendFencePredicate = `
 // checker can fail; no exported API reaches it.
 var sqlAppendInsertUnfenced = withoutFence(sqlAppendInsert)
 
+// appendHeadsPredicate and appendHeadsCheck are what make sqlAppendInsert
+// move a head only from the version the batch planned from, or fail;
+// appendFloorPredicate and appendFloorCheck what make it refuse an id
+// minted before the id floor.
+const (
+	appendHeadsPredicate = ` AND h.version = m.prev`
+	appendHeadsCheck     = `
+UNION ALL
+SELECT NULL, NULL, NULL WHERE ledger.heads_check((SELECT count(*) FROM moves),
+                                                 (SELECT count(*) FROM moved) + (SELECT count(*) FROM born))`
+	appendFloorPredicate = ` CROSS JOIN ledger.horizon z
+    WHERE upper(left(event_id, 10)) >= z.id_floor`
+	appendFloorCheck = `
+UNION ALL
+SELECT NULL, NULL, NULL WHERE ledger.ids_check((SELECT count(*) FROM ins), (SELECT count(*) FROM ids))`
+)
+
+// without returns sql without each of parts, which it must hold once. The
+// tests' negative controls switch mechanisms off with it; no exported API
+// reaches the result.
+func without(sql string, parts ...string) string {
+	for _, p := range parts {
+		if strings.Count(sql, p) != 1 {
+			panic(fmt.Sprintf("fence: sqlAppendInsert no longer holds %q once", p))
+		}
+		sql = strings.Replace(sql, p, "", 1)
+	}
+	return sql
+}
+
 func withoutFence(sql string) string {
 	const join = `
     JOIN ledger.leases l ON l.partition = i.partition`
@@ -193,20 +294,81 @@ func withoutFence(sql string) string {
 	return strings.Replace(strings.Replace(sql, appendFencePredicate, "", 1), join, "", 1)
 }
 
+// sqlEnsureTimeouts bounds the wait of ledger.ensure_partitions for the
+// lock on ledger.events (partitions.go).
+const sqlEnsureTimeouts = `SELECT set_config('lock_timeout', $1, true)`
+
+// sqlEnsurePartitions makes partitions ahead of seq $1 (migration 00006).
+const sqlEnsurePartitions = `SELECT partitions_end, rows_per_partition FROM ledger.ensure_partitions($1)`
+
 // sqlCommittedBetween reads a task's committed events strictly between two
-// versions, in version order.
+// versions, in version order; archived versions are not among them.
 const sqlCommittedBetween = `
-SELECT seq, event_id, partition, task_id, version, type, payload::text, holder, generation, committed_at
-FROM ledger.events WHERE task_id = $1 AND version > $2 AND version < $3 ORDER BY version`
+SELECT e.seq, e.event_id, e.partition, e.task_id, e.version, e.type, e.payload::text, e.holder, e.generation, e.committed_at
+FROM ledger.heads h JOIN ledger.events e ON e.task_id = h.task_id AND e.seq >= h.first_seq AND e.seq <= h.seq
+WHERE h.task_id = $1 AND e.version > $2 AND e.version < $3 ORDER BY e.version`
 
 // sqlEventVerdict finds the final verdict recorded for event $1 of task $2
 // (lookup.go): its committed row, or else its first rejection, since a
-// verdict is never reversed and later copies only repeat it.
+// verdict is never reversed and later copies only repeat it. Beyond the
+// hot log: an id whose row was archived answers committed if its seq lies
+// within the task's history; an id minted before the id floor that the
+// ledger no longer holds answers what an append of it gets,
+// invalid/before_horizon ($3, $4).
 const sqlEventVerdict = `
 SELECT verdict, reason, seq FROM (
-    SELECT 'committed' AS verdict, '' AS reason, seq, 0 AS rank
-    FROM ledger.events WHERE event_id = $1 AND task_id = $2
+    SELECT 'committed' AS verdict, '' AS reason, x.seq, 0 AS rank
+    FROM ledger.event_ids x JOIN ledger.events e ON e.seq = x.seq
+    WHERE x.event_id = $1 AND e.task_id = $2
     UNION ALL
     (SELECT verdict, reason, 0, 1 FROM ledger.rejections
      WHERE event_id = $1 AND task_id = $2 ORDER BY id LIMIT 1)
+    UNION ALL
+    SELECT 'committed', '', x.seq, 2
+    FROM ledger.event_ids x JOIN ledger.heads h ON h.task_id = $2 AND x.seq BETWEEN h.first_seq AND h.seq
+    WHERE x.event_id = $1 AND NOT EXISTS (SELECT FROM ledger.events e WHERE e.seq = x.seq)
+    UNION ALL
+    SELECT $3::text, $4::text, 0, 3 FROM ledger.horizon z
+    WHERE upper(left($1, 10)) < z.id_floor AND NOT EXISTS (SELECT FROM ledger.event_ids x WHERE x.event_id = $1)
 ) v ORDER BY rank LIMIT 1`
+
+// The archive's statements (archive.go). They run as the schema's owner.
+const (
+	sqlArchiveHorizon = `SELECT below_seq, id_floor, id_floor_at FROM ledger.horizon`
+
+	// sqlArchiveDrawn is the newest seq drawn: a partition whose range ends
+	// at or below it receives no more rows.
+	sqlArchiveDrawn = `
+SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('ledger.events', 'seq')::regclass), 0)`
+
+	// sqlArchivePartitions lists the partitions not archived yet, oldest
+	// first, with the commit time of each one's highest seq (one backward
+	// probe of its primary key; null when it is empty or detached).
+	sqlArchivePartitions = `
+SELECT p.lo, p.hi, p.name,
+       (SELECT e.committed_at FROM ledger.events e WHERE e.seq >= p.lo AND e.seq < p.hi ORDER BY e.seq DESC LIMIT 1)
+FROM ledger.event_partitions p WHERE p.archived_at IS NULL ORDER BY p.lo`
+
+	// sqlArchiveMoveHorizon raises the horizon; neither bound ever falls.
+	sqlArchiveMoveHorizon = `
+UPDATE ledger.horizon
+SET below_seq = greatest(below_seq, $1),
+    id_floor = greatest(id_floor, $2::text),
+    id_floor_at = CASE WHEN $2::text > id_floor THEN $3::timestamptz ELSE id_floor_at END,
+    moved_at = clock_timestamp()
+RETURNING below_seq, id_floor, id_floor_at`
+
+	// sqlArchivePartitionState tells whether a partition is attached, and
+	// whether a concurrent detach of it was interrupted.
+	sqlArchivePartitionState = `
+SELECT coalesce(bool_or(i.inhrelid IS NOT NULL), false), coalesce(bool_or(i.inhdetachpending), false)
+FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
+WHERE c.relnamespace = 'ledger'::regnamespace AND c.relname = $1`
+
+	// sqlArchiveRecord records an archived partition's file.
+	sqlArchiveRecord = `
+UPDATE ledger.event_partitions
+SET archived_at = clock_timestamp(), rows = $2, file = $3, sha256 = $4, bytes = $5,
+    first_committed_at = $6, last_committed_at = $7
+WHERE lo = $1`
+)

@@ -35,6 +35,7 @@ const (
 	// Conflict.
 	ReasonVersionTaken  = "version_taken"   // (task, version) is committed with other content
 	ReasonEventIDReused = "event_id_reused" // the event id is committed with other content
+	ReasonArchived      = "archived"        // the event id or (task, version) is committed in archived history
 
 	// Duplicate.
 	ReasonSameEventID = "same_event_id" // the event id is already committed
@@ -64,4 +65,5 @@ const (
 	ReasonRepeatedHeader  = "repeated_header"
 	ReasonHeadersTooLarge = "headers_too_large"
 	ReasonHolderMismatch  = "holder_mismatch" // Ledger-Holder differs from the subject's holder
+	ReasonBeforeHorizon   = "before_horizon"  // the event id was minted before the archive horizon's id floor
 )

@@ -45,6 +45,9 @@ var commands = map[string]Command{
 	"auth":    {Auth, "static|jwt|jwt-user [flags]", "generate the NATS authorization of an authenticated deployment"},
 	"rebuild": {Rebuild, "[-partitions SET]", "replay the PostgreSQL log into fresh projections (stop the projectors first)"},
 	"chaos":   {Chaos, "[flags] | writer|check ...", "run the ledger as processes under faults and check every promise"},
+
+	"archive":  {Archive, "-dir DIR -before-seq N | -older-than D", "move history older than a horizon into files, online"},
+	"snapshot": {Snapshot, "-out FILE", "write the projection bucket to a file a rebuild can start from"},
 }
 
 // Run runs ledgerctl with args (without the program name) and returns the

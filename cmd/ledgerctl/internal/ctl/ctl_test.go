@@ -40,8 +40,8 @@ func TestMigrateCreatesSchemaOnEmptyDatabase(t *testing.T) {
 	defer conn.Close(context.Background())
 	var tables int
 	require.NoError(t, conn.QueryRow(context.Background(),
-		`SELECT count(*) FROM information_schema.tables WHERE table_schema = 'ledger'`).Scan(&tables))
-	assert.Equal(t, 4, tables, "events, leases, lease_grants, rejections")
+		`SELECT count(*) FROM pg_class WHERE relnamespace = 'ledger'::regnamespace AND relkind IN ('r', 'p') AND NOT relispartition`).Scan(&tables))
+	assert.Equal(t, 9, tables, "events (partitioned), heads, event_ids, horizon, event_partitions, partitioning, leases, lease_grants, rejections")
 }
 
 func TestStreamsApplyCreatesTheStreams(t *testing.T) {

@@ -2,9 +2,11 @@ package ctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/wire"
@@ -22,11 +24,26 @@ func Rebuild(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	parts := f.String("partitions", "all", `partitions to rebuild: "all", or like "0-7" or "1,3"`)
 	count := f.Int("partition-count", wire.PartitionsDefault, "partition count N")
 	replicas := f.Int("replicas", 1, "bucket replicas if the bucket is created")
+	snapshot := f.String("snapshot", "", "start from this snapshot (ledgerctl snapshot), then replay the hot log")
+	archive := f.String("archive", "", "replay this archive directory's files (ledgerctl archive) before the hot log")
+	hotOnly := f.Bool("hot-only", false, "replay the hot log alone although history is archived")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
 	if f.NArg() > 0 {
 		return Usagef("unexpected argument %q", f.Arg(0))
+	}
+	if *snapshot != "" && *archive != "" {
+		return Usagef("give -snapshot or -archive, not both")
+	}
+	src := projector.RebuildSource{ArchiveDir: *archive, HotOnly: *hotOnly}
+	if *snapshot != "" {
+		file, err := os.Open(*snapshot)
+		if err != nil {
+			return err
+		}
+		defer file.Close()
+		src.Snapshot = file
 	}
 	set, err := projector.ParsePartitions(*parts, *count)
 	if err != nil {
@@ -48,7 +65,7 @@ func Rebuild(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	var last projector.Progress
-	err = p.Rebuild(ctx, func(pr projector.Progress) {
+	err = p.RebuildFrom(ctx, src, func(pr projector.Progress) {
 		last = pr
 		pct := 100.0
 		if pr.Total > 0 {
@@ -59,6 +76,9 @@ func Rebuild(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	})
 	if last.Done > 0 {
 		fmt.Fprintln(stderr)
+	}
+	if errors.Is(err, projector.ErrHistoryArchived) {
+		return fmt.Errorf("%w (-snapshot FILE, -archive DIR, or -hot-only)", err)
 	}
 	if err != nil {
 		return err

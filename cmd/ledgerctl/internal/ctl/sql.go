@@ -27,6 +27,15 @@ ORDER BY l.partition`
 SELECT seq, event_id, partition, version, type, holder, generation, committed_at, payload::text
 FROM ledger.events WHERE task_id = $1 ORDER BY version`
 
+	// sqlTaskArchived is how many of a task's first versions are archived
+	// (ledgerctl archive), and the horizon: 0 when none is.
+	sqlTaskArchived = `
+SELECT CASE WHEN h.first_seq < z.below_seq THEN coalesce(
+           (SELECT min(e.version) FROM ledger.events e
+            WHERE e.task_id = h.task_id AND e.seq >= z.below_seq AND e.seq <= h.seq), h.version + 1) - 1
+       ELSE 0 END, z.below_seq
+FROM ledger.heads h CROSS JOIN ledger.horizon z WHERE h.task_id = $1`
+
 	// sqlTaskRejections is a task's stale, conflicting and gap-timed-out
 	// events, in the order they were rejected.
 	sqlTaskRejections = `

@@ -46,6 +46,16 @@ type taskRejection struct {
 	RejectedAt        string `json:"rejected_at"`
 }
 
+// taskArchived says that a task's first versions are archived: they are in
+// the archive's files, no longer in ledger.events.
+type taskArchived struct {
+	Kind        string `json:"kind"` // "archived"
+	Task        string `json:"task"`
+	Versions    int64  `json:"versions"` // versions 1..Versions
+	BelowSeq    int64  `json:"below_seq"`
+	Explanation string `json:"note"`
+}
+
 // taskProjection is the task's value in the projection bucket; Value is
 // null when there is none yet.
 type taskProjection struct {
@@ -96,12 +106,21 @@ func Task(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	archived, err := taskArchivedVersions(ctx, pool, id)
+	if err != nil {
+		return err
+	}
 	proj, err := projection(ctx, js, id)
 	if err != nil {
 		return err
 	}
 
 	if f.JSON {
+		if archived.Versions > 0 {
+			if err := writeJSON(stdout, archived); err != nil {
+				return err
+			}
+		}
 		for _, e := range events {
 			if err := writeJSON(stdout, e); err != nil {
 				return err
@@ -114,7 +133,29 @@ func Task(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return writeJSON(stdout, proj)
 	}
+	if archived.Versions > 0 {
+		fmt.Fprintf(stdout, "task %s: %s\n", id, archived.Explanation)
+	}
 	return printTask(stdout, id, events, rejections, proj)
+}
+
+// taskArchivedVersions reads how many of the task's first versions are
+// archived.
+func taskArchivedVersions(ctx context.Context, db querier, id string) (taskArchived, error) {
+	a := taskArchived{Kind: "archived", Task: id}
+	rows, err := db.Query(ctx, sqlTaskArchived, id)
+	if err != nil {
+		return a, schemaHint("read the archive horizon", err)
+	}
+	_, err = pgx.ForEachRow(rows, []any{&a.Versions, &a.BelowSeq}, func() error { return nil })
+	if err != nil {
+		return a, schemaHint("read the archive horizon", err)
+	}
+	if a.Versions > 0 {
+		a.Explanation = fmt.Sprintf("versions 1..%d are archived (history below seq %d): they are in the archive's files, not listed here",
+			a.Versions, a.BelowSeq)
+	}
+	return a, nil
 }
 
 type querier interface {

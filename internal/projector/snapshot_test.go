@@ -1,0 +1,305 @@
+package projector_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/ledgertest"
+	"github.com/flowness/ledger/internal/projector"
+	"github.com/flowness/ledger/pkg/fence"
+	"github.com/flowness/ledger/pkg/projection"
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// smallPartitions remakes the partitions of the (empty) ledger with rows
+// rows each and returns a Store on it.
+func smallPartitions(t *testing.T, db *dbtest.DB, rows int) *fence.Store {
+	t.Helper()
+	ctx := context.Background()
+	names, err := db.Pool.Query(ctx, `SELECT name FROM ledger.event_partitions`)
+	require.NoError(t, err)
+	list, err := pgx.CollectRows(names, pgx.RowTo[string])
+	require.NoError(t, err)
+	for _, n := range list {
+		_, err := db.Pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{"ledger", n}.Sanitize())
+		require.NoError(t, err)
+	}
+	_, err = db.Pool.Exec(ctx, `DELETE FROM ledger.event_partitions`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `UPDATE ledger.partitioning SET rows_per_partition = $1, partitions_ahead = 10`, rows)
+	require.NoError(t, err)
+	s, err := fence.New(db.Pool, fence.Config{})
+	require.NoError(t, err)
+	_, _, err = s.EnsurePartitions(ctx)
+	require.NoError(t, err)
+	return s
+}
+
+// history appends rounds of one version to each of the tasks, through the
+// fence, as the ingest would.
+type history struct {
+	t      *testing.T
+	s      *fence.Store
+	leases []fence.Lease
+	heads  map[string]int64
+}
+
+func (h *history) rounds(tasks []string, n int) {
+	for range n {
+		batch := make([]fence.Event, 0, len(tasks))
+		for i, task := range tasks {
+			h.heads[task]++
+			v := h.heads[task]
+			l := h.leases[i%len(h.leases)]
+			typ := "progress"
+			if v%5 == 0 {
+				typ = "checkpoint"
+			}
+			batch = append(batch, fence.Event{ID: newULID(), Partition: l.Partition, Task: task, Version: v, Type: typ,
+				Payload: fmt.Appendf(nil, `{"step":%d,"k%d":%q,"last":%s}`, v, v%3, task, map[bool]string{true: "null", false: "1"}[v%4 == 0]),
+				Holder:  l.Holder, Generation: l.Generation})
+		}
+		res, err := h.s.Append(context.Background(), batch)
+		require.NoError(h.t, err)
+		for _, r := range res {
+			require.Equal(h.t, wire.VerdictCommitted, r.Verdict)
+		}
+	}
+}
+
+func newULID() string { return ledgertest.NewID() }
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func copyFile(t *testing.T, from, to, name string) {
+	data, err := os.ReadFile(filepath.Join(from, name))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(to, name), data, 0o644))
+}
+
+func writeManifest(t *testing.T, dir string, m fence.Manifest) {
+	data, err := json.Marshal(m)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, fence.ManifestName), data, 0o644))
+}
+
+// The bucket the projector keeps from a snapshot and the hot log equals the
+// one a full rebuild makes; so does a rebuild from the archive's files. A
+// rebuild from the hot log alone refuses to run once history is archived,
+// and, made to run, differs: the comparison can fail.
+func TestRebuildFromSnapshotAndHotLogEqualsAFullRebuild(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	s := smallPartitions(t, e.db, 100)
+	h := &history{t: t, s: s, heads: map[string]int64{}}
+	for p := range 4 {
+		l, err := s.Acquire(ctx, p, fmt.Sprintf("writer.%d", p), fence.TTLMax)
+		require.NoError(t, err)
+		h.leases = append(h.leases, l)
+	}
+	var old, young []string
+	for i := range 40 {
+		old = append(old, fmt.Sprintf("old-%d", i))
+	}
+	for i := range 8 {
+		young = append(young, fmt.Sprintf("young-%d", i))
+	}
+	h.rounds(old, 15) // 600 events
+
+	rebuild := func(src projector.RebuildSource) (map[string]projection.State, error) {
+		p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(t), Pool: e.db.Pool, Logger: discard()})
+		require.NoError(t, err)
+		err = p.RebuildFrom(ctx, src, nil)
+		return e.snapshot(), err
+	}
+	_, err := rebuild(projector.RebuildSource{})
+	require.NoError(t, err)
+	var snap bytes.Buffer
+	hdr, tasks, skipped, err := projector.WriteSnapshot(ctx, e.js, e.db.Pool, &snap)
+	require.NoError(t, err)
+	require.EqualValues(t, 40, tasks)
+	require.Zero(t, skipped)
+	require.EqualValues(t, 1, hdr.BelowSeq, "nothing archived when the snapshot was taken")
+
+	h.rounds(old, 10)
+	h.rounds(append(young, old[:4]...), 6)
+	full, err := rebuild(projector.RebuildSource{})
+	require.NoError(t, err)
+	require.Len(t, full, 48)
+
+	rep, err := s.Archive(ctx, fence.ArchiveOptions{Dir: t.TempDir(), BeforeSeq: 501})
+	require.NoError(t, err)
+	require.EqualValues(t, 501, rep.Horizon.BelowSeq)
+
+	untouched, err := rebuild(projector.RebuildSource{})
+	require.ErrorIs(t, err, projector.ErrHistoryArchived)
+	sameProjections(t, full, untouched) // refused before it changed anything
+
+	fromSnapshot, err := rebuild(projector.RebuildSource{Snapshot: bytes.NewReader(snap.Bytes())})
+	require.NoError(t, err)
+	sameProjections(t, full, fromSnapshot)
+
+	hotOnly, err := rebuild(projector.RebuildSource{HotOnly: true})
+	require.ErrorIs(t, err, projector.ErrHistoryArchived, "tasks wait for archived versions, and the rebuild says so")
+	require.ErrorContains(t, err, "40 tasks wait for versions that are archived")
+	differ := 0
+	for task, want := range full {
+		if got := hotOnly[task]; got.Version != want.Version || got.Gap != nil {
+			differ++
+		}
+	}
+	require.Equal(t, 40, differ, "from the hot log alone, every old task lacks its archived versions")
+}
+
+// A rebuild from the archive's files replays all of history: it equals the
+// full rebuild, and refuses files that do not reach the horizon.
+func TestRebuildFromTheArchiveEqualsAFullRebuild(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	s := smallPartitions(t, e.db, 100)
+	h := &history{t: t, s: s, heads: map[string]int64{}}
+	for p := range 4 {
+		l, err := s.Acquire(ctx, p, fmt.Sprintf("writer.%d", p), fence.TTLMax)
+		require.NoError(t, err)
+		h.leases = append(h.leases, l)
+	}
+	var tasks []string
+	for i := range 30 {
+		tasks = append(tasks, fmt.Sprintf("t-%d", i))
+	}
+	h.rounds(tasks, 20)
+	rebuild := func(src projector.RebuildSource) (map[string]projection.State, error) {
+		p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(t), Pool: e.db.Pool, Logger: discard()})
+		require.NoError(t, err)
+		err = p.RebuildFrom(ctx, src, nil)
+		return e.snapshot(), err
+	}
+	full, err := rebuild(projector.RebuildSource{})
+	require.NoError(t, err)
+
+	first, second := t.TempDir(), t.TempDir()
+	_, err = s.Archive(ctx, fence.ArchiveOptions{Dir: first, BeforeSeq: 201})
+	require.NoError(t, err)
+	_, err = s.Archive(ctx, fence.ArchiveOptions{Dir: second, BeforeSeq: 401})
+	require.NoError(t, err)
+
+	_, err = rebuild(projector.RebuildSource{ArchiveDir: first})
+	require.ErrorContains(t, err, "end at seq 201, but history below seq 401 is archived")
+	_, err = rebuild(projector.RebuildSource{ArchiveDir: second})
+	require.ErrorContains(t, err, "the archive lacks seq 1..200, before events-0000000000000000201")
+
+	// The operator gathers both runs' files in one directory, as one
+	// manifest lists them.
+	all := t.TempDir()
+	m := fence.Manifest{Format: fence.ArchiveFormat}
+	for _, d := range []string{first, second} {
+		dm, err := fence.ReadManifest(d)
+		require.NoError(t, err)
+		for _, f := range dm.Files {
+			copyFile(t, d, all, f.File)
+			m.Files = append(m.Files, f)
+		}
+		m.Horizon = dm.Horizon
+	}
+	writeManifest(t, all, m)
+	fromArchive, err := rebuild(projector.RebuildSource{ArchiveDir: all})
+	require.NoError(t, err)
+	sameProjections(t, full, fromArchive)
+}
+
+func sameProjections(t *testing.T, want, got map[string]projection.State) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for task, w := range want {
+		g, ok := got[task]
+		require.True(t, ok, task)
+		require.Equal(t, w.Version, g.Version, task)
+		require.Equal(t, w.Status, g.Status, task)
+		require.Equal(t, w.Seq, g.Seq, task)
+		require.Equal(t, w.Partition, g.Partition, task)
+		require.JSONEq(t, string(w.Data), string(g.Data), task)
+		require.Nil(t, g.Gap, task)
+	}
+}
+
+// A snapshot is read whole or not at all.
+func TestReadSnapshotRefusesWhatIsNotAWholeSnapshot(t *testing.T) {
+	t.Parallel()
+	whole := snapshotBytes(t, goodSnapshotLines...)
+	var got []projection.State
+	h, err := projector.ReadSnapshot(bytes.NewReader(whole), func(st projection.State) error {
+		got = append(got, st)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, projector.SnapshotFormat, h.Format)
+	require.Len(t, got, 2)
+	require.Equal(t, "report-7", got[0].Task)
+
+	for name, lines := range map[string][]string{
+		"truncated":            goodSnapshotLines[:3],
+		"count wrong":          append(append([]string{}, goodSnapshotLines[:3]...), `{"end":true,"tasks":3}`),
+		"after the end":        append(append([]string{}, goodSnapshotLines...), goodSnapshotLines[1]),
+		"no header":            goodSnapshotLines[1:],
+		"a value with a field": {goodSnapshotLines[0], `{"task":"a","partition":1,"version":1,"status":"","data":null,"seq":1,"updated_at":"2026-01-01T00:00:00Z","gap":null,"x":1}`, `{"end":true,"tasks":1}`},
+		"a bad task id":        {goodSnapshotLines[0], `{"task":"a.b","partition":1,"version":1,"status":"","data":null,"seq":1,"updated_at":"2026-01-01T00:00:00Z","gap":null}`, `{"end":true,"tasks":1}`},
+	} {
+		_, err := projector.ReadSnapshot(bytes.NewReader(snapshotBytes(t, lines...)), func(projection.State) error { return nil })
+		require.Error(t, err, name)
+	}
+	_, err = projector.ReadSnapshot(strings.NewReader("not gzip"), func(projection.State) error { return nil })
+	require.Error(t, err)
+	stop := errors.New("stop")
+	_, err = projector.ReadSnapshot(bytes.NewReader(whole), func(projection.State) error { return stop })
+	require.ErrorIs(t, err, stop)
+}
+
+var goodSnapshotLines = []string{
+	`{"format":"ledger-snapshot/1","taken_at":"2026-11-30T20:00:00Z","bucket":"ledger_tasks","below_seq":1}`,
+	`{"task":"report-7","partition":3,"version":2,"status":"done","data":{"a":1},"seq":9,"updated_at":"2026-11-30T20:00:00Z","gap":null}`,
+	`{"task":"job","partition":1,"version":4,"status":"x","data":null,"seq":12,"updated_at":"2026-11-30T20:00:00Z","gap":{"next_version":5,"buffered":2,"since":"2026-11-30T20:00:00Z"}}`,
+	`{"end":true,"tasks":2}`,
+}
+
+func snapshotBytes(t testing.TB, lines ...string) []byte {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	_, err := gz.Write([]byte(strings.Join(lines, "\n") + "\n"))
+	require.NoError(t, err)
+	require.NoError(t, gz.Close())
+	return buf.Bytes()
+}
+
+func FuzzDecodeSnapshotValue(f *testing.F) {
+	for _, l := range goodSnapshotLines {
+		f.Add([]byte(l))
+	}
+	f.Add([]byte(`{"task":"a.b","version":1}`))
+	f.Add([]byte(`{"task":"a","version":-1}`))
+	f.Add([]byte(`{"task":"a","data":{"x":`))
+	f.Add([]byte(`{"task":"a","gap":{"next_version":1,"buffered":-1}}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		st, err := projector.DecodeSnapshotValue(line)
+		if err != nil {
+			return
+		}
+		if !wire.ValidID(st.Task) || st.Version < 0 || st.Seq < 0 {
+			t.Fatalf("accepted %+v", st)
+		}
+	})
+}
