@@ -347,7 +347,7 @@ func (s *Store) TaskHeads(ctx context.Context, tasks []string) ([]Head, error) {
 	out := make([]Head, len(tasks))
 	for i, task := range tasks {
 		h := Head{Task: task}
-		err := br.QueryRow().Scan(&h.Partition, &h.Version, &h.Seq, &h.Type)
+		err := br.QueryRow().Scan(&h.Partition, &h.Version, &h.Seq, &h.Type, &h.Archived)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
