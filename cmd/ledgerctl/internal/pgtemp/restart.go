@@ -10,9 +10,9 @@ import (
 type Options struct {
 	// Durable keeps synchronous_commit on, so that every commit a client was
 	// told about survives Restart (an immediate shutdown drops the WAL not yet
-	// written). Default off: the demo trades that for speed. fsync stays off
-	// either way, since a stopped server, unlike a crashed host, loses nothing
-	// the kernel already holds.
+	// written). Default off: the demo trades that for speed. It leaves fsync
+	// off (see Fsync), since a stopped server, unlike a crashed host, loses
+	// nothing the kernel already holds.
 	Durable bool
 	// Fsync turns fsync and full_page_writes on, as a real deployment runs
 	// them, so that a commit costs its WAL flush to the disk (ledgerctl
