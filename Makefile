@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: test vet bench demo build fuzz chaos failover
+.PHONY: test vet bench bench-external demo build fuzz chaos failover
 
 # demo: the whole ledger in one process (NATS embedded; PostgreSQL from
 # DATABASE_URL, or a throwaway cluster), playing the two seed stories.
@@ -45,6 +45,15 @@ FAILOVER_FLAGS ?=
 failover:
 	$(GO) build -o bin/ ./cmd/...
 	bin/ledgerctl chaos failover $(FAILOVER_FLAGS)
+
+# bench-external: the deployment's shape, every part a process of its own
+# (PostgreSQL, nats-server, ingest, projector, SDK workers): events/s and each
+# part's CPU time per event (docs/benchmarks.md, "The deployment's shape").
+# BENCH_FLAGS passes flags: make bench-external BENCH_FLAGS='-raw -json'.
+BENCH_FLAGS ?=
+bench-external:
+	$(GO) build -o bin/ ./cmd/...
+	bin/ledgerctl bench -external $(BENCH_FLAGS)
 
 vet:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done

@@ -8,9 +8,11 @@ import (
 	"cmp"
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/flowness/ledger/internal/admin"
@@ -38,8 +40,18 @@ func run(args []string) error {
 	fs.IntVar(&cfg.Lanes, "lanes", connect.EnvInt("LEDGER_LANES", ingest.LanesDefault()), "batches processed at once; default one per CPU, 2 to 8 (env LEDGER_LANES)")
 	fs.IntVar(&cfg.Replicas, "replicas", connect.EnvInt("LEDGER_REPLICAS", 1), "stream replicas: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
 	migrate := fs.Bool("migrate", true, "apply database migrations at start")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file, from start until it exits on SIGTERM or SIGINT (for measurement: ledgerctl bench -external); default none")
 	if ok, err := svcf.Parse(fs, args); !ok {
 		return err
+	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		// Deferred first, so it runs last: the profile covers the graceful
+		// stop too.
+		defer stop()
 	}
 	log, conn := svcf.Log, &svcf.Conn
 	cfg.Prefix = svcf.Prefix
@@ -83,4 +95,17 @@ func run(args []string) error {
 		return err
 	}
 	return admin.ServeUntilDone(ctx, svcf.AdminAddr, reg, admin.ServiceChecks(pool, nc, svc.CheckConsumer), svc.Stop, log)
+}
+
+// startCPUProfile profiles the process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }

@@ -64,3 +64,17 @@ func (l *load) events(n int, holder string, gens [partitions]int64) []fence.Even
 // runID is a short random id that keeps one run's tasks and holders apart
 // from any earlier run's on the same database.
 func runID() string { return strings.ToLower(rand.Text()[:8]) }
+
+// only is the part of l whose tasks are on the partitions keep accepts, in
+// l's order.
+func (l *load) only(keep func(partition int) bool) *load {
+	out := &load{index: map[string]int{}}
+	for i, task := range l.tasks {
+		if keep(l.parts[i]) {
+			out.index[task] = len(out.tasks)
+			out.tasks = append(out.tasks, task)
+			out.parts = append(out.parts, l.parts[i])
+		}
+	}
+	return out
+}

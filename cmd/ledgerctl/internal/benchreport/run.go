@@ -22,6 +22,12 @@
 // their default partition, about 25 versions per task, ~200-byte JSON
 // payloads. The phases run one after another against one in-process
 // ledger (package localstack), so they share the host and the database.
+//
+// RunExternal ("ledgerctl bench -external") measures the deployment's
+// shape instead: PostgreSQL, the nats-server, the ingest, the projector and
+// the workers each a process of its own (package chaos starts the
+// services; RunWorker is a worker), the same shape of events, and each
+// component's CPU time per event from /proc/<pid>/stat.
 package benchreport
 
 import (

@@ -2,6 +2,7 @@ package ctl
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,7 +16,13 @@ import (
 // fence.Append, the full ingest against a bare pipeline, the SDK pipeline,
 // latency at a paced rate and the projector, in one run.
 func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl bench", "[-only SECTIONS] [-events N] [-rounds N] [-rate N] [-duration D] [-workers N]",
+	// "bench worker" is a process an external run starts, not a command
+	// of its own.
+	if len(args) > 0 && args[0] == "worker" {
+		return benchWorker(ctx, args[1:], stdout, stderr)
+	}
+	f := NewFlags("ledgerctl bench", "[-only SECTIONS] [-events N] [-rounds N] [-rate N] [-duration D] [-workers N]\n"+
+		"       ledgerctl bench -external [-events N] [-workers N] [-raw] [-bin DIR] [-ingest-profile FILE]",
 		"Run the benchmark report in one process, on one machine: per-event fenced INSERT, set-based\n"+
 			"fenced insert and COPY baselines and fence.Append (baselines); raw publishers into the full\n"+
 			"ingest and into a bare pipeline in alternating rounds, with CPU time per event (pipeline);\n"+
@@ -23,7 +30,13 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"SDK (latency); SDK workers → ingest → receipt and → projector KV (sdk); the projector's\n"+
 			"catch-up and rebuild beside raw reads (projector). It uses DATABASE_URL when that answers\n"+
 			"(point it at a scratch database), else a throwaway cluster. docs/benchmarks.md explains\n"+
-			"every row.", stderr)
+			"every row.\n\n"+
+			"With -external it measures the deployment's shape instead: a throwaway PostgreSQL (fsync on),\n"+
+			"one nats-server, one ingest, one projector and -workers worker processes, each a process of its\n"+
+			"own; the workers publish -events events at full speed through the Go SDK (or raw with -raw),\n"+
+			"and it prints each component's CPU time per event, from /proc/<pid>/stat, and the events/s one\n"+
+			"core of it carries. The ingest and projector binaries are found beside ledgerctl, or in -bin\n"+
+			"('make bench-external' builds them).", stderr)
 	only := f.String("only", "all", "sections to run, comma-separated: baselines, pipeline, latency, sdk, projector")
 	events := f.Int("events", benchreport.EventsDefault, "events per throughput phase (and per pipeline round)")
 	rounds := f.Int("rounds", benchreport.RoundsDefault, "alternating rounds of the full and the bare pipeline")
@@ -32,11 +45,32 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	workers := f.Int("workers", benchreport.WorkersDefault, "SDK workers (each holds 16/workers partitions)")
 	cpuProfile := f.String("cpuprofile", "", "write a CPU profile of the whole run (every part runs in this process) to this file")
 	memProfile := f.String("memprofile", "", "write an allocation profile at the end of the run to this file")
+	external := f.Bool("external", false, "run every part as a process of its own and report each one's CPU time per event")
+	raw := f.Bool("raw", false, "with -external: raw JetStream publishers instead of SDK workers")
+	bin := f.String("bin", "", "with -external: directory of the ingest, projector and ledgerctl binaries (default: beside this ledgerctl)")
+	ingestProfile := f.String("ingest-profile", "", "with -external: have the ingest write a CPU profile of its whole life to this file")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
 	if f.NArg() > 0 {
 		return Usagef("unexpected argument %q", f.Arg(0))
+	}
+	if err := externalFlags(f, *external); err != nil {
+		return err
+	}
+	if *external {
+		if *events < 1 || *workers < 1 || *workers > 16 {
+			return Usagef("-events must be positive, -workers 1..16")
+		}
+		r, err := benchreport.RunExternal(ctx, benchreport.ExternalOptions{Events: *events, Workers: *workers, Raw: *raw,
+			Bin: *bin, IngestProfile: *ingestProfile, Progress: stderr})
+		if err != nil {
+			return err
+		}
+		if f.JSON {
+			return writeJSON(stdout, r)
+		}
+		return r.Print(stdout)
 	}
 	sections, err := benchreport.ParseSections(*only)
 	if err != nil {
@@ -65,6 +99,47 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return writeJSON(stdout, r)
 	}
 	return r.Print(stdout)
+}
+
+// externalFlags refuses the flags of the in-process report with -external,
+// and the external run's without it.
+func externalFlags(f *Flags, external bool) error {
+	inProcess := map[string]bool{"only": true, "rounds": true, "rate": true, "duration": true, "cpuprofile": true,
+		"memprofile": true, "database-url": true}
+	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true}
+	var err error
+	f.Visit(func(fl *flag.Flag) {
+		switch {
+		case err != nil:
+		case external && inProcess[fl.Name]:
+			err = Usagef("-%s does not apply to -external (it starts its own PostgreSQL; profile the ingest with -ingest-profile)", fl.Name)
+		case !external && externalOnly[fl.Name]:
+			err = Usagef("-%s needs -external", fl.Name)
+		}
+	})
+	return err
+}
+
+// benchWorker is one worker process of an external run ("bench worker"):
+// it speaks to its coordinator on stdin and stdout.
+func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := NewFlags("ledgerctl bench worker", "-run ID -worker N -workers N -events N [-raw]",
+		"One worker process of 'ledgerctl bench -external', which starts it: it takes its leases, says\n"+
+			"\"ready\" on stdout, publishes its share of the events on \"go\" from stdin, and exits when stdin ends.", stderr)
+	var o benchreport.WorkerOptions
+	f.StringVar(&o.Run, "run", "", "the run's id")
+	f.IntVar(&o.Worker, "worker", 0, "this worker's number, 0..workers-1")
+	f.IntVar(&o.Workers, "workers", 1, "how many workers the run has")
+	f.IntVar(&o.Events, "events", 0, "the run's events, over every worker")
+	f.BoolVar(&o.Raw, "raw", false, "raw JetStream publishes instead of the Go SDK")
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if f.NArg() > 0 {
+		return Usagef("unexpected argument %q", f.Arg(0))
+	}
+	o.NATSURL = f.Conn.NATSURL
+	return benchreport.RunWorker(ctx, o, os.Stdin, stdout)
 }
 
 // startCPUProfile profiles the process into path until stop is called.

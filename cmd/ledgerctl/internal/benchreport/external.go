@@ -1,0 +1,615 @@
+package benchreport
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
+	"github.com/flowness/ledger/pkg/wire"
+	"github.com/flowness/ledger/streams"
+)
+
+// ExternalOptions configure an external run ("ledgerctl bench -external").
+// The zero value runs the defaults from the binaries beside the running
+// executable.
+type ExternalOptions struct {
+	// Events is how many events the workers publish in all; default 50,000.
+	Events int
+	// Workers is how many worker processes publish, each holding an equal
+	// share of the 16 partitions (partition p belongs to worker p mod
+	// Workers); 1..16, default 4.
+	Workers int
+	// Raw makes the workers raw JetStream publishers (the contract's
+	// headers, no SDK) instead of Go SDK clients.
+	Raw bool
+	// Bin is the directory holding the ingest, projector and ledgerctl
+	// binaries; default the directory of the running executable.
+	Bin string
+	// IngestProfile, when set, is the file the ingest writes a CPU profile
+	// of its whole life to (its -cpuprofile flag); default none.
+	IngestProfile string
+	// Progress receives the setup steps and a progress line; default
+	// os.Stderr.
+	Progress io.Writer
+}
+
+// WithDefaults returns o with zero fields set to their defaults.
+func (o ExternalOptions) WithDefaults() ExternalOptions {
+	if o.Events == 0 {
+		o.Events = EventsDefault
+	}
+	if o.Workers == 0 {
+		o.Workers = WorkersDefault
+	}
+	if o.Progress == nil {
+		o.Progress = os.Stderr
+	}
+	return o
+}
+
+func (o ExternalOptions) validate() error {
+	switch {
+	case o.Events < 1:
+		return fmt.Errorf("benchreport: events must be at least 1, got %d", o.Events)
+	case o.Workers < 1 || o.Workers > partitions:
+		return fmt.Errorf("benchreport: workers must be 1..%d (one partition each at least), got %d", partitions, o.Workers)
+	}
+	return nil
+}
+
+// The components of an external run, in the order the report lists them.
+const (
+	ComponentNATS      = "nats-server"
+	ComponentIngest    = "ingest"
+	ComponentProjector = "projector"
+	ComponentWorkers   = "workers"
+	ComponentPostgres  = "PostgreSQL"
+)
+
+// Component is one part of the deployment and what it cost over the
+// measured window.
+type Component struct {
+	// Name is one of the Component* constants.
+	Name string `json:"name"`
+	// Processes is how many processes it is: for PostgreSQL the
+	// postmaster and every child alive at the window's end.
+	Processes int `json:"processes"`
+	// CPU is its CPU time (user and system) over the window, read from
+	// /proc/<pid>/stat before and after, in clock ticks of 10 ms.
+	CPU time.Duration `json:"cpu_ns"`
+	// PerEvent is CPU over the run's events.
+	PerEvent time.Duration `json:"cpu_per_event_ns"`
+	// PerCore is how many events a second one core of it carries at that
+	// cost: events over CPU seconds.
+	PerCore float64 `json:"events_per_core_second"`
+}
+
+// ExternalReport is the outcome of an external run.
+type ExternalReport struct {
+	Machine Machine `json:"machine"`
+	// Events, Workers, Raw and Tasks are the load: Events events over
+	// Tasks new tasks, published by Workers processes, raw or SDK.
+	Events  int  `json:"events"`
+	Tasks   int  `json:"tasks"`
+	Workers int  `json:"workers"`
+	Raw     bool `json:"raw,omitempty"`
+	// Receipt is from the first publish to the last commit receipt;
+	// Projected to the moment the projector had acked every LEDGER_LOG
+	// copy of the run (it acks once the value is in the bucket).
+	Receipt   Row `json:"receipt"`
+	Projected Row `json:"projected"`
+	// Components are the parts of the deployment, each with its CPU time
+	// over the window from just before the first publish to the later of
+	// the last receipt and the projector's last ack; Total is their sum.
+	Components []Component `json:"components"`
+	Total      Component   `json:"total"`
+	// LoadBefore and LoadAfter are the machine's 1-minute load averages
+	// before and after the window (-1 where unknown): other work on the
+	// machine shows in the wall times, less in the CPU times.
+	LoadBefore float64 `json:"load_before"`
+	LoadAfter  float64 `json:"load_after"`
+	// IngestProfile is the ingest's CPU profile, when one was asked for.
+	IngestProfile string `json:"ingest_profile,omitempty"`
+}
+
+// projectorPoll is how often an external run asks for the projector's
+// consumer: the resolution of the time to the projector, and a request
+// the NATS server answers, counted in its CPU time (a few a second
+// against thousands of events).
+const projectorPoll = 25 * time.Millisecond
+
+// RunExternal runs the ledger as a deployment runs it, every part a
+// process of its own: a throwaway PostgreSQL with durable settings, one
+// nats-server, one ingest, one projector (package chaos starts them) and
+// Workers worker processes ("ledgerctl bench worker"). The workers take
+// their leases and wait; then they publish Events events over new tasks at
+// full speed and wait for every receipt, while the projector folds them
+// into the bucket. It reads every process's CPU time just before the
+// first publish and after the last receipt and the projector's last ack,
+// and reports each component's CPU time per event.
+func RunExternal(ctx context.Context, o ExternalOptions) (ExternalReport, error) {
+	o = o.WithDefaults()
+	if err := o.validate(); err != nil {
+		return ExternalReport{}, err
+	}
+	prog := newProgress(o.Progress)
+	defer prog.close()
+	id := runID()
+	load := "SDK"
+	if o.Raw {
+		load = "raw"
+	}
+	prog.say("run %s, external: %s events, %d %s worker processes", id, group(int64(o.Events)), o.Workers, load)
+	do := chaos.DeploymentOptions{Bin: o.Bin, Progress: sayWriter{prog}}
+	if o.IngestProfile != "" {
+		abs, err := filepath.Abs(o.IngestProfile)
+		if err != nil {
+			return ExternalReport{}, fmt.Errorf("benchreport: ingest profile: %w", err)
+		}
+		o.IngestProfile = abs
+		do.IngestArgs = []string{"-cpuprofile", abs}
+	}
+	d, err := chaos.StartDeployment(ctx, do)
+	if err != nil {
+		return ExternalReport{}, fmt.Errorf("benchreport: start the deployment: %w", err)
+	}
+	e := &external{o: o, id: id, d: d, prog: prog}
+	r, err := e.run(ctx)
+	if n := d.Exits(); err == nil && n > 0 {
+		err = fmt.Errorf("benchreport: %d service processes exited during the run", n)
+	}
+	if err != nil {
+		d.Stop(true)
+		return ExternalReport{}, fmt.Errorf("%w (logs in %s)", err, d.Dir())
+	}
+	d.Stop(false) // the ingest writes its profile as it stops
+	r.IngestProfile = o.IngestProfile
+	return r, nil
+}
+
+// sayWriter writes a chaos run log's lines as setup steps.
+type sayWriter struct{ p *progress }
+
+func (w sayWriter) Write(b []byte) (int, error) {
+	for line := range strings.SplitSeq(strings.TrimRight(string(b), "\n"), "\n") {
+		w.p.say("%s", strings.TrimPrefix(line, "chaos: "))
+	}
+	return len(b), nil
+}
+
+// external is an external run in progress.
+type external struct {
+	o    ExternalOptions
+	id   string
+	d    *chaos.Deployment
+	prog *progress
+}
+
+// component is a measured part: its processes' roots.
+type component struct {
+	name string
+	pids []int
+}
+
+func (e *external) run(ctx context.Context) (ExternalReport, error) {
+	r := ExternalReport{Machine: machine(ctx, e.d.Pool(), true), Events: e.o.Events, Tasks: taskCount(e.o.Events),
+		Workers: e.o.Workers, Raw: e.o.Raw}
+	comps, err := e.components(ctx)
+	if err != nil {
+		return r, err
+	}
+	ws, err := e.startWorkers(ctx)
+	defer ws.stop()
+	if err != nil {
+		return r, err
+	}
+	for i := range comps {
+		if comps[i].name == ComponentWorkers {
+			for _, w := range ws {
+				comps[i].pids = append(comps[i].pids, w.cmd.Process.Pid)
+			}
+		}
+	}
+	js, err := jetstream.New(e.d.NATS())
+	if err != nil {
+		return r, err
+	}
+	target, err := logTarget(ctx, js, e.o.Events)
+	if err != nil {
+		return r, err
+	}
+
+	r.LoadBefore = loadAverage()
+	before, err := readProcSnapshot()
+	if err != nil {
+		return r, err
+	}
+	start := time.Now()
+	for _, w := range ws {
+		if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
+			return r, fmt.Errorf("benchreport: start worker %d: %w", w.n, err)
+		}
+	}
+	results, projected, err := e.await(ctx, js, ws, target, start)
+	if err != nil {
+		return r, err
+	}
+	after, err := readProcSnapshot()
+	if err != nil {
+		return r, err
+	}
+	r.LoadAfter = loadAverage()
+
+	first, last, events := int64(0), int64(0), 0
+	for _, l := range results {
+		events += l.Events
+		if l.Events > 0 {
+			first = minNonZero(first, l.FirstPublish)
+			last = max(last, l.LastReceipt)
+		}
+	}
+	if events != e.o.Events {
+		return r, fmt.Errorf("benchreport: the workers published %d events, %d were asked for", events, e.o.Events)
+	}
+	r.Receipt = throughputRow("first publish → last receipt", events, time.Unix(0, last).Sub(time.Unix(0, first)))
+	r.Projected = throughputRow("first publish → projector acked all", events, projected.Sub(time.Unix(0, first)))
+	if r.Components, err = costs(before, after, comps, events); err != nil {
+		return r, err
+	}
+	r.Total = total(r.Components, events)
+	return r, nil
+}
+
+func minNonZero(a, b int64) int64 {
+	if a == 0 {
+		return b
+	}
+	return min(a, b)
+}
+
+// components lists the deployment's parts but the workers, whose processes
+// are not started yet: PostgreSQL is the tree under the postmaster, the
+// parent of any backend.
+func (e *external) components(ctx context.Context) ([]component, error) {
+	procs, err := e.d.Processes()
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]int{}
+	for _, p := range procs {
+		byName[p.Name] = p.PID
+	}
+	var backend int
+	if err := e.d.Pool().QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		return nil, fmt.Errorf("benchreport: find PostgreSQL's processes: %w", err)
+	}
+	snap, err := readProcSnapshot()
+	if err != nil {
+		return nil, err
+	}
+	postmaster, err := snap.parentOf(backend)
+	if err != nil {
+		return nil, fmt.Errorf("benchreport: find PostgreSQL's postmaster: %w", err)
+	}
+	return []component{
+		{name: ComponentNATS, pids: []int{byName["nats-server"]}},
+		{name: ComponentIngest, pids: []int{byName["ingest"]}},
+		{name: ComponentProjector, pids: []int{byName["projector"]}},
+		{name: ComponentWorkers},
+		{name: ComponentPostgres, pids: []int{postmaster}},
+	}, nil
+}
+
+// costs is each component's CPU time between two snapshots, over events.
+func costs(before, after procSnapshot, comps []component, events int) ([]Component, error) {
+	out := make([]Component, 0, len(comps))
+	for _, c := range comps {
+		var cpu time.Duration
+		n := 0
+		for _, pid := range c.pids {
+			t0, _, err := before.treeCPU(pid)
+			if err != nil {
+				return nil, fmt.Errorf("benchreport: %s before the run: %w", c.name, err)
+			}
+			t1, k, err := after.treeCPU(pid)
+			if err != nil {
+				return nil, fmt.Errorf("benchreport: %s after the run: %w", c.name, err)
+			}
+			if t1 < t0 {
+				return nil, fmt.Errorf("benchreport: %s: CPU time went back from %v to %v", c.name, t0, t1)
+			}
+			cpu += t1 - t0
+			n += k
+		}
+		out = append(out, newComponent(c.name, n, cpu, events))
+	}
+	return out, nil
+}
+
+// newComponent describes a part that spent cpu on events.
+func newComponent(name string, processes int, cpu time.Duration, events int) Component {
+	c := Component{Name: name, Processes: processes, CPU: cpu}
+	if events > 0 {
+		c.PerEvent = cpu / time.Duration(events)
+	}
+	if cpu > 0 {
+		c.PerCore = float64(events) / cpu.Seconds()
+	}
+	return c
+}
+
+// total sums the components.
+func total(cs []Component, events int) Component {
+	var cpu time.Duration
+	n := 0
+	for _, c := range cs {
+		cpu += c.CPU
+		n += c.Processes
+	}
+	return newComponent("all", n, cpu, events)
+}
+
+// logTarget is the LEDGER_LOG sequence the projector will have acked once
+// it has folded events more commits in: one log copy per commit.
+func logTarget(ctx context.Context, js jetstream.JetStream, events int) (uint64, error) {
+	st, err := js.Stream(ctx, wire.StreamLog)
+	if err != nil {
+		return 0, fmt.Errorf("benchreport: stream %s: %w", wire.StreamLog, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("benchreport: stream %s: %w", wire.StreamLog, err)
+	}
+	return info.State.LastSeq + uint64(events), nil
+}
+
+// await waits for every worker's done line and for the projector to ack
+// LEDGER_LOG up to target, and returns the lines and when the projector
+// got there. It fails when a worker fails or when neither the workers nor
+// the projector made progress for ReceiptTimeout.
+func (e *external) await(ctx context.Context, js jetstream.JetStream, ws workers, target uint64,
+	start time.Time) ([]workerLine, time.Time, error) {
+	cfg, err := streams.Consumer("projector", streams.Options{})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	cons, err := js.Consumer(ctx, wire.StreamLog, cfg.Durable)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("benchreport: the projector's consumer: %w", err)
+	}
+	base := target - uint64(e.o.Events)
+	var acked atomic.Int64
+	e.prog.begin("external: projected", e.o.Events, acked.Load)
+	defer e.prog.end()
+
+	lines := make(chan workerResult, len(ws))
+	for _, w := range ws {
+		go func() { lines <- w.result() }()
+	}
+	results := make([]workerLine, 0, len(ws))
+	var projected time.Time
+	var last int64 = -1
+	since := time.Now()
+	tick := time.NewTicker(projectorPoll)
+	defer tick.Stop()
+	for len(results) < len(ws) || projected.IsZero() {
+		select {
+		case <-ctx.Done():
+			return nil, time.Time{}, ctx.Err()
+		case res := <-lines:
+			if res.err != nil {
+				return nil, time.Time{}, res.err
+			}
+			results = append(results, res.line)
+			since = time.Now()
+			continue
+		case <-tick.C:
+		}
+		now := time.Now()
+		if projected.IsZero() {
+			info, err := cons.Info(ctx)
+			if err != nil {
+				return nil, time.Time{}, fmt.Errorf("benchreport: the projector's consumer: %w", err)
+			}
+			now = time.Now()
+			floor := max(int64(info.AckFloor.Stream)-int64(base), 0)
+			acked.Store(floor)
+			if info.AckFloor.Stream >= target && info.NumAckPending == 0 {
+				projected = now
+			}
+			if floor != last {
+				last, since = floor, now
+			}
+		}
+		if now.Sub(since) > ReceiptTimeout {
+			return nil, time.Time{}, fmt.Errorf("benchreport: neither the workers nor the projector made progress for %v "+
+				"(projector at %d of %d events, %d of %d workers done)", ReceiptTimeout, acked.Load(), e.o.Events, len(results), len(ws))
+		}
+	}
+	return results, projected, nil
+}
+
+// workerProc is one worker process.
+type workerProc struct {
+	n       int
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	lines   *bufio.Scanner
+	logPath string
+	exited  chan struct{}
+}
+
+type workers []*workerProc
+
+type workerResult struct {
+	line workerLine
+	err  error
+}
+
+// startWorkers starts the worker processes and waits until each holds its
+// leases.
+func (e *external) startWorkers(ctx context.Context) (workers, error) {
+	ledgerctl := filepath.Join(e.o.Bin, "ledgerctl")
+	if e.o.Bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("benchreport: find ledgerctl: %w", err)
+		}
+		ledgerctl = filepath.Join(filepath.Dir(exe), "ledgerctl")
+	}
+	var ws workers
+	for n := range e.o.Workers {
+		w, err := e.startWorker(ledgerctl, n)
+		if err != nil {
+			return ws, err
+		}
+		ws = append(ws, w)
+	}
+	// Acquiring a lease takes a round trip to the ledger; a minute is a
+	// worker that will not get there.
+	rctx, cancel := context.WithTimeout(ctx, 2*ReceiptTimeout)
+	defer cancel()
+	for _, w := range ws {
+		if err := w.ready(rctx); err != nil {
+			return ws, err
+		}
+	}
+	e.prog.say("%d worker processes hold their leases", len(ws))
+	return ws, nil
+}
+
+func (e *external) startWorker(ledgerctl string, n int) (*workerProc, error) {
+	args := []string{"bench", "worker", "-nats-url", e.d.NATSURL(), "-run", e.id, "-worker", strconv.Itoa(n),
+		"-workers", strconv.Itoa(e.o.Workers), "-events", strconv.Itoa(e.o.Events)}
+	if e.o.Raw {
+		args = append(args, "-raw")
+	}
+	w := &workerProc{n: n, cmd: exec.Command(ledgerctl, args...), exited: make(chan struct{}),
+		logPath: filepath.Join(e.d.Dir(), "procs", fmt.Sprintf("worker-%d.log", n))}
+	logf, err := os.Create(w.logPath)
+	if err != nil {
+		return nil, fmt.Errorf("benchreport: worker %d log: %w", n, err)
+	}
+	w.cmd.Stderr = logf
+	if w.stdin, err = w.cmd.StdinPipe(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	out, err := w.cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	w.lines = bufio.NewScanner(out)
+	w.lines.Buffer(make([]byte, 0, 512), maxWorkerLine)
+	if err := w.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("benchreport: start worker %d (%s): %w", n, ledgerctl, err)
+	}
+	go func() {
+		_ = w.cmd.Wait()
+		logf.Close()
+		close(w.exited)
+	}()
+	return w, nil
+}
+
+// next reads the worker's next line.
+func (w *workerProc) next() (workerLine, error) {
+	if !w.lines.Scan() {
+		<-w.exited
+		return workerLine{}, fmt.Errorf("benchreport: worker %d stopped (%v): %s", w.n, w.cmd.ProcessState, w.logTail())
+	}
+	l, err := decodeWorkerLine(w.lines.Bytes())
+	if err != nil {
+		return workerLine{}, fmt.Errorf("benchreport: worker %d: %w", w.n, err)
+	}
+	return l, nil
+}
+
+// ready waits for the worker's ready line.
+func (w *workerProc) ready(ctx context.Context) error {
+	got := make(chan workerResult, 1)
+	go func() {
+		l, err := w.next()
+		got <- workerResult{l, err}
+	}()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("benchreport: worker %d not ready: %w", w.n, ctx.Err())
+	case res := <-got:
+		if res.err == nil && res.line.State != workerReady {
+			res.err = fmt.Errorf("benchreport: worker %d said %q before it was ready", w.n, res.line.State)
+		}
+		return res.err
+	}
+}
+
+// result reads the worker's done line.
+func (w *workerProc) result() workerResult {
+	l, err := w.next()
+	if err == nil && l.State != workerDone {
+		err = fmt.Errorf("benchreport: worker %d said %q instead of done", w.n, l.State)
+	}
+	return workerResult{l, err}
+}
+
+// logTail is the end of the worker's log, to say why it stopped.
+func (w *workerProc) logTail() string {
+	b, err := os.ReadFile(w.logPath)
+	if err != nil {
+		return "no log: " + err.Error()
+	}
+	s := strings.TrimSpace(string(b))
+	if len(s) > 2000 {
+		s = "…" + s[len(s)-2000:]
+	}
+	if s == "" {
+		return "nothing logged"
+	}
+	return s
+}
+
+// stop ends the workers: stdin closes, they release their leases and exit;
+// one that does not within 15 s is killed.
+func (ws workers) stop() {
+	for _, w := range ws {
+		_ = w.stdin.Close()
+	}
+	for _, w := range ws {
+		select {
+		case <-w.exited:
+		case <-time.After(15 * time.Second):
+			_ = w.cmd.Process.Kill()
+			<-w.exited
+		}
+	}
+}
+
+// loadAverage is the machine's 1-minute load average; -1 when unknown.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	l, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return l
+}

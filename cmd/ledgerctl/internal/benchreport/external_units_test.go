@@ -1,0 +1,216 @@
+package benchreport
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// statLine is a /proc/<pid>/stat line of process pid with the given parent
+// and CPU times in ticks.
+func statLine(pid, ppid int, comm string, utime, stime, cutime, cstime int64) string {
+	return fmt.Sprintf("%d (%s) S %d 100 100 0 -1 4194560 1300 0 0 0 %d %d %d %d 20 0 12 0 2200 1234567 890 "+
+		"18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n", pid, comm, ppid, utime, stime, cutime, cstime)
+}
+
+func TestPIDStatReadsParentAndCPUTimes(t *testing.T) {
+	t.Parallel()
+	tick := time.Second / userHZ
+	cases := []struct {
+		name string
+		line string
+		want procStat
+	}{
+		{"a service", statLine(42, 1, "ingest", 300, 45, 0, 0), procStat{ppid: 1, own: 345 * tick}},
+		{"a postmaster with reaped backends", statLine(7, 1, "postgres", 10, 5, 120, 30),
+			procStat{ppid: 1, own: 15 * tick, reaped: 150 * tick}},
+		{"a command with spaces and parentheses", statLine(9, 7, "postgres: ) idle (x", 1, 2, 3, 4),
+			procStat{ppid: 7, own: 3 * tick, reaped: 7 * tick}},
+	}
+	for _, c := range cases {
+		got, err := parsePIDStat([]byte(c.line))
+		require.NoError(t, err, c.name)
+		require.Equal(t, c.want, got, c.name)
+	}
+}
+
+func TestPIDStatRefusesWhatIsNotAStatLine(t *testing.T) {
+	t.Parallel()
+	for name, line := range map[string]string{
+		"empty":               "",
+		"no command":          "42 S 1 100",
+		"too few fields":      "42 (x) S 1 100 100 0 -1 4194560 1300 0 0 0 3 4 5",
+		"a negative cutime":   statLine(42, 1, "x", 1, 1, -5, 0),
+		"a letter for utime":  "42 (x) S 1 100 100 0 -1 4194560 1300 0 0 0 3a 4 5 6 20",
+		"a tick count beyond": statLine(42, 1, "x", 1<<61, 1<<61, 0, 0),
+		"a parent beyond":     "42 (x) S 99999999999 100 100 0 -1 4194560 1300 0 0 0 3 4 5 6 20",
+	} {
+		_, err := parsePIDStat([]byte(line))
+		require.ErrorIs(t, err, errProcStat, name)
+	}
+}
+
+func FuzzParsePIDStat(f *testing.F) {
+	f.Add([]byte(statLine(42, 1, "ingest", 300, 45, 0, 0)))
+	f.Add([]byte(statLine(9, 7, "postgres: ) idle (x", 1, 2, 3, 4)))
+	f.Add([]byte(statLine(42, 1, "x", 1, 1, -5, 0)))
+	f.Add([]byte("42 (x) S 1 100 100 0 -1 4194560 1300 0 0 0 3 4 5"))
+	f.Add([]byte(""))
+	f.Add([]byte(")("))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := parsePIDStat(b)
+		if err != nil {
+			require.ErrorIs(t, err, errProcStat)
+			return
+		}
+		require.GreaterOrEqual(t, st.own, time.Duration(0))
+		require.GreaterOrEqual(t, st.reaped, time.Duration(0))
+		require.GreaterOrEqual(t, st.own+st.reaped, st.own, "the sum does not overflow")
+		require.GreaterOrEqual(t, st.ppid, 0)
+	})
+}
+
+func TestTreeCPUCountsAChildThatExitedInTheWindowOnce(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	// The postmaster (7) with a backend (8) that has its own child (9),
+	// and an unrelated process (5).
+	before := procSnapshot{
+		5: {ppid: 1, own: 900 * ms},
+		7: {ppid: 1, own: 10 * ms, reaped: 100 * ms},
+		8: {ppid: 7, own: 40 * ms},
+		9: {ppid: 8, own: 20 * ms},
+	}
+	// In the window 9 spent 10 ms more and exited (8 reaped it), 8 spent
+	// 30 ms more and exited (7 reaped it), and a new backend 10 spent 5 ms.
+	after := procSnapshot{
+		5:  {ppid: 1, own: 1900 * ms},
+		7:  {ppid: 1, own: 10 * ms, reaped: 100*ms + (40+30)*ms + (20+10)*ms},
+		10: {ppid: 7, own: 5 * ms},
+	}
+	t0, n0, err := before.treeCPU(7)
+	require.NoError(t, err)
+	t1, n1, err := after.treeCPU(7)
+	require.NoError(t, err)
+	require.Equal(t, 3, n0)
+	require.Equal(t, 2, n1)
+	require.Equal(t, (10+30+5)*ms, t1-t0, "what the tree spent in the window, the exited processes' share included")
+
+	_, _, err = after.treeCPU(8)
+	require.Error(t, err, "an exited root is no measurement")
+}
+
+func TestTreeCPUEndsOnALoopOfParents(t *testing.T) {
+	t.Parallel()
+	s := procSnapshot{3: {ppid: 4, own: time.Second}, 4: {ppid: 3, own: time.Second}}
+	cpu, n, err := s.treeCPU(3)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, 2*time.Second, cpu)
+}
+
+func TestCostsAreEachComponentsCPUOverTheEvents(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	before := procSnapshot{10: {ppid: 1, own: 100 * ms}, 20: {ppid: 1, own: 0}, 21: {ppid: 1, own: 50 * ms}}
+	after := procSnapshot{10: {ppid: 1, own: 600 * ms}, 20: {ppid: 1, own: 200 * ms}, 21: {ppid: 1, own: 250 * ms}}
+	cs, err := costs(before, after, []component{{name: ComponentIngest, pids: []int{10}},
+		{name: ComponentWorkers, pids: []int{20, 21}}}, 10_000)
+	require.NoError(t, err)
+	require.Equal(t, []Component{
+		{Name: ComponentIngest, Processes: 1, CPU: 500 * ms, PerEvent: 50 * time.Microsecond, PerCore: 20_000},
+		{Name: ComponentWorkers, Processes: 2, CPU: 400 * ms, PerEvent: 40 * time.Microsecond, PerCore: 25_000},
+	}, cs)
+	all := total(cs, 10_000)
+	require.Equal(t, Component{Name: "all", Processes: 3, CPU: 900 * ms, PerEvent: 90 * time.Microsecond,
+		PerCore: 10_000 / 0.9}, all)
+
+	_, err = costs(after, before, []component{{name: ComponentIngest, pids: []int{10}}}, 1)
+	require.ErrorContains(t, err, "went back", "a restarted process is no measurement")
+}
+
+func TestWorkersShareEveryEventOnce(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ events, workers int }{{50_000, 4}, {1_000, 3}, {17, 16}, {2_000, 1}} {
+		seen := map[string]int{}
+		sum := 0
+		for w := range c.workers {
+			o := WorkerOptions{Run: "r", Worker: w, Workers: c.workers, Events: c.events}
+			share, counts := o.share()
+			require.Len(t, counts, len(share.tasks))
+			for i, task := range share.tasks {
+				require.Equal(t, w, share.parts[i]%c.workers, "worker %d holds partition %d", w, share.parts[i])
+				require.Equal(t, i, share.index[task])
+				seen[task]++
+				sum += counts[i]
+			}
+		}
+		require.Equal(t, c.events, sum, "%+v: every event published once", c)
+		require.Len(t, seen, taskCount(c.events), "%+v: every task has its worker", c)
+		for task, n := range seen {
+			require.Equal(t, 1, n, "%+v: task %s has one worker", c, task)
+		}
+	}
+}
+
+func TestWorkerLinesDecode(t *testing.T) {
+	t.Parallel()
+	good := map[string]workerLine{
+		`{"state":"ready"}`: {State: workerReady},
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20}`: {State: workerDone, Events: 3,
+			FirstPublish: 10, LastReceipt: 20},
+		`{"state":"done"}`: {State: workerDone},
+	}
+	for line, want := range good {
+		got, err := decodeWorkerLine([]byte(line))
+		require.NoError(t, err, line)
+		require.Equal(t, want, got, line)
+	}
+	for _, line := range []string{
+		``, `{`, `[]`, `{"state":"gone"}`, `{"state":"ready","events":1}`, `{"state":"ready","pid":1}`,
+		`{"state":"done","events":-1}`, `{"state":"done","events":3,"first_publish_ns":20,"last_receipt_ns":10}`,
+		`{"state":"done","events":3}`, `{"state":"done","first_publish_ns":1,"last_receipt_ns":2}`,
+		`{"state":"ready"} {"state":"ready"}`, `{"state":"done","events":1e400}`,
+	} {
+		_, err := decodeWorkerLine([]byte(line))
+		require.Error(t, err, line)
+	}
+}
+
+func FuzzDecodeWorkerLine(f *testing.F) {
+	for _, s := range []string{`{"state":"ready"}`, `{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20}`,
+		`{"state":"done","events":3,"first_publish_ns":20,"last_receipt_ns":10}`, `{"state":"ready","events":1}`, `{`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		l, err := decodeWorkerLine(b)
+		if err != nil {
+			return
+		}
+		require.Contains(t, []string{workerReady, workerDone}, l.State)
+		require.GreaterOrEqual(t, l.Events, 0)
+		if l.Events > 0 {
+			require.Positive(t, l.FirstPublish)
+			require.GreaterOrEqual(t, l.LastReceipt, l.FirstPublish)
+		}
+	})
+}
+
+func TestWorkerOptionsRefuseWhatCannotRun(t *testing.T) {
+	t.Parallel()
+	ok := WorkerOptions{NATSURL: "nats://127.0.0.1:4222", Run: "abc", Worker: 1, Workers: 2, Events: 10}
+	require.NoError(t, ok.validate())
+	for name, mod := range map[string]func(*WorkerOptions){
+		"no url":             func(o *WorkerOptions) { o.NATSURL = "" },
+		"a run id with dots": func(o *WorkerOptions) { o.Run = "a.b" },
+		"worker beyond":      func(o *WorkerOptions) { o.Worker = 2 },
+		"too many workers":   func(o *WorkerOptions) { o.Workers, o.Worker = 17, 0 },
+		"no events":          func(o *WorkerOptions) { o.Events = 0 },
+	} {
+		o := ok
+		mod(&o)
+		require.Error(t, o.validate(), name)
+	}
+}

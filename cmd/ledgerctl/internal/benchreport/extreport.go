@@ -1,0 +1,65 @@
+package benchreport
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Table renders the external report: the machine, the load and its wall
+// times, then one line per component with its CPU time, CPU time per event
+// and the events per second one core of it carries, and the load average.
+func (r ExternalReport) Table() string {
+	var b strings.Builder
+	b.WriteString(r.Machine.String() + "\n")
+	kind := "SDK"
+	if r.Raw {
+		kind = "raw"
+	}
+	fmt.Fprintf(&b, "deployment: nats-server, ingest, projector and %d %s worker processes, each a process of its own; "+
+		"PostgreSQL a throwaway cluster\n", r.Workers, kind)
+	fmt.Fprintf(&b, "load: %s events over %s new tasks on %d partitions, %d-byte JSON payloads\n",
+		group(int64(r.Events)), group(int64(r.Tasks)), partitions, len(payload(10)))
+	for _, row := range []Row{r.Receipt, r.Projected} {
+		fmt.Fprintf(&b, "%s: %.2f s, %s events/s\n", row.Label, row.Elapsed.Seconds(), group(int64(row.PerSecond+0.5)))
+	}
+	cells := [][]string{{"component", "processes", "CPU time", "CPU/event", "one core carries"}}
+	for _, c := range append(append([]Component(nil), r.Components...), r.Total) {
+		carries := "-"
+		if c.PerCore > 0 {
+			carries = group(int64(c.PerCore+0.5)) + " events/s"
+		}
+		cells = append(cells, []string{c.Name, fmt.Sprint(c.Processes), fmt.Sprintf("%.2f s", c.CPU.Seconds()),
+			formatMicros(c.PerEvent), carries})
+	}
+	writeColumns(&b, cells)
+	fmt.Fprintf(&b, "CPU time from /proc/<pid>/stat (10 ms ticks) over the window from the first publish to the last receipt "+
+		"and the projector's last ack; load average %s before, %s after, on %d CPUs\n",
+		formatLoad(r.LoadBefore), formatLoad(r.LoadAfter), r.Machine.CPUs)
+	if r.IngestProfile != "" {
+		fmt.Fprintf(&b, "ingest CPU profile (its whole life): %s (go tool pprof -top <bin>/ingest %s)\n", r.IngestProfile, r.IngestProfile)
+	}
+	return b.String()
+}
+
+// Print writes Table to w.
+func (r ExternalReport) Print(w io.Writer) error {
+	_, err := io.WriteString(w, r.Table())
+	return err
+}
+
+func formatMicros(d time.Duration) string {
+	us := float64(d) / float64(time.Microsecond)
+	if us < 10 {
+		return fmt.Sprintf("%.1f µs", us)
+	}
+	return fmt.Sprintf("%.0f µs", us)
+}
+
+func formatLoad(l float64) string {
+	if l < 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.2f", l)
+}

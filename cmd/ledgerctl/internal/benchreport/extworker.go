@@ -1,0 +1,235 @@
+package benchreport
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// WorkerOptions configure one worker process of an external run (the
+// hidden "ledgerctl bench worker"), which RunExternal starts.
+type WorkerOptions struct {
+	// NATSURL is the deployment's NATS server.
+	NATSURL string
+	// Run is the run's id: the tasks are bench-<run>-<i>, the holder
+	// bench-<run>.w<worker>.
+	Run string
+	// Worker is this worker's number, 0..Workers-1; it holds the
+	// partitions p with p mod Workers == Worker and publishes the run's
+	// events of the tasks on them.
+	Worker, Workers int
+	// Events is the whole run's event count, over every worker.
+	Events int
+	// Raw publishes raw JetStream messages with the contract's headers
+	// instead of going through the Go SDK; default the SDK.
+	Raw bool
+	// Logger receives the SDK's logs; default discards them.
+	Logger *slog.Logger
+}
+
+func (o WorkerOptions) validate() error {
+	switch {
+	case o.NATSURL == "":
+		return errors.New("benchreport: worker: no NATS URL")
+	case !wire.ValidID("bench-" + o.Run):
+		return fmt.Errorf("benchreport: worker: run id %q is not [A-Za-z0-9_-]", o.Run)
+	case o.Workers < 1 || o.Workers > partitions || o.Worker < 0 || o.Worker >= o.Workers:
+		return fmt.Errorf("benchreport: worker %d of %d: want 0 <= worker < workers <= %d", o.Worker, o.Workers, partitions)
+	case o.Events < 1:
+		return fmt.Errorf("benchreport: worker: events must be at least 1, got %d", o.Events)
+	}
+	return nil
+}
+
+func (o WorkerOptions) holder() string {
+	return wire.Holder("bench-"+o.Run, fmt.Sprintf("w%d", o.Worker))
+}
+
+// share is this worker's part of the run's load: the tasks on its
+// partitions, and how many events each gets (as spread over every task of
+// the run).
+func (o WorkerOptions) share() (*load, []int) {
+	all := newLoad("bench-"+o.Run+"-", taskCount(o.Events))
+	counts := spread(o.Events, len(all.tasks))
+	mine := all.only(func(p int) bool { return p%o.Workers == o.Worker })
+	out := make([]int, len(mine.tasks))
+	for i, task := range mine.tasks {
+		out[i] = counts[all.index[task]]
+	}
+	return mine, out
+}
+
+// The states a worker reports on its stdout, one JSON line each.
+const (
+	workerReady = "ready"
+	workerDone  = "done"
+)
+
+// workerLine is one line a worker writes on its stdout.
+type workerLine struct {
+	State string `json:"state"`
+	// Events, FirstPublish and LastReceipt are set when done: the events
+	// it published, when it published the first (Unix ns) and when the
+	// last receipt arrived.
+	Events       int   `json:"events,omitempty"`
+	FirstPublish int64 `json:"first_publish_ns,omitempty"`
+	LastReceipt  int64 `json:"last_receipt_ns,omitempty"`
+}
+
+// maxWorkerLine bounds a line from a worker: a line is a few dozen bytes.
+const maxWorkerLine = 4 << 10
+
+// decodeWorkerLine reads a line of a worker's stdout, refusing anything a
+// worker does not write.
+func decodeWorkerLine(b []byte) (workerLine, error) {
+	if len(b) > maxWorkerLine {
+		return workerLine{}, fmt.Errorf("a worker line of %d bytes", len(b))
+	}
+	var l workerLine
+	d := json.NewDecoder(strings.NewReader(string(b)))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&l); err != nil {
+		return workerLine{}, fmt.Errorf("a worker line that does not decode: %w", err)
+	}
+	if d.More() {
+		return workerLine{}, errors.New("a worker line with more than one value")
+	}
+	switch l.State {
+	case workerReady:
+		if l != (workerLine{State: workerReady}) {
+			return workerLine{}, errors.New("a ready line with results")
+		}
+	case workerDone:
+		switch {
+		case l.Events < 0 || l.FirstPublish < 0 || l.LastReceipt < 0:
+			return workerLine{}, errors.New("a done line with negative figures")
+		case l.Events > 0 && (l.FirstPublish == 0 || l.LastReceipt < l.FirstPublish):
+			return workerLine{}, errors.New("a done line whose last receipt is not after its first publish")
+		case l.Events == 0 && (l.FirstPublish != 0 || l.LastReceipt != 0):
+			return workerLine{}, errors.New("a done line with times but no events")
+		}
+	default:
+		return workerLine{}, fmt.Errorf("a worker line of state %q", l.State)
+	}
+	return l, nil
+}
+
+// publisher is how a worker publishes its share: through the SDK or raw.
+type publisher interface {
+	// publish publishes counts[i] events of each task of the share, new
+	// tasks whose versions start at 1, and returns once every one has its
+	// commit receipt: when the first was published and when the last
+	// receipt arrived (Unix ns). It fails on any other verdict.
+	publish(ctx context.Context, counts []int) (first, last int64, err error)
+	// close gives the leases back and closes the connection.
+	close()
+}
+
+// RunWorker runs one worker of an external run: it connects, takes the
+// leases of its partitions, writes a "ready" line on stdout and waits for
+// a "go" line on stdin; then it publishes its share at full speed, waits
+// for every receipt, and writes a "done" line with its times. It releases
+// its leases and returns when stdin ends (RunExternal closes it once it has
+// read every process's CPU time).
+func RunWorker(ctx context.Context, o WorkerOptions, stdin io.Reader, stdout io.Writer) error {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := o.validate(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := make(chan struct{})
+	go readControl(stdin, start, cancel)
+
+	share, counts := o.share()
+	nc, err := nats.Connect(o.NATSURL, nats.Name("bench-"+o.holder()), nats.CustomInboxPrefix(wire.InboxPrefix(wire.Principal(o.holder()))))
+	if err != nil {
+		return fmt.Errorf("benchreport: worker %d: connect: %w", o.Worker, err)
+	}
+	var p publisher
+	if o.Raw {
+		p, err = newRawPublisher(ctx, nc, o, share)
+	} else {
+		p, err = newSDKPublisher(ctx, nc, o, share)
+	}
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("benchreport: worker %d: %w", o.Worker, err)
+	}
+	defer p.close()
+	enc := json.NewEncoder(stdout)
+	if err := enc.Encode(workerLine{State: workerReady}); err != nil {
+		return fmt.Errorf("benchreport: worker %d: %w", o.Worker, err)
+	}
+	select {
+	case <-start:
+	case <-ctx.Done():
+		return fmt.Errorf("benchreport: worker %d: stopped before it was told to go: %w", o.Worker, ctx.Err())
+	}
+	first, last, err := p.publish(ctx, counts)
+	if err != nil {
+		return fmt.Errorf("benchreport: worker %d: %w", o.Worker, err)
+	}
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	if err := enc.Encode(workerLine{State: workerDone, Events: total, FirstPublish: first, LastReceipt: last}); err != nil {
+		return fmt.Errorf("benchreport: worker %d: %w", o.Worker, err)
+	}
+	<-ctx.Done() // stdin ended: the coordinator has read the CPU times
+	return nil
+}
+
+// readControl closes start on a "go" line and calls stop when stdin ends:
+// a worker whose coordinator is gone stops too.
+func readControl(stdin io.Reader, start chan struct{}, stop func()) {
+	defer stop()
+	s := bufio.NewScanner(stdin)
+	once := sync.OnceFunc(func() { close(start) })
+	for s.Scan() {
+		if strings.TrimSpace(s.Text()) == "go" {
+			once()
+		}
+	}
+}
+
+// noteTimes records the first publish and the last receipt of a worker,
+// from several goroutines.
+type noteTimes struct {
+	mu          sync.Mutex
+	first, last int64
+}
+
+func (n *noteTimes) published(at time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if t := at.UnixNano(); n.first == 0 || t < n.first {
+		n.first = t
+	}
+}
+
+func (n *noteTimes) received(at time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.last = max(n.last, at.UnixNano())
+}
+
+func (n *noteTimes) times() (first, last int64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.first, n.last
+}

@@ -1,0 +1,32 @@
+package ctl_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestBenchExternalRefusesTheFlagsOfTheOtherMode(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"-external", "-only", "sdk"},
+		{"-external", "-rounds", "3"},
+		{"-external", "-database-url", "postgres://x@127.0.0.1/y"},
+		{"-external", "-cpuprofile", "cpu.out"},
+		{"-external", "-workers", "17"},
+		{"-external", "-events", "0"},
+		{"-raw"},
+		{"-bin", "bin"},
+		{"-ingest-profile", "ingest.pprof"},
+	} {
+		r := run(t, append([]string{"bench"}, args...)...)
+		require.Equal(t, 2, r.code, "%v is a usage error; stderr: %s", args, r.stderr)
+	}
+}
+
+func TestBenchWorkerRefusesWhatCannotRun(t *testing.T) {
+	t.Parallel()
+	r := run(t, "bench", "worker", "-run", "a.b", "-workers", "2", "-worker", "1", "-events", "10")
+	require.NotEqual(t, 0, r.code)
+	require.Contains(t, r.stderr, "run id")
+}
