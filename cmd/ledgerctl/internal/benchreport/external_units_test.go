@@ -1,76 +1,11 @@
 package benchreport
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-// statLine is a /proc/<pid>/stat line of process pid with the given parent
-// and CPU times in ticks.
-func statLine(pid, ppid int, comm string, utime, stime, cutime, cstime int64) string {
-	return fmt.Sprintf("%d (%s) S %d 100 100 0 -1 4194560 1300 0 0 0 %d %d %d %d 20 0 12 0 2200 1234567 890 "+
-		"18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n", pid, comm, ppid, utime, stime, cutime, cstime)
-}
-
-func TestPIDStatReadsParentAndCPUTimes(t *testing.T) {
-	t.Parallel()
-	tick := time.Second / userHZ
-	cases := []struct {
-		name string
-		line string
-		want procStat
-	}{
-		{"a service", statLine(42, 1, "ingest", 300, 45, 0, 0), procStat{ppid: 1, own: 345 * tick}},
-		{"a postmaster with reaped backends", statLine(7, 1, "postgres", 10, 5, 120, 30),
-			procStat{ppid: 1, own: 15 * tick, reaped: 150 * tick}},
-		{"a command with spaces and parentheses", statLine(9, 7, "postgres: ) idle (x", 1, 2, 3, 4),
-			procStat{ppid: 7, own: 3 * tick, reaped: 7 * tick}},
-	}
-	for _, c := range cases {
-		got, err := parsePIDStat([]byte(c.line))
-		require.NoError(t, err, c.name)
-		require.Equal(t, c.want, got, c.name)
-	}
-}
-
-func TestPIDStatRefusesWhatIsNotAStatLine(t *testing.T) {
-	t.Parallel()
-	for name, line := range map[string]string{
-		"empty":               "",
-		"no command":          "42 S 1 100",
-		"too few fields":      "42 (x) S 1 100 100 0 -1 4194560 1300 0 0 0 3 4 5",
-		"a negative cutime":   statLine(42, 1, "x", 1, 1, -5, 0),
-		"a letter for utime":  "42 (x) S 1 100 100 0 -1 4194560 1300 0 0 0 3a 4 5 6 20",
-		"a tick count beyond": statLine(42, 1, "x", 1<<61, 1<<61, 0, 0),
-		"a parent beyond":     "42 (x) S 99999999999 100 100 0 -1 4194560 1300 0 0 0 3 4 5 6 20",
-	} {
-		_, err := parsePIDStat([]byte(line))
-		require.ErrorIs(t, err, errProcStat, name)
-	}
-}
-
-func FuzzParsePIDStat(f *testing.F) {
-	f.Add([]byte(statLine(42, 1, "ingest", 300, 45, 0, 0)))
-	f.Add([]byte(statLine(9, 7, "postgres: ) idle (x", 1, 2, 3, 4)))
-	f.Add([]byte(statLine(42, 1, "x", 1, 1, -5, 0)))
-	f.Add([]byte("42 (x) S 1 100 100 0 -1 4194560 1300 0 0 0 3 4 5"))
-	f.Add([]byte(""))
-	f.Add([]byte(")("))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := parsePIDStat(b)
-		if err != nil {
-			require.ErrorIs(t, err, errProcStat)
-			return
-		}
-		require.GreaterOrEqual(t, st.own, time.Duration(0))
-		require.GreaterOrEqual(t, st.reaped, time.Duration(0))
-		require.GreaterOrEqual(t, st.own+st.reaped, st.own, "the sum does not overflow")
-		require.GreaterOrEqual(t, st.ppid, 0)
-	})
-}
 
 func TestTreeCPUCountsAChildThatExitedInTheWindowOnce(t *testing.T) {
 	t.Parallel()
@@ -78,17 +13,17 @@ func TestTreeCPUCountsAChildThatExitedInTheWindowOnce(t *testing.T) {
 	// The postmaster (7) with a backend (8) that has its own child (9),
 	// and an unrelated process (5).
 	before := procSnapshot{
-		5: {ppid: 1, own: 900 * ms},
-		7: {ppid: 1, own: 10 * ms, reaped: 100 * ms},
-		8: {ppid: 7, own: 40 * ms},
-		9: {ppid: 8, own: 20 * ms},
+		5: {PPID: 1, Own: 900 * ms},
+		7: {PPID: 1, Own: 10 * ms, Reaped: 100 * ms},
+		8: {PPID: 7, Own: 40 * ms},
+		9: {PPID: 8, Own: 20 * ms},
 	}
 	// In the window 9 spent 10 ms more and exited (8 reaped it), 8 spent
 	// 30 ms more and exited (7 reaped it), and a new backend 10 spent 5 ms.
 	after := procSnapshot{
-		5:  {ppid: 1, own: 1900 * ms},
-		7:  {ppid: 1, own: 10 * ms, reaped: 100*ms + (40+30)*ms + (20+10)*ms},
-		10: {ppid: 7, own: 5 * ms},
+		5:  {PPID: 1, Own: 1900 * ms},
+		7:  {PPID: 1, Own: 10 * ms, Reaped: 100*ms + (40+30)*ms + (20+10)*ms},
+		10: {PPID: 7, Own: 5 * ms},
 	}
 	t0, n0, err := before.treeCPU(7)
 	require.NoError(t, err)
@@ -104,7 +39,7 @@ func TestTreeCPUCountsAChildThatExitedInTheWindowOnce(t *testing.T) {
 
 func TestTreeCPUEndsOnALoopOfParents(t *testing.T) {
 	t.Parallel()
-	s := procSnapshot{3: {ppid: 4, own: time.Second}, 4: {ppid: 3, own: time.Second}}
+	s := procSnapshot{3: {PPID: 4, Own: time.Second}, 4: {PPID: 3, Own: time.Second}}
 	cpu, n, err := s.treeCPU(3)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
@@ -114,8 +49,8 @@ func TestTreeCPUEndsOnALoopOfParents(t *testing.T) {
 func TestCostsAreEachComponentsCPUOverTheEvents(t *testing.T) {
 	t.Parallel()
 	ms := time.Millisecond
-	before := procSnapshot{10: {ppid: 1, own: 100 * ms}, 20: {ppid: 1, own: 0}, 21: {ppid: 1, own: 50 * ms}}
-	after := procSnapshot{10: {ppid: 1, own: 600 * ms}, 20: {ppid: 1, own: 200 * ms}, 21: {ppid: 1, own: 250 * ms}}
+	before := procSnapshot{10: {PPID: 1, Own: 100 * ms}, 20: {PPID: 1, Own: 0}, 21: {PPID: 1, Own: 50 * ms}}
+	after := procSnapshot{10: {PPID: 1, Own: 600 * ms}, 20: {PPID: 1, Own: 200 * ms}, 21: {PPID: 1, Own: 250 * ms}}
 	cs, err := costs(before, after, []component{{name: ComponentIngest, pids: []int{10}},
 		{name: ComponentWorkers, pids: []int{20, 21}}}, 10_000)
 	require.NoError(t, err)

@@ -92,49 +92,6 @@ func TestParseSections(t *testing.T) {
 	}
 }
 
-func TestProcStatBusyTime(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		name string
-		in   string
-		want time.Duration
-		ok   bool
-	}{
-		// user nice system idle iowait irq softirq steal guest guest_nice
-		{"every field", "cpu  300 20 100 5000 40 3 7 900 11 13\ncpu0 1 2 3 4\n", 430 * 10 * time.Millisecond, true},
-		{"old kernel, four fields", "cpu 1 2 3 4 5\n", 6 * 10 * time.Millisecond, true},
-		{"not the cpu line", "cpu0 1 2 3 4 5\n", 0, false},
-		{"too short", "cpu 1 2 3\n", 0, false},
-		{"not a number", "cpu 1 x 3 4 5\n", 0, false},
-		{"negative", "cpu -1 2 3 4 5\n", 0, false},
-		{"overflow", "cpu 18446744073709551615 1 0 0 0\n", 0, false},
-		{"empty", "", 0, false},
-	} {
-		got, ok := parseProcStat([]byte(c.in))
-		require.Equal(t, c.ok, ok, c.name)
-		require.Equal(t, c.want, got, c.name)
-	}
-}
-
-func FuzzParseProcStat(f *testing.F) {
-	for _, seed := range []string{
-		"cpu  323937 0 148649 216939 3869 0 6134 335 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n",
-		"cpu 1 2 3 4 5\n", "cpu0 1 2 3 4 5\n", "cpu 1 x 3 4 5\n", "cpu 18446744073709551615 1 0 0 0\n",
-		"cpu 922337203685477580 1 1 1 1\n", "", "\n", "cpu",
-	} {
-		f.Add([]byte(seed))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		d, ok := parseProcStat(data)
-		if !ok && d != 0 {
-			t.Fatalf("not ok but %v", d)
-		}
-		if d < 0 {
-			t.Fatalf("negative CPU time %v", d)
-		}
-	})
-}
-
 func TestHalfRate(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, 12_345, halfRate(24_690.9, time.Second))

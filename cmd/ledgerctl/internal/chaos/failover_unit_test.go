@@ -2,8 +2,6 @@ package chaos
 
 import (
 	"bytes"
-	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -67,24 +65,6 @@ func TestSummarizeTakesNearestRankPercentiles(t *testing.T) {
 	assert.Equal(t, 10.0, xs[0], "the caller's slice is left as it was")
 }
 
-func TestParseProcStatReadsUserAndSystemTime(t *testing.T) {
-	// utime 250 and stime 50 ticks; the command holds a space and a ')'.
-	line := "4242 (postgres: x) y) S 1 4242 4242 0 -1 4194560 300 0 0 0 250 50 0 0 20 0 1 0 100 0 0\n"
-	got, err := parseProcStat([]byte(line))
-	require.NoError(t, err)
-	assert.Equal(t, 3*time.Second, got)
-
-	for _, bad := range []string{"", "4242 postgres S 1", "4242 (p) S 1 2 3", "4242 (p) S 1 4242 4242 0 -1 4194560 300 0 0 0 -5 50 0"} {
-		_, err := parseProcStat([]byte(bad))
-		assert.ErrorIs(t, err, errProcStat, "%q", bad)
-	}
-
-	if b, err := os.ReadFile("/proc/self/stat"); err == nil {
-		_, err := parseProcStat(b)
-		assert.NoError(t, err, "this process's own line: %s", b)
-	}
-}
-
 func TestPrintFailoverShowsTheThreeTables(t *testing.T) {
 	rep := &FailoverReport{Trials: 2, PauseTrials: 1, CPUs: 2, Seed: 7, Seconds: 9, TTLs: []TTLReport{{
 		TTLMillis: 3000, Failover: Summary{N: 2, P50: 2510, P90: 2890, Max: 2890},
@@ -145,32 +125,4 @@ func slicesEqual(a, b []time.Duration) bool {
 		}
 	}
 	return true
-}
-
-// FuzzParseProcStat: any line is read without a panic; a CPU time read is
-// never negative, and a line without a command is refused.
-func FuzzParseProcStat(f *testing.F) {
-	for _, s := range []string{
-		"4242 (postgres: x) y) S 1 4242 4242 0 -1 4194560 300 0 0 0 250 50 0 0 20 0 1 0 100 0 0\n",
-		"1 (init) S 0 1 1 0 -1 4194560 0 0 0 0 18446744073709551615 1 0",
-		"1 (init) S 0 1 1 0 -1 4194560 0 0 0 0 9223372036854775807 9223372036854775807 0",
-		"", ")", "((((", "1 (a) S",
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := parseProcStat(b)
-		if err != nil {
-			if !errors.Is(err, errProcStat) {
-				t.Fatalf("%q: error %v is not errProcStat", b, err)
-			}
-			return
-		}
-		if d < 0 {
-			t.Fatalf("%q: negative CPU time %v", b, d)
-		}
-		if !bytes.Contains(b, []byte(")")) {
-			t.Fatalf("%q: read without a command", b)
-		}
-	})
 }

@@ -1,16 +1,13 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/procstat"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -18,10 +15,6 @@ import (
 // renewalProbeTime is how long renewalCost renews: long enough for the
 // server's CPU time, counted in clock ticks, to be read to a few percent.
 const renewalProbeTime = time.Second
-
-// clockTicks is USER_HZ, the unit of the CPU times in /proc/<pid>/stat: 100
-// on every Linux architecture Go supports.
-const clockTicks = 100
 
 // renewalCost renews a lease of the probe's own partition back to back on
 // one connection, with the ledger's own renewal (pkg/fence, the statement
@@ -77,42 +70,6 @@ func (f *failover) renewalCost(ctx context.Context) (RenewalCost, error) {
 
 // processCPU is the user and system CPU time process pid has used.
 func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, fmt.Errorf("read the CPU time of process %d: %w", pid, err)
-	}
-	return parseProcStat(b)
-}
-
-// errProcStat is wrapped by parseProcStat's errors.
-var errProcStat = errors.New("not a /proc/<pid>/stat line")
-
-// parseProcStat reads utime and stime, fields 14 and 15 of a
-// /proc/<pid>/stat line (proc(5)). Field 2, the command in parentheses, may
-// itself hold spaces and parentheses, so the fields are counted from the
-// last ')'.
-func parseProcStat(b []byte) (time.Duration, error) {
-	end := bytes.LastIndexByte(b, ')')
-	if end < 0 {
-		return 0, fmt.Errorf("%w: no command", errProcStat)
-	}
-	fields := bytes.Fields(b[end+1:])
-	// fields[0] is field 3 (state), so field n is fields[n-3].
-	if len(fields) < 15-3+1 {
-		return 0, fmt.Errorf("%w: %d fields after the command", errProcStat, len(fields))
-	}
-	var ticks uint64
-	for _, f := range fields[14-3 : 15-3+1] {
-		n, err := strconv.ParseUint(string(f), 10, 63)
-		if err != nil {
-			return 0, fmt.Errorf("%w: CPU time %q: %w", errProcStat, f, err)
-		}
-		ticks += n
-	}
-	// Two fields below 2^63 each sum below 2^64; no tick count a process
-	// reaches comes near overflowing Duration, but a hostile line could.
-	if ticks > uint64(1<<63-1)/uint64(time.Second/clockTicks) {
-		return 0, fmt.Errorf("%w: CPU time of %d ticks overflows", errProcStat, ticks)
-	}
-	return time.Duration(ticks) * (time.Second / clockTicks), nil
+	p, err := procstat.ReadProcess(pid)
+	return p.Own, err
 }
