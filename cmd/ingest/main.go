@@ -8,11 +8,9 @@ import (
 	"cmp"
 	"context"
 	"flag"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"syscall"
 
 	"github.com/flowness/ledger/internal/admin"
@@ -45,7 +43,7 @@ func run(args []string) error {
 		return err
 	}
 	if *cpuProfile != "" {
-		stop, err := startCPUProfile(*cpuProfile)
+		stop, err := admin.StartCPUProfile(*cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -95,17 +93,4 @@ func run(args []string) error {
 		return err
 	}
 	return admin.ServeUntilDone(ctx, svcf.AdminAddr, reg, admin.ServiceChecks(pool, nc, svc.CheckConsumer), svc.Stop, log)
-}
-
-// startCPUProfile profiles the process into path until stop is called.
-func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }

@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/benchreport"
+	"github.com/flowness/ledger/internal/admin"
 )
 
 // Bench runs the benchmark report ("bench"): the raw PostgreSQL baselines,
@@ -80,7 +81,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return Usagef("-events, -rounds and -duration must be positive, -rate 0 or more, -workers 1..16")
 	}
 	if *cpuProfile != "" {
-		stop, err := startCPUProfile(*cpuProfile)
+		stop, err := admin.StartCPUProfile(*cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -140,19 +141,6 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	o.NATSURL = f.Conn.NATSURL
 	return benchreport.RunWorker(ctx, o, os.Stdin, stdout)
-}
-
-// startCPUProfile profiles the process into path until stop is called.
-func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }
 
 // writeHeapProfile writes the allocations since start ("alloc_space" in
