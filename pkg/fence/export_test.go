@@ -88,3 +88,7 @@ func EncodeArchiveLine(c Committed) []byte {
 	}
 	return b.Bytes()
 }
+
+// SQLTaskHead is the statement TaskHeads runs per task, for the test of its
+// plan.
+const SQLTaskHead = sqlTaskHead
