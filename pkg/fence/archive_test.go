@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -197,7 +198,31 @@ func (r *archiveRig) checkArchive(t *testing.T, committed []sent) (archived, hot
 		require.NoError(t, err)
 		require.EqualValues(t, len(vs), h.Version, "task %s: the head", task)
 	}
+	requireHeadsAgree(t, r.s, slices.Collect(maps.Keys(byTask)), wantArchived > 0)
 	return archived, hot
+}
+
+// requireHeadsAgree checks that TaskHeads, many tasks at once, says of each
+// task what TaskHead says of it alone, archived versions included; and,
+// when someArchived, that some task has archived versions.
+func requireHeadsAgree(t *testing.T, s *fence.Store, tasks []string, someArchived bool) {
+	t.Helper()
+	ctx := context.Background()
+	archived := false
+	for chunk := range slices.Chunk(tasks, fence.MaxTaskHeads) {
+		heads, err := s.TaskHeads(ctx, chunk)
+		require.NoError(t, err)
+		require.Len(t, heads, len(chunk))
+		for i, task := range chunk {
+			one, err := s.TaskHead(ctx, task)
+			require.NoError(t, err)
+			require.Equal(t, one, heads[i], "task %s: TaskHeads and TaskHead agree", task)
+			archived = archived || one.Archived > 0
+		}
+	}
+	if someArchived {
+		require.True(t, archived, "some task has archived versions")
+	}
 }
 
 func requireSameJSON(t *testing.T, want, got string) {

@@ -89,6 +89,9 @@ func EncodeArchiveLine(c Committed) []byte {
 	return b.Bytes()
 }
 
-// SQLTaskHead is the statement TaskHeads runs per task, for the test of its
-// plan.
-const SQLTaskHead = sqlTaskHead
+// The statements of TaskHead and TaskHeads, for the test of their plans.
+const (
+	SQLTaskHead          = sqlTaskHead
+	SQLTaskHeads         = sqlTaskHeads
+	SQLTaskHeadsArchived = sqlTaskHeadsArchived
+)

@@ -333,29 +333,48 @@ func (s *Store) TaskHeads(ctx context.Context, tasks []string) ([]Head, error) {
 	if len(tasks) > MaxTaskHeads {
 		return nil, leaseErr(ErrInvalid, nil, "%d tasks asked for at once; at most %d", len(tasks), MaxTaskHeads)
 	}
-	for _, task := range tasks {
+	out := make([]Head, len(tasks))
+	for i, task := range tasks {
 		if !wire.ValidID(task) {
 			return nil, leaseErr(ErrInvalid, nil, "task id %q is not 1..128 of [A-Za-z0-9_-]", task)
 		}
+		out[i].Task = task
+	}
+	if len(tasks) == 0 {
+		return out, nil
 	}
 	pb := &pgx.Batch{}
-	for _, task := range tasks {
-		pb.Queue(sqlTaskHead, task)
-	}
+	pb.Queue(sqlTaskHeads, tasks)
+	pb.Queue(sqlTaskHeadsArchived, tasks)
 	br := s.pool.SendBatch(ctx, pb)
 	defer br.Close()
-	out := make([]Head, len(tasks))
-	for i, task := range tasks {
-		h := Head{Task: task}
-		err := br.QueryRow().Scan(&h.Partition, &h.Version, &h.Seq, &h.Type, &h.Archived)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return nil, fmt.Errorf("fence: heads of %d tasks: %w", len(tasks), err)
-		default:
-			h.Known = true
+	rows, _ := br.Query()
+	var ord int64
+	var h Head
+	if _, err := pgx.ForEachRow(rows, []any{&ord, &h.Partition, &h.Version, &h.Seq, &h.Type}, func() error {
+		if ord < 1 || ord > int64(len(out)) {
+			return fmt.Errorf("a head for position %d of %d", ord, len(out))
 		}
-		out[i] = h
+		h.Task, h.Known = out[ord-1].Task, true
+		out[ord-1] = h
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("fence: heads of %d tasks: %w", len(tasks), err)
+	}
+	archived := map[string]int64{}
+	rows, _ = br.Query()
+	var task string
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&task, &n}, func() error {
+		archived[task] = n
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("fence: archived versions of %d tasks: %w", len(tasks), err)
+	}
+	if len(archived) > 0 {
+		for i := range out {
+			out[i].Archived = archived[out[i].Task]
+		}
 	}
 	return out, br.Close()
 }

@@ -78,6 +78,22 @@ SELECT h.partition, h.version, h.seq, h.type,
        ELSE 0 END
 FROM ledger.heads h CROSS JOIN ledger.horizon z WHERE h.task_id = $1`
 
+	// sqlTaskHeads reads the heads of many tasks in one statement, by their
+	// position in $1; sqlTaskHeadsArchived, sent with it, how many versions
+	// are archived of those whose history is partly archived (only after
+	// ledgerctl archive; usually none). Apart, each is planned as what it
+	// is: a key probe per task, and the search of the hot log only for the
+	// few tasks that need it.
+	sqlTaskHeads = `
+SELECT t.ord, h.partition, h.version, h.seq, h.type
+FROM unnest($1::text[]) WITH ORDINALITY AS t(task_id, ord)
+JOIN ledger.heads h ON h.task_id = t.task_id`
+	sqlTaskHeadsArchived = `
+SELECT h.task_id, coalesce((SELECT min(e.version) FROM ledger.events e
+                            WHERE e.task_id = h.task_id AND e.seq >= z.below_seq AND e.seq <= h.seq), h.version + 1) - 1
+FROM ledger.heads h CROSS JOIN ledger.horizon z
+WHERE h.task_id = ANY($1::text[]) AND h.first_seq < z.below_seq`
+
 	// sqlAppendLockLeases locks the batch's lease rows FOR KEY SHARE until
 	// commit and reads them for classification. KEY SHARE conflicts only with
 	// FOR UPDATE: a takeover (sqlLeaseLock) waits for the batch, while renew
