@@ -40,6 +40,9 @@ type pipeline struct {
 	watchDone chan struct{}
 	// cur is the phase the receipts and bucket values are recorded for.
 	cur atomic.Pointer[tracker]
+
+	checkMu sync.Mutex
+	checks  []versionCheck // versions to check once the phase's receipts are in
 }
 
 // startPipeline connects the monitor and the workers and takes every
@@ -180,10 +183,36 @@ func (p *pipeline) publish(ctx context.Context, t *tracker, task int, v int64) (
 	if err != nil {
 		return nil, nil, err
 	}
-	if pd.Version() != v {
-		return nil, nil, fmt.Errorf("the SDK gave %s version %d, %d was expected", p.load.tasks[task], pd.Version(), v)
-	}
+	// The version is checked once the phase's receipts are in: asking for
+	// it now would wait for the task's head, which Publish does not, and
+	// hold this publisher to one lookup at a time, as no worker is.
+	p.checkMu.Lock()
+	p.checks = append(p.checks, versionCheck{pd: pd, task: task, want: v})
+	p.checkMu.Unlock()
 	return pd, s, nil
+}
+
+// versionCheck is a published event and the version the SDK should have
+// given it.
+type versionCheck struct {
+	pd   *worker.Pending
+	task int
+	want int64
+}
+
+// checkVersions checks the versions the SDK gave the events published since
+// the last check; every receipt of them is in, so each version is assigned.
+func (p *pipeline) checkVersions() error {
+	p.checkMu.Lock()
+	checks := p.checks
+	p.checks = nil
+	p.checkMu.Unlock()
+	for _, c := range checks {
+		if got := c.pd.Version(); got != c.want {
+			return fmt.Errorf("the SDK gave %s version %d, %d was expected (0: the event was not sent)", p.load.tasks[c.task], got, c.want)
+		}
+	}
+	return nil
 }
 
 // throughput publishes Events events as fast as the SDK lets it: one
@@ -232,6 +261,9 @@ func (p *pipeline) throughput(ctx context.Context, r *Report) error {
 		return fmt.Errorf("benchreport: pipeline: %w", err)
 	}
 	if err := t.wait(ctx, ReceiptTimeout, time.Time{}); err != nil {
+		return fmt.Errorf("benchreport: pipeline: %w", err)
+	}
+	if err := p.checkVersions(); err != nil {
 		return fmt.Errorf("benchreport: pipeline: %w", err)
 	}
 	receipt, kv := t.last()
@@ -330,6 +362,9 @@ func (p *pipeline) latency(ctx context.Context, r *Report, rate int) error {
 		return fmt.Errorf("benchreport: %s: %w", title, err)
 	}
 	if err := t.wait(ctx, 0, time.Now().Add(ReceiptTimeout)); err != nil {
+		return fmt.Errorf("benchreport: %s: %w", title, err)
+	}
+	if err := p.checkVersions(); err != nil {
 		return fmt.Errorf("benchreport: %s: %w", title, err)
 	}
 	closeAcks()
