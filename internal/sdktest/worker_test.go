@@ -278,6 +278,40 @@ func TestRenewalRefusedEndsTheLease(t *testing.T) {
 	require.ErrorIs(t, cause, worker.ErrLost, "the loss should come from the refused renewal: %v", cause)
 }
 
+// A standby that learns of its loss acquires again at once; the client
+// must have forgotten the lost lease by then, or the acquire is refused
+// with ErrLeaseActive (as a SIGSTOPped example worker once was). Two
+// clients of one holder take the partition from each other, each the
+// instant its lease is lost, several times over: each race is one chance
+// for a notification that comes before the forgetting.
+func TestLeaseLostCanBeAcquiredAgainTheMomentItIsLost(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	ctx := testCtx(t, 60*time.Second)
+	const partition = 5
+	cfg := worker.Config{Holder: "worker-a.1", TTL: 600 * time.Millisecond, RenewEvery: 60 * time.Millisecond}
+	clients := []*worker.Client{l.client(nil, cfg), l.client(nil, cfg)}
+	// The same holder acquiring again gets the next generation and fences
+	// the earlier one, whose renewal is then refused: fenced is lost soon,
+	// and its client takes the partition back the moment it is told,
+	// fencing current in turn.
+	fenced, err := clients[0].Acquire(ctx, partition)
+	require.NoError(t, err)
+	current, err := clients[1].Acquire(ctx, partition)
+	require.NoError(t, err)
+	for round := 0; round < 80; round++ {
+		select {
+		case <-fenced.Lost():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: the fenced lease was not lost", round)
+		}
+		back, err := clients[round%2].Acquire(ctx, partition)
+		require.NoError(t, err, "round %d: acquire right after the loss", round)
+		require.Equal(t, current.Generation()+1, back.Generation())
+		fenced, current = current, back
+	}
+}
+
 func TestRefusedEventStopsItsTaskUntilResync(t *testing.T) {
 	t.Parallel()
 	l := newLedger(t)

@@ -401,6 +401,14 @@ func (l *Lease) end(cause error, lost bool) {
 	l.timer.Stop()
 	l.mu.Unlock()
 
+	// The client forgets the lease before anyone is told it ended: a
+	// standby woken by Lost or by the context calls AcquireWait at once,
+	// and must not be refused with ErrLeaseActive for the lease it lost.
+	l.c.mu.Lock()
+	if l.c.leases[l.partition] == l {
+		delete(l.c.leases, l.partition)
+	}
+	l.c.mu.Unlock()
 	// The cause is set before Lost is closed, so a reader woken by Lost
 	// always finds it.
 	l.cancel(cause)
@@ -410,11 +418,6 @@ func (l *Lease) end(cause error, lost bool) {
 		l.c.log.Warn("lease lost", slog.Int("partition", l.partition), slog.Int64("generation", l.generation),
 			slog.String("cause", cause.Error()))
 	}
-	l.c.mu.Lock()
-	if l.c.leases[l.partition] == l {
-		delete(l.c.leases, l.partition)
-	}
-	l.c.mu.Unlock()
 }
 
 // usable returns nil while events may be published: the lease is active
