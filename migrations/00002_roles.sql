@@ -2,6 +2,7 @@
 -- Least-privilege group roles (docs/operations.md, "PostgreSQL roles"). They
 -- are NOLOGIN: a deployment creates its own LOGIN users IN ROLE one of them,
 --   CREATE ROLE ingest_svc LOGIN PASSWORD '...' IN ROLE ledger_ingest;
+--   GRANT CONNECT ON DATABASE ledger TO ingest_svc; -- see 00004_connect.sql
 -- and only the schema's owner runs migrations.
 --
 --   ledger_ingest     the ingest service: appends events, records rejections

@@ -2,7 +2,8 @@
 -- ledger may not create roles (no CREATEROLE, as on many managed services)
 -- or is not the owner of the ledger's database. An administrator runs this
 -- connected to the ledger's database, once per ledger database (the roles
--- are made once per server; CONNECT is granted per database):
+-- are made once per server; CONNECT is granted per database, to each of
+-- its LOGIN users by name):
 --   psql "postgres://admin@db.example/ledger" -f deploy/postgres/roles.sql
 -- Migration 00002_roles.sql then only grants privileges to these roles. It is
 -- safe to run again. docs/operations.md, "PostgreSQL roles", says what each
@@ -30,11 +31,14 @@ BEGIN
 END
 $$;
 
--- Only the ledger's roles may connect to the ledger's database (the same
--- statements as migrations/00004_connect.sql, which the owner's migration
--- runs too): run this script connected to the ledger's database, once per
--- ledger database. Connected to a maintenance database instead, it leaves
--- that database alone rather than lock its other users out.
+-- Only the ledger's own LOGIN users may connect to the ledger's database
+-- (the same statements as migrations/00004_connect.sql, which the owner's
+-- migration runs too): CONNECT is taken from PUBLIC and from the shared
+-- group roles, and each LOGIN user of this ledger is granted it by name
+-- (GRANT CONNECT ON DATABASE ledger TO ingest_svc). Run this script
+-- connected to the ledger's database, once per ledger database. Connected
+-- to a maintenance database instead, it leaves that database alone rather
+-- than lock its other users out.
 DO $$
 DECLARE
     db text := current_database();
@@ -44,6 +48,6 @@ BEGIN
         RETURN;
     END IF;
     EXECUTE format('REVOKE CONNECT ON DATABASE %I FROM PUBLIC', db);
-    EXECUTE format('GRANT CONNECT ON DATABASE %I TO ledger_ingest, ledger_projector, ledger_operator', db);
+    EXECUTE format('REVOKE CONNECT ON DATABASE %I FROM ledger_ingest, ledger_projector, ledger_operator', db);
 END
 $$;

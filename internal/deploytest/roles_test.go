@@ -302,8 +302,8 @@ func TestRolesScriptMatchesTheMigration(t *testing.T) {
 
 	connects := find(connect, readRepoFile(t, "migrations/00004_connect.sql"))
 	require.Equal(t, []string{
-		"GRANT CONNECT ON DATABASE %I TO ledger_ingest, ledger_projector, ledger_operator",
 		"REVOKE CONNECT ON DATABASE %I FROM PUBLIC",
+		"REVOKE CONNECT ON DATABASE %I FROM ledger_ingest, ledger_projector, ledger_operator",
 	}, connects)
 	require.Equal(t, connects, find(connect, script))
 
@@ -352,33 +352,44 @@ func migratedDatabase(t *testing.T) string {
 	return dbURL
 }
 
-// The ledger's database admits the ledger's roles and the owner, not the
-// server's other users. The group roles are shared by every ledger on the
-// server; a second ledger whose administrator narrowed CONNECT to its own
-// LOGIN users, as docs/security.md describes, keeps the first ledger's
-// ingest out.
+// The ledger's database admits its owner and the LOGIN users it was told
+// of by name (GRANT CONNECT, as docs/operations.md says to do with each
+// user), and nobody else: not the server's other users, and not another
+// ledger's services, although they are members of the same server-wide
+// group roles. Two ledgers on one server, each migrated as shipped.
 func TestOnlyTheLedgersRolesConnect(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	ingestA, ingestB := newLoginRole(t, roleIngest), newLoginRole(t, roleIngest)
 	projector, operator := newLoginRole(t, roleProjector), newLoginRole(t, roleOperator)
 	outsider := newLoginRole(t) // another application's user on the same server
 	ledgerA, ledgerB := migratedDatabase(t), migratedDatabase(t)
+	grantConnect(t, ledgerA, ingestA, projector, operator)
+	grantConnect(t, ledgerB, ingestB)
 
 	for _, user := range []string{ingestA, projector, operator} {
 		require.NoErrorf(t, pgConnectAs(t, ledgerA, user), "%s reaches its ledger", user)
 	}
-	requireNoConnect(t, ledgerA, outsider, "a user outside the ledger's roles")
-
-	cfg, err := pgconn.ParseConfig(ledgerB)
-	require.NoError(t, err)
-	db := pgx.Identifier{cfg.Database}.Sanitize()
-	_, err = openPool(t, ledgerB).Exec(ctx, "REVOKE CONNECT ON DATABASE "+db+" FROM ledger_ingest, ledger_projector, ledger_operator;"+
-		"GRANT CONNECT ON DATABASE "+db+" TO "+pgx.Identifier{ingestB}.Sanitize())
-	require.NoError(t, err)
 	require.NoError(t, pgConnectAs(t, ledgerB, ingestB), "ledger B's ingest reaches ledger B")
-	requireNoConnect(t, ledgerB, ingestA, "ledger A's ingest at ledger B")
+	requireNoConnect(t, ledgerA, outsider, "a user outside the ledger's roles")
 	requireNoConnect(t, ledgerB, outsider, "a user outside the ledger's roles at ledger B")
+	requireNoConnect(t, ledgerB, ingestA, "ledger A's ingest at ledger B")
+	requireNoConnect(t, ledgerA, ingestB, "ledger B's ingest at ledger A")
+	requireNoConnect(t, ledgerB, projector, "ledger A's projector at ledger B")
+	requireNoConnect(t, ledgerB, operator, "ledger A's operator at ledger B")
+}
+
+// grantConnect grants CONNECT on dbURL's database to users, as its owner.
+func grantConnect(t *testing.T, dbURL string, users ...string) {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(dbURL)
+	require.NoError(t, err)
+	ids := make([]string, len(users))
+	for i, u := range users {
+		ids[i] = pgx.Identifier{u}.Sanitize()
+	}
+	_, err = openPool(t, dbURL).Exec(context.Background(),
+		"GRANT CONNECT ON DATABASE "+pgx.Identifier{cfg.Database}.Sanitize()+" TO "+strings.Join(ids, ", "))
+	require.NoError(t, err)
 }
 
 // Migrations run as the owner: a service's or an operator's user is
