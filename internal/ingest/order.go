@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowness/ledger/pkg/fence"
-	"github.com/flowness/ledger/pkg/wire"
 )
 
 // storedTasksMax bounds a lane's memory of the versions whose copies it
@@ -73,9 +72,11 @@ func (s *Service) missingBefore(ctx context.Context, c *fence.Committed) ([]*nat
 	case err != nil:
 		return nil, fmt.Errorf("last log copy of task %s: %w", c.Task, err)
 	default:
-		if have, err = wire.ParseInt(last.Header.Get(wire.HeaderVersion)); err != nil {
-			return nil, fmt.Errorf("last log copy of task %s: %s: %w", c.Task, wire.HeaderVersion, err)
+		lc, err := s.subjects.DecodeLog(last.Subject, last.Header, last.Data)
+		if err != nil {
+			return nil, fmt.Errorf("last log copy of task %s: %w", c.Task, err)
 		}
+		have = lc.Version
 	}
 	if have >= c.Version-1 {
 		return nil, nil

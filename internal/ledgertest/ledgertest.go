@@ -1,6 +1,7 @@
 // Package ledgertest is the one kit of small helpers the project's tests
 // share: a logger that is quiet unless asked, event ids, and the few
-// database reads and nudges tests make of the ledger's tables. The
+// database reads and nudges tests make of the ledger's tables (a lease
+// expired, partitions made small). The
 // harnesses that start things (an isolated database, an embedded NATS
 // server) are dbtest and natstest.
 package ledgertest
@@ -15,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowness/ledger/pkg/fence"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
@@ -69,4 +72,32 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// SmallPartitions remakes the partitions of an empty ledger with rows rows
+// each, so that a test crosses partition boundaries after a few hundred
+// events, and returns a Store with cfg made afterwards. Ten partitions are
+// kept ahead, so that an append does not outrun the background making of
+// the next ones (it would make them itself, burning the seqs of the
+// attempt, which tests' exact counts do not allow for).
+func SmallPartitions(tb testing.TB, pool *pgxpool.Pool, cfg fence.Config, rows int) *fence.Store {
+	tb.Helper()
+	ctx := context.Background()
+	names, err := pool.Query(ctx, `SELECT name FROM ledger.event_partitions`)
+	require.NoError(tb, err)
+	list, err := pgx.CollectRows(names, pgx.RowTo[string])
+	require.NoError(tb, err)
+	for _, n := range list {
+		_, err := pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{"ledger", n}.Sanitize())
+		require.NoError(tb, err)
+	}
+	_, err = pool.Exec(ctx, `DELETE FROM ledger.event_partitions`)
+	require.NoError(tb, err)
+	_, err = pool.Exec(ctx, `UPDATE ledger.partitioning SET rows_per_partition = $1, partitions_ahead = 10`, rows)
+	require.NoError(tb, err)
+	s, err := fence.New(pool, cfg)
+	require.NoError(tb, err)
+	_, _, err = s.EnsurePartitions(ctx)
+	require.NoError(tb, err)
+	return s
 }

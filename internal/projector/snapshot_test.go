@@ -13,40 +13,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
 )
-
-// smallPartitions remakes the partitions of the (empty) ledger with rows
-// rows each and returns a Store on it.
-func smallPartitions(t *testing.T, db *dbtest.DB, rows int) *fence.Store {
-	t.Helper()
-	ctx := context.Background()
-	names, err := db.Pool.Query(ctx, `SELECT name FROM ledger.event_partitions`)
-	require.NoError(t, err)
-	list, err := pgx.CollectRows(names, pgx.RowTo[string])
-	require.NoError(t, err)
-	for _, n := range list {
-		_, err := db.Pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{"ledger", n}.Sanitize())
-		require.NoError(t, err)
-	}
-	_, err = db.Pool.Exec(ctx, `DELETE FROM ledger.event_partitions`)
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `UPDATE ledger.partitioning SET rows_per_partition = $1, partitions_ahead = 10`, rows)
-	require.NoError(t, err)
-	s, err := fence.New(db.Pool, fence.Config{})
-	require.NoError(t, err)
-	_, _, err = s.EnsurePartitions(ctx)
-	require.NoError(t, err)
-	return s
-}
 
 // history appends rounds of one version to each of the tasks, through the
 // fence, as the ingest would.
@@ -104,7 +78,7 @@ func TestRebuildFromSnapshotAndHotLogEqualsAFullRebuild(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	s := smallPartitions(t, e.db, 100)
+	s := ledgertest.SmallPartitions(t, e.db.Pool, fence.Config{}, 100)
 	h := &history{t: t, s: s, heads: map[string]int64{}}
 	for p := range 4 {
 		l, err := s.Acquire(ctx, p, fmt.Sprintf("writer.%d", p), fence.TTLMax)
@@ -171,7 +145,7 @@ func TestRebuildFromTheArchiveEqualsAFullRebuild(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	s := smallPartitions(t, e.db, 100)
+	s := ledgertest.SmallPartitions(t, e.db.Pool, fence.Config{}, 100)
 	h := &history{t: t, s: s, heads: map[string]int64{}}
 	for p := range 4 {
 		l, err := s.Acquire(ctx, p, fmt.Sprintf("writer.%d", p), fence.TTLMax)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/dbtest"
@@ -74,30 +73,8 @@ func waitDoneOrBlocked(t testing.TB, db *dbtest.DB, done <-chan struct{}) bool {
 	return false
 }
 
-// smallPartitions remakes the partitions of the test's (empty) ledger with
-// rows rows each, so that a test crosses partition boundaries after a few
-// hundred events, and returns a Store made afterwards. Ten partitions are
-// kept ahead, so that an append does not outrun the background making of
-// the next ones (it would make them itself, burning the seqs of the
-// attempt, which the tests' exact counts do not allow for).
+// smallPartitions is ledgertest.SmallPartitions on the test's database.
 func smallPartitions(t testing.TB, db *dbtest.DB, cfg fence.Config, rows int) *fence.Store {
 	t.Helper()
-	ctx := context.Background()
-	names, err := db.Pool.Query(ctx, `SELECT name FROM ledger.event_partitions`)
-	require.NoError(t, err)
-	list, err := pgx.CollectRows(names, pgx.RowTo[string])
-	require.NoError(t, err)
-	for _, n := range list {
-		_, err := db.Pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{"ledger", n}.Sanitize())
-		require.NoError(t, err)
-	}
-	_, err = db.Pool.Exec(ctx, `DELETE FROM ledger.event_partitions`)
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `UPDATE ledger.partitioning SET rows_per_partition = $1, partitions_ahead = 10`, rows)
-	require.NoError(t, err)
-	s, err := fence.New(db.Pool, cfg)
-	require.NoError(t, err)
-	_, _, err = s.EnsurePartitions(ctx)
-	require.NoError(t, err)
-	return s
+	return ledgertest.SmallPartitions(t, db.Pool, cfg, rows)
 }

@@ -2,6 +2,7 @@ package benchreport
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -46,12 +47,8 @@ type ExternalOptions struct {
 
 // WithDefaults returns o with zero fields set to their defaults.
 func (o ExternalOptions) WithDefaults() ExternalOptions {
-	if o.Events == 0 {
-		o.Events = EventsDefault
-	}
-	if o.Workers == 0 {
-		o.Workers = WorkersDefault
-	}
+	o.Events = cmp.Or(o.Events, EventsDefault)
+	o.Workers = cmp.Or(o.Workers, WorkersDefault)
 	if o.Progress == nil {
 		o.Progress = os.Stderr
 	}

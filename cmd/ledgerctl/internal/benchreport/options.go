@@ -1,6 +1,7 @@
 package benchreport
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"log/slog"
@@ -163,18 +164,10 @@ func (o Options) WithDefaults() Options {
 	if o.Only == nil {
 		o.Only = slices.Clone(Sections)
 	}
-	if o.Events == 0 {
-		o.Events = EventsDefault
-	}
-	if o.Rounds == 0 {
-		o.Rounds = RoundsDefault
-	}
-	if o.LatencyDuration == 0 {
-		o.LatencyDuration = LatencyDurationDefault
-	}
-	if o.Workers == 0 {
-		o.Workers = WorkersDefault
-	}
+	o.Events = cmp.Or(o.Events, EventsDefault)
+	o.Rounds = cmp.Or(o.Rounds, RoundsDefault)
+	o.LatencyDuration = cmp.Or(o.LatencyDuration, LatencyDurationDefault)
+	o.Workers = cmp.Or(o.Workers, WorkersDefault)
 	if o.Progress == nil {
 		o.Progress = os.Stderr
 	}

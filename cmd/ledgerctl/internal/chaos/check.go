@@ -3,11 +3,11 @@ package chaos
 import (
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/flowness/ledger/pkg/canonjson"
 	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -448,13 +448,11 @@ func orNull(b []byte) string {
 	return string(b)
 }
 
-// jsonEqual compares two JSON texts as values; empty is null.
+// jsonEqual compares two JSON texts as values, by the ledger's one rule of
+// JSON equality (pkg/canonjson); empty is null.
 func jsonEqual(a, b []byte) bool {
-	var x, y any
-	if json.Unmarshal([]byte(orNull(a)), &x) != nil || json.Unmarshal([]byte(orNull(b)), &y) != nil {
-		return false
-	}
-	return reflect.DeepEqual(x, y)
+	eq, err := canonjson.Equal([]byte(orNull(a)), []byte(orNull(b)))
+	return err == nil && eq
 }
 
 func (c *checker) logOrder() {

@@ -397,13 +397,8 @@ func (w *writer) publish(ctx context.Context, gen int64, task string, version in
 	// slot key makes the projection's merged data depend on every version.
 	payload, _ := json.Marshal(map[string]any{"by": w.cfg.Holder, "gen": gen, "v": version, "id": id,
 		"slot" + strconv.FormatInt(version%4, 10): version})
-	msg := nats.NewMsg(w.subj.In(w.cfg.Holder, w.cfg.Partition, task))
-	msg.Header.Set(wire.HeaderMsgID, id)
-	msg.Header.Set(wire.HeaderHolder, w.cfg.Holder)
-	msg.Header.Set(wire.HeaderGeneration, strconv.FormatInt(gen, 10))
-	msg.Header.Set(wire.HeaderVersion, strconv.FormatInt(version, 10))
-	msg.Header.Set(wire.HeaderType, typ)
-	msg.Data = payload
+	msg := w.subj.InboundMsg(wire.Inbound{ID: id, Partition: w.cfg.Partition, Task: task, Holder: w.cfg.Holder,
+		Generation: gen, Version: version, Type: typ, Payload: payload})
 	for try := 1; ; try++ {
 		zombie := w.zombie(gen)
 		if !zombie && !w.valid(gen) || ctx.Err() != nil {

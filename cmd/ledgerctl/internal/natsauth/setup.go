@@ -1,6 +1,7 @@
 package natsauth
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -33,18 +34,10 @@ type Limits struct {
 
 // WithDefaults returns l with zero fields set to their defaults.
 func (l Limits) WithDefaults() Limits {
-	if l.MaxMem == 0 {
-		l.MaxMem = MaxMemDefault
-	}
-	if l.MaxFile == 0 {
-		l.MaxFile = MaxFileDefault
-	}
-	if l.MaxStreams == 0 {
-		l.MaxStreams = MaxStreamsDefault
-	}
-	if l.MaxConsumers == 0 {
-		l.MaxConsumers = MaxConsumersDefault
-	}
+	l.MaxMem = cmp.Or(l.MaxMem, MaxMemDefault)
+	l.MaxFile = cmp.Or(l.MaxFile, MaxFileDefault)
+	l.MaxStreams = cmp.Or(l.MaxStreams, MaxStreamsDefault)
+	l.MaxConsumers = cmp.Or(l.MaxConsumers, MaxConsumersDefault)
 	return l
 }
 
