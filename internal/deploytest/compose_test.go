@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flowness/ledger/pkg/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -263,4 +264,15 @@ func TestServicesServeAdminOnLoopbackByDefault(t *testing.T) {
 			require.Truef(t, ip != nil && ip.IsLoopback(), "%s serves its admin endpoints on %q by default", name, m[1])
 		})
 	}
+}
+
+// The contract's page, the codec's ContractVersion and the SDK's release
+// tags (docs/sdk.md) name one version.
+func TestContractVersionIsOneNumber(t *testing.T) {
+	t.Parallel()
+	v := strconv.Itoa(wire.ContractVersion)
+	require.Contains(t, strings.SplitN(readRepoFile(t, "docs/contract.md"), "\n", 2)[0], "(v"+v+")")
+	sdk := readRepoFile(t, "docs/sdk.md")
+	require.Contains(t, sdk, "contract](contract.md) v"+v+" (`wire.ContractVersion`)")
+	require.Contains(t, sdk, "`pkg/worker/v0."+v+".N`")
 }
