@@ -1,10 +1,12 @@
-// Package faultproxy is a TCP proxy for tests that can cut the network
-// between a client and a real server (PostgreSQL, NATS), or silence it, and
-// restore it, to prove behaviour under outages without mocking either side.
+// Package faultproxy is a TCP proxy for tests and the chaos command that
+// can cut the network between a client and a real server (PostgreSQL,
+// NATS), or silence it, and restore it, to prove behaviour under outages
+// without mocking either side.
 package faultproxy
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -14,8 +16,9 @@ import (
 
 // Proxy forwards connections from Addr to a target until Cut.
 type Proxy struct {
-	ln     net.Listener
-	target string
+	ln      net.Listener
+	network string
+	target  string
 
 	silent atomic.Bool
 
@@ -29,15 +32,26 @@ type Proxy struct {
 // ("host:port"). It is closed at the end of the test.
 func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := New("tcp", target)
 	if err != nil {
-		t.Fatalf("faultproxy: listen: %v", err)
+		t.Fatalf("faultproxy: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
 	t.Cleanup(p.Close)
 	return p
+}
+
+// New listens on a random loopback TCP port and forwards each connection
+// to target on network ("tcp" with "host:port", "unix" with a socket's
+// path, as a local PostgreSQL's). The caller closes it.
+func New(network, target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	p := &Proxy{ln: ln, network: network, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
 }
 
 // Addr is the proxy's "host:port".
@@ -87,7 +101,7 @@ func (p *Proxy) accept() {
 			_ = c.Close()
 			continue
 		}
-		up, err := net.Dial("tcp", p.target)
+		up, err := net.Dial(p.network, p.target)
 		if err != nil {
 			p.mu.Unlock()
 			_ = c.Close()

@@ -116,7 +116,7 @@ func TestChaosUnderEveryFaultBreaksNoPromise(t *testing.T) {
 	for _, f := range res.Faults {
 		assert.Positive(t, f.Count, "no %s was injected: %s", f.Kind, res.Summary)
 	}
-	require.Len(t, res.Faults, 4, res.Summary)
+	require.Len(t, res.Faults, 5, res.Summary)
 	assert.Positive(t, r.Commits, res.Summary)
 	assert.Positive(t, r.StaleSends, "no writer sent after a takeover, so the fence was not tried: %s", res.Summary)
 	assert.Greater(t, r.Grants, 2*chaos.PartitionsDefault, "takeovers happened: %s", res.Summary)
@@ -129,7 +129,7 @@ func TestChaosWithoutTheFenceReportsStaleCommits(t *testing.T) {
 	// versions are free, and only the fence can refuse them.
 	res := runChaos(t, chaos.Options{Bin: bin, IngestBin: nofence, Duration: 25 * time.Second,
 		Tasks: 64, Rate: 20, SigstopEvery: 2 * time.Second,
-		KillIngestEvery: chaos.Off, NATSRestartEvery: chaos.Off, PGRestartEvery: chaos.Off,
+		KillIngestEvery: chaos.Off, NATSRestartEvery: chaos.Off, PGRestartEvery: chaos.Off, PGCutEvery: chaos.Off,
 		GapWindow: 2 * time.Second, Show: 2})
 
 	assert.Positive(t, res.Report.Counts[chaos.StaleCommit], "the checker missed what the fence prevents: %s", res.Summary)

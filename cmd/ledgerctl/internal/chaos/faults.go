@@ -28,6 +28,9 @@ func (r *run) startFaults(ctx context.Context, wg *sync.WaitGroup) {
 			kinds = append(kinds, kind{FaultNATSRestart, r.o.NATSRestartEvery, r.restartNATS})
 		}
 		kinds = append(kinds, kind{FaultPGRestart, r.o.PGRestartEvery, r.restartPG})
+		if len(r.pgProxies) > 0 {
+			kinds = append(kinds, kind{FaultPGCut, r.o.PGCutEvery, r.cutPG})
+		}
 	}
 	for _, k := range kinds {
 		r.mu.Lock()
@@ -62,7 +65,7 @@ func (r *run) faultCounts() []FaultCount {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []FaultCount
-	for _, k := range []string{FaultSigstop, FaultKillIngest, FaultNATSRestart, FaultNATSKill, FaultPGRestart} {
+	for _, k := range []string{FaultSigstop, FaultKillIngest, FaultNATSRestart, FaultNATSKill, FaultPGRestart, FaultPGCut} {
 		if n, ok := r.faults[k]; ok {
 			out = append(out, FaultCount{Kind: k, Count: n})
 		}
@@ -159,4 +162,19 @@ func (r *run) restartPG(context.Context) {
 		return
 	}
 	r.logf("PostgreSQL back after %v", time.Since(t).Round(time.Millisecond))
+}
+
+// cutPG cuts the network between a random ingest and PostgreSQL for 1 to
+// 3 s: its connections are dropped mid-statement, new ones refused, while
+// PostgreSQL and the other ingest go on. Whatever the ingest had in flight
+// must be retried, never turned into a verdict, and nothing it committed
+// lost.
+func (r *run) cutPG(ctx context.Context) {
+	i := r.pick(len(r.pgProxies))
+	down := time.Duration(float64(time.Second) * r.uniform(1, 3))
+	r.pgProxies[i].Cut()
+	r.logf("network cut between %s and PostgreSQL for %v", r.ingests[i].name, down.Round(time.Millisecond))
+	pause(ctx, down)
+	r.pgProxies[i].Restore()
+	r.logf("network between %s and PostgreSQL restored", r.ingests[i].name)
 }

@@ -39,6 +39,9 @@ const (
 	// PGRestartEveryDefault is the mean time between two immediate-mode
 	// PostgreSQL restarts: 30 s.
 	PGRestartEveryDefault = 30 * time.Second
+	// PGCutEveryDefault is the mean time between two cuts of the network
+	// between an ingest and PostgreSQL: 20 s.
+	PGCutEveryDefault = 20 * time.Second
 	// GapTimeoutDefault is the projector's -gap-timeout in a run: 1 s
 	// instead of 5 s, so a projection a fault left waiting is re-fetched
 	// well within the drain.
@@ -89,6 +92,11 @@ type Options struct {
 	// PGRestartEvery: PostgreSQL stopped in immediate mode and started
 	// again; default 30 s.
 	PGRestartEvery time.Duration
+	// PGCutEvery: the network between a random ingest and PostgreSQL cut
+	// (its connections dropped, new ones refused; PostgreSQL and the other
+	// ingest go on) for 1 to 3 s; default 20 s. Each ingest reaches
+	// PostgreSQL through a TCP proxy of the run's (internal/faultproxy).
+	PGCutEvery time.Duration
 	// Cluster runs three JetStream nodes and R3 streams.
 	Cluster bool
 	// Ingests is the number of ingest processes; default 2.
@@ -148,6 +156,7 @@ func (o Options) WithDefaults() Options {
 	o.KillIngestEvery = cmp.Or(o.KillIngestEvery, KillIngestEveryDefault)
 	o.NATSRestartEvery = cmp.Or(o.NATSRestartEvery, NATSRestartEveryDefault)
 	o.PGRestartEvery = cmp.Or(o.PGRestartEvery, PGRestartEveryDefault)
+	o.PGCutEvery = cmp.Or(o.PGCutEvery, PGCutEveryDefault)
 	o.GapTimeout = cmp.Or(o.GapTimeout, GapTimeoutDefault)
 	o.DrainTimeout = cmp.Or(o.DrainTimeout, DrainTimeoutDefault)
 	o.Partitions = cmp.Or(o.Partitions, PartitionsDefault)

@@ -17,6 +17,7 @@ const (
 	FaultNATSRestart = "nats_restart"
 	FaultNATSKill    = "nats_kill"
 	FaultPGRestart   = "pg_restart"
+	FaultPGCut       = "pg_cut"
 )
 
 // FaultCount is how often one kind of fault was injected.

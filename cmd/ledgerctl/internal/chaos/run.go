@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
+	"github.com/flowness/ledger/internal/faultproxy"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -48,21 +49,24 @@ var ErrMissingBinary = errors.New("binary not found")
 
 // run is one chaos run in progress.
 type run struct {
-	o       Options
-	id      string
-	dir     string
-	start   time.Time
-	runLog  io.WriteCloser
-	bin     struct{ ingest, projector, ledgerctl string }
-	prefix  string
-	first   int // first partition
-	pg      *pgtemp.Cluster
-	dbURL   string
-	natsURL string
-	nodes   []*proc
-	ingests []*proc
-	proj    *proc
-	writers []*proc
+	o      Options
+	id     string
+	dir    string
+	start  time.Time
+	runLog io.WriteCloser
+	bin    struct{ ingest, projector, ledgerctl string }
+	prefix string
+	first  int // first partition
+	pg     *pgtemp.Cluster
+	dbURL  string
+	// pgProxies[i] carries ingest i's connections to PostgreSQL (the
+	// pg_cut fault); none against an external deployment.
+	pgProxies []*faultproxy.Proxy
+	natsURL   string
+	nodes     []*proc
+	ingests   []*proc
+	proj      *proc
+	writers   []*proc
 	// holderOf maps a writer's holder id to its process.
 	holderOf map[string]*proc
 	// noProjector leaves the projector out (a failover measurement reads
@@ -300,7 +304,13 @@ func (r *run) startStack(ctx context.Context) error {
 		return err
 	}
 	for i := range r.o.Ingests {
-		args := []string{"-database-url", r.dbURL, "-nats-url", r.natsURL, "-partitions", strconv.Itoa(r.o.Partitions),
+		proxy, err := faultproxy.New("unix", pg.Socket())
+		if err != nil {
+			return fmt.Errorf("chaos: proxy to PostgreSQL: %w", err)
+		}
+		r.pgProxies = append(r.pgProxies, proxy)
+		dbURL := "postgres://postgres@" + proxy.Addr() + "/postgres?sslmode=disable"
+		args := []string{"-database-url", dbURL, "-nats-url", r.natsURL, "-partitions", strconv.Itoa(r.o.Partitions),
 			"-lease-ttl", r.o.TTL.String(), "-replicas", replicas, "-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[i])}
 		if r.o.GapWindow > 0 {
 			args = append(args, "-gap-window", r.o.GapWindow.String())
@@ -571,6 +581,9 @@ func (r *run) teardown() {
 		stopAll([]*proc{r.proj})
 	}
 	stopAll(r.ingests)
+	for _, p := range r.pgProxies {
+		p.Close()
+	}
 	if r.nc != nil {
 		r.nc.Close()
 	}

@@ -69,6 +69,7 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.DurationVar(&o.KillIngestEvery, "kill-ingest-every", chaos.KillIngestEveryDefault, "mean time between kill -9 of an ingest; 0: none")
 	f.DurationVar(&o.NATSRestartEvery, "nats-restart-every", chaos.NATSRestartEveryDefault, "mean time between NATS restarts (kill -9; with -cluster of one node); 0: none")
 	f.DurationVar(&o.PGRestartEvery, "pg-restart-every", chaos.PGRestartEveryDefault, "mean time between immediate-mode PostgreSQL restarts; 0: none")
+	f.DurationVar(&o.PGCutEvery, "pg-cut-every", chaos.PGCutEveryDefault, "mean time between 1-3 s cuts of the network between an ingest and PostgreSQL; 0: none")
 	f.BoolVar(&o.Cluster, "cluster", false, "three JetStream nodes and R3 streams; kill -9 of a node instead of the server's restart")
 	f.IntVar(&o.Ingests, "ingests", chaos.IngestsDefault, "ingest processes")
 	f.StringVar(&o.Principal, "principal", chaos.PrincipalDefault, "principal of the writers' holder ids (with -external: their NATS user)")
@@ -88,7 +89,7 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return Usagef("unexpected argument %q", f.Arg(0))
 	}
 	o.Seed = *seed
-	for _, d := range []*time.Duration{&o.SigstopEvery, &o.KillIngestEvery, &o.NATSRestartEvery, &o.PGRestartEvery} {
+	for _, d := range []*time.Duration{&o.SigstopEvery, &o.KillIngestEvery, &o.NATSRestartEvery, &o.PGRestartEvery, &o.PGCutEvery} {
 		if *d == 0 {
 			*d = chaos.Off
 		}

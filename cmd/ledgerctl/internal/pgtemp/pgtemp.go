@@ -97,6 +97,11 @@ func (c *Cluster) URL() string {
 	return fmt.Sprintf("postgres://postgres@/postgres?host=%s&port=%d&sslmode=disable", c.dir, c.port)
 }
 
+// Socket is the path of the server's Unix socket.
+func (c *Cluster) Socket() string {
+	return filepath.Join(c.dir, fmt.Sprintf(".s.PGSQL.%d", c.port))
+}
+
 // Stop stops the server and removes the cluster.
 func (c *Cluster) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
