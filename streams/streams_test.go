@@ -1,10 +1,14 @@
 package streams_test
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowness/ledger/internal/natstest"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/streams"
 )
@@ -29,4 +33,34 @@ func TestBucketByAnUnknownNameIsAnError(t *testing.T) {
 		_, err := streams.Bucket(name, streams.Options{})
 		require.Error(t, err, "%q", name)
 	}
+}
+
+// LEDGER_DLQ is bounded, and a full one keeps taking dead letters by
+// dropping its oldest (discard old): an ingest whose dead letter were
+// refused would retry it for ever and wedge its lane. The shipped
+// definition, with its max_bytes shrunk to 64 KiB to fill it quickly.
+func TestFullDeadLetterStreamDropsItsOldestAndTakesTheNewest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := natstest.Start(t).JetStream(t)
+	cfg, err := streams.Stream(wire.StreamDLQ, streams.Options{})
+	require.NoError(t, err)
+	require.Positive(t, cfg.MaxBytes, "LEDGER_DLQ is bounded")
+	cfg.MaxBytes = 64 << 10
+	_, err = js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	subj := wire.Subjects{Prefix: wire.PrefixDefault}
+	body := []byte(strings.Repeat("x", 1024))
+	for i := range 200 {
+		_, err := js.Publish(ctx, subj.DLQ(1, fmt.Sprintf("task-%d", i)), body)
+		require.NoError(t, err, "dead letter %d refused", i)
+	}
+	st, err := js.Stream(ctx, wire.StreamDLQ)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.LessOrEqual(t, info.State.Bytes, uint64(cfg.MaxBytes))
+	require.Greater(t, info.State.FirstSeq, uint64(1), "the oldest dead letters were dropped")
+	require.Equal(t, uint64(200), info.State.LastSeq, "the newest dead letter is kept")
 }
