@@ -17,6 +17,7 @@ import (
 
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
+	"github.com/flowness/ledger/internal/connect"
 )
 
 // binaries builds ingest, projector and ledgerctl once per test binary, and
@@ -137,4 +138,35 @@ func TestChaosWithoutTheFenceReportsStaleCommits(t *testing.T) {
 	if res.Dir != "" {
 		os.RemoveAll(res.Dir)
 	}
+}
+
+// Against a deployment that is already running (here one StartDeployment
+// made: its own PostgreSQL, nats-server, ingest and projector processes),
+// only the writers and the checker run, as docs/operations.md tells a user
+// to run them against theirs: SIGSTOPs of the writers still force
+// takeovers, and the ledger breaks no promise.
+func TestChaosAgainstAnExternalDeployment(t *testing.T) {
+	bin, _ := build(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	d, err := chaos.StartDeployment(ctx, chaos.DeploymentOptions{Bin: bin, Progress: testWriter{t}})
+	if errors.Is(err, pgtemp.ErrNotInstalled) {
+		t.Skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed: ", err)
+	}
+	require.NoError(t, err)
+	defer func() { d.Stop(t.Failed()) }()
+
+	// The negative control's shape (many tasks, a low rate): with an
+	// unfenced ingest in the deployment this run reports stale commits.
+	res := runChaos(t, chaos.Options{Bin: bin, Duration: 15 * time.Second, Partitions: 2, Tasks: 64, Rate: 20,
+		SigstopEvery: 2 * time.Second,
+		External: &chaos.External{Conn: connect.Options{DatabaseURL: d.DatabaseURL(), NATSURL: d.NATSURL()},
+			FirstPartition: 5}})
+	r := res.Report
+	assert.Zero(t, r.Total(), "violations: %v\n%s", r.Counts, res.Summary)
+	require.Len(t, res.Faults, 1, "against a deployment only the writers' SIGSTOP: %s", res.Summary)
+	assert.Positive(t, res.Faults[0].Count, res.Summary)
+	assert.Positive(t, r.Commits, res.Summary)
+	assert.Greater(t, r.Grants, 2, "takeovers happened: %s", res.Summary)
+	assert.Zero(t, d.Exits(), "a deployment's process exited")
 }
