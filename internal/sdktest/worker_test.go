@@ -155,26 +155,32 @@ func TestAcquireOfAPartitionHeldByAnotherFailsWithErrHeld(t *testing.T) {
 func TestNewRefusesInvalidConfig(t *testing.T) {
 	t.Parallel()
 	ns := natstest.Start(t)
-	nc := ns.Conn(t)
+	// The connection's replies come to the principal w's inbox, so that
+	// each case is refused for its own reason, which the error names.
+	nc := ns.Conn(t, worker.InboxOption("w.1"))
 	for _, tc := range []struct {
-		name string
-		cfg  worker.Config
+		name, want string
+		cfg        worker.Config
 	}{
-		{"no holder", worker.Config{}},
-		{"holder with a dot", worker.Config{Holder: "worker.a"}},
-		{"holder too long", worker.Config{Holder: string(make([]byte, 129))}},
-		{"prefix with a dot", worker.Config{Holder: "w.1", Prefix: "a.b"}},
-		{"ttl below 100 ms", worker.Config{Holder: "w.1", TTL: 50 * time.Millisecond}},
-		{"ttl not whole ms", worker.Config{Holder: "w.1", TTL: time.Second + time.Microsecond}},
-		{"renewal after half the ttl", worker.Config{Holder: "w.1", TTL: time.Second, RenewEvery: 600 * time.Millisecond}},
-		{"negative in flight", worker.Config{Holder: "w.1", MaxInFlight: -1}},
+		{"no holder", "must be <principal>.<instance>", worker.Config{}},
+		{"holder without an instance", "must be <principal>.<instance>", worker.Config{Holder: "worker"}},
+		{"holder with three parts", "must be <principal>.<instance>", worker.Config{Holder: "w.1.x"}},
+		{"holder too long", "must be <principal>.<instance>", worker.Config{Holder: string(make([]byte, 129))}},
+		{"prefix with a dot", "prefix", worker.Config{Holder: "w.1", Prefix: "a.b"}},
+		{"ttl below 100 ms", "ttl", worker.Config{Holder: "w.1", TTL: 50 * time.Millisecond}},
+		{"ttl not whole ms", "ttl", worker.Config{Holder: "w.1", TTL: time.Second + time.Microsecond}},
+		{"renewal after half the ttl", "renew interval", worker.Config{Holder: "w.1", TTL: time.Second, RenewEvery: 600 * time.Millisecond}},
+		{"negative in flight", "max in flight", worker.Config{Holder: "w.1", MaxInFlight: -1}},
+		{"replies to another principal's inbox", "replies must come to _INBOX.v.>", worker.Config{Holder: "v.1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := worker.New(nc, tc.cfg)
-			require.Error(t, err)
+			require.ErrorContains(t, err, tc.want)
 		})
 	}
-	_, err := worker.New(nil, worker.Config{Holder: "w.1"})
+	_, err := worker.New(ns.Conn(t), worker.Config{Holder: "w.1"})
+	require.ErrorContains(t, err, "replies must come to _INBOX.w.>", "a connection with nats.go's own inbox")
+	_, err = worker.New(nil, worker.Config{Holder: "w.1"})
 	require.Error(t, err)
 }
 
