@@ -170,3 +170,25 @@ func TestChaosAgainstAnExternalDeployment(t *testing.T) {
 	assert.Greater(t, r.Grants, 2, "takeovers happened: %s", res.Summary)
 	assert.Zero(t, d.Exits(), "a deployment's process exited")
 }
+
+// With -cluster: three JetStream nodes, R3 streams, and kill -9 of a node
+// instead of the server's restart. A node kill is the fault that once made
+// thousands of in-order events `gap` (issue 9); and the run must get past a
+// cluster's start, whose first JetStream requests go unanswered until it
+// has elected its meta leader.
+func TestChaosOnAClusterBreaksNoPromise(t *testing.T) {
+	bin, _ := build(t)
+	res := runChaos(t, chaos.Options{Bin: bin, Duration: 25 * time.Second, Cluster: true,
+		NATSRestartEvery: 10 * time.Second, KillIngestEvery: chaos.Off, PGRestartEvery: chaos.Off, PGCutEvery: chaos.Off})
+
+	r := res.Report
+	assert.Zero(t, r.Total(), "violations: %v\n%s", r.Counts, res.Summary)
+	var kills int
+	for _, f := range res.Faults {
+		if f.Kind == chaos.FaultNATSKill {
+			kills = f.Count
+		}
+	}
+	assert.Positive(t, kills, "no node was killed: %s", res.Summary)
+	assert.Positive(t, r.Commits, res.Summary)
+}

@@ -390,6 +390,10 @@ func (r *run) connect(ctx context.Context, dial func() (*nats.Conn, error)) erro
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
+		// Each try starts afresh: an error of the last try's JetStream
+		// request must not stand for this one's (a cluster that had no
+		// meta leader yet then looked unanswering for good).
+		err = nil
 		if r.nc == nil {
 			r.nc, err = dial()
 		}
