@@ -231,6 +231,7 @@ func (p *pipeline) throughput(ctx context.Context, r *Report) error {
 	defer cancel()
 	errs := make(chan error, partitions)
 	var wg sync.WaitGroup
+	cpu := startCPU()
 	start := time.Now()
 	for part := range partitions {
 		wg.Add(1)
@@ -263,12 +264,17 @@ func (p *pipeline) throughput(ctx context.Context, r *Report) error {
 	if err := t.wait(ctx, ReceiptTimeout, time.Time{}); err != nil {
 		return fmt.Errorf("benchreport: pipeline: %w", err)
 	}
+	// Everything on the machine until the last receipt: the SDK workers,
+	// NATS, the ingest, PostgreSQL and the projector, which runs here and
+	// is stopped during the raw pipelines.
+	cpuPerEvent := cpu.perEvent(t.total)
 	if err := p.checkVersions(); err != nil {
 		return fmt.Errorf("benchreport: pipeline: %w", err)
 	}
 	receipt, kv := t.last()
 	label := fmt.Sprintf("pipeline: SDK → ingest → receipt (%d workers, fresh tasks)", p.o.Workers)
 	r.SDKReceipt = throughputRow(label, t.total, time.Unix(0, receipt).Sub(start))
+	r.SDKReceipt.CPUPerEvent = cpuPerEvent
 	r.SDKKV = throughputRow(LabelSDKKV, t.total, time.Unix(0, kv).Sub(start))
 	r.SDKFirstSecond, r.SDKSteady = firstAndRest(start, t.arrivals(func(s *sample) int64 { return s.receipt }), FirstWindow)
 	return nil

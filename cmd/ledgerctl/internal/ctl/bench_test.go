@@ -16,7 +16,7 @@ func TestBenchJSONPrintsOnlyTheChosenSections(t *testing.T) {
 	var report map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &report), r.stdout)
 	require.Equal(t, []any{"baselines"}, report["sections"])
-	for _, row := range []string{"per_event_insert", "set_insert", "copy", "fence_append"} {
+	for _, row := range []string{"per_event_insert", "set_insert", "copy", "schema_insert", "fence_append"} {
 		require.Contains(t, report, row)
 		require.Greater(t, report[row].(map[string]any)["per_second"], 0.0, row)
 	}
