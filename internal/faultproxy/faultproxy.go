@@ -5,9 +5,7 @@
 package faultproxy
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -117,10 +115,11 @@ func (p *Proxy) accept() {
 
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	err := p.copy(dst, src)
-	if errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) {
-		_ = dst.Close()
-	}
+	// However the copy ends (EOF, a reset, a closed socket), both halves
+	// end: a peer that reset its side must not leave the other waiting on
+	// a connection nothing will ever answer.
+	_ = p.copy(dst, src)
+	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
 	delete(p.conns, src)

@@ -2,6 +2,7 @@ package faultproxy_test
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -90,4 +91,39 @@ func startEcho(t *testing.T) string {
 		}
 	}()
 	return echo.Addr().String()
+}
+
+// A server that resets its connection (as a PostgreSQL backend killed by an
+// immediate shutdown can) ends the client's connection too: the client must
+// not wait for ever on a connection whose other half is gone.
+func TestUpstreamResetEndsTheClientsConnection(t *testing.T) {
+	t.Parallel()
+	srv, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	go func() {
+		for {
+			c, err := srv.Accept()
+			if err != nil {
+				return
+			}
+			// Read the request, then reset: close with unread data and
+			// linger 0, which sends RST rather than FIN.
+			buf := make([]byte, 1)
+			_, _ = c.Read(buf)
+			_ = c.(*net.TCPConn).SetLinger(0)
+			_ = c.Close()
+		}
+	}()
+	p := faultproxy.Start(t, srv.Addr().String())
+	c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Write([]byte("query that is never answered\n"))
+	require.NoError(t, err)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = c.Read(make([]byte, 1))
+	require.Error(t, err)
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the client still waits after the server reset: %v", err)
 }
