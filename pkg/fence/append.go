@@ -96,7 +96,7 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Result, error) {
 				return nil, werr
 			}
 		}
-		err = s.appendOnce(ctx, b, res)
+		err = s.appendAttempt(ctx, b, res)
 		if err == nil {
 			return res, nil
 		}
@@ -271,4 +271,20 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// appendAttempt is appendOnce bounded by Config.AttemptTimeout: an attempt
+// the database does not answer in time fails with ErrNoAnswer, whatever
+// state its connection is in.
+func (s *Store) appendAttempt(ctx context.Context, b *batch, res []Result) error {
+	if s.cfg.AttemptTimeout <= 0 {
+		return s.appendOnce(ctx, b, res)
+	}
+	actx, cancel := context.WithTimeout(ctx, s.cfg.AttemptTimeout)
+	defer cancel()
+	err := s.appendOnce(actx, b, res)
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		return fmt.Errorf("%w within %v: %w", ErrNoAnswer, s.cfg.AttemptTimeout, err)
+	}
+	return err
 }

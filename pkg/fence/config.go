@@ -45,6 +45,11 @@ const (
 	MaxNumberGrowthSlack = 4096
 	// StatementTimeoutDefault is the default of Config.StatementTimeout: 30 s.
 	StatementTimeoutDefault = 30 * time.Second
+	// AttemptTimeoutDefault is the default of Config.AttemptTimeout: 65 s,
+	// a little over the two round trips of an append at the default
+	// statement timeout, so that the database's own timeout, with its
+	// clearer error, normally comes first.
+	AttemptTimeoutDefault = 65 * time.Second
 	// IdleInTransactionTimeoutDefault is the default of
 	// Config.IdleInTransactionTimeout: 30 s.
 	IdleInTransactionTimeoutDefault = 30 * time.Second
@@ -76,6 +81,16 @@ type Config struct {
 	// (SET LOCAL statement_timeout), so that no statement holds lease rows
 	// locked for long whatever it meets. Default 30 s; negative disables.
 	StatementTimeout time.Duration
+	// AttemptTimeout bounds each attempt of an append by the client's own
+	// clock. The database bounds its statements (StatementTimeout), but a
+	// connection that went silent, dropped by a proxy or a NAT without a
+	// reset, answers nothing at all, and TCP keepalives do not notice
+	// when something in between still answers them: the append, and the
+	// ingest lane that waits for it, would wait for ever. Past it the
+	// attempt fails with an error IsTransient accepts, the connection is
+	// closed, and the caller tries again on another. Default 65 s;
+	// negative disables.
+	AttemptTimeout time.Duration
 	// IdleInTransactionTimeout ends the session of an append or takeover
 	// transaction that waits longer than this for its client (SET LOCAL
 	// idle_in_transaction_session_timeout): a client behind a half-open
@@ -97,6 +112,7 @@ func (c Config) WithDefaults() Config {
 	c.HeadCacheSize = cmp.Or(c.HeadCacheSize, HeadCacheSizeDefault)
 	c.MaxAhead = cmp.Or(c.MaxAhead, MaxAheadDefault)
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, StatementTimeoutDefault)
+	c.AttemptTimeout = cmp.Or(c.AttemptTimeout, AttemptTimeoutDefault)
 	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, IdleInTransactionTimeoutDefault)
 	c.KeepAlive = cmp.Or(c.KeepAlive, KeepAliveDefault)
 	return c
@@ -115,7 +131,7 @@ func (c Config) validate() error {
 	if c.MaxAhead < 1 {
 		return fmt.Errorf("fence: max ahead must be at least 1, got %d", c.MaxAhead)
 	}
-	for name, d := range map[string]time.Duration{"statement timeout": c.StatementTimeout,
+	for name, d := range map[string]time.Duration{"statement timeout": c.StatementTimeout, "attempt timeout": c.AttemptTimeout,
 		"idle in transaction timeout": c.IdleInTransactionTimeout, "keepalive": c.KeepAlive} {
 		if d > 0 && d < time.Millisecond {
 			return fmt.Errorf("fence: %s must be at least 1 ms (or negative to disable), got %v", name, d)

@@ -33,6 +33,11 @@ var (
 	ErrObservationStale = errors.New("observed generation is no longer current")
 )
 
+// ErrNoAnswer: an append attempt got no answer from the database within
+// Config.AttemptTimeout (a silent connection). Transient: nothing of the
+// attempt is known to have committed unless a retry finds it so.
+var ErrNoAnswer = errors.New("fence: the database did not answer")
+
 // LeaseError is the error of a lease call.
 type LeaseError struct {
 	// Kind is one of the sentinels above.
@@ -70,8 +75,12 @@ func leaseErr(kind error, cur *Lease, format string, args ...any) error {
 // IsTransient reports whether err is a failure that may succeed if retried
 // unchanged: the connection was lost or refused, the server is shutting down
 // or out of resources, or the transaction lost a serialisation or deadlock
-// race. Context cancellation is not transient: the caller gave up.
+// race, or an append attempt got no answer in time (ErrNoAnswer). Context
+// cancellation is not transient: the caller gave up.
 func IsTransient(err error) bool {
+	if errors.Is(err, ErrNoAnswer) {
+		return true
+	}
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}

@@ -106,3 +106,51 @@ func TestSilentConnectionDoesNotHoldTheLeaseLocked(t *testing.T) {
 	}
 	require.Equal(t, 0, countRows(t, db, `SELECT count(*) FROM ledger.events`))
 }
+
+// A connection that goes silent, dropped by something in between that
+// neither answers nor resets it, would hold an append (and the ingest lane
+// waiting for it) for ever: the database never sees the statements, so its
+// own timeouts never start. The attempt gives up at AttemptTimeout with a
+// transient error, and the next append, on a fresh connection, commits.
+func TestAppendOnASilentConnectionGivesUpAndTheNextCommits(t *testing.T) {
+	t.Parallel()
+	const attempt = time.Second
+	s, db := newStore(t, fence.Config{})
+	ctx := context.Background()
+	pc, err := pgconn.ParseConfig(db.URL)
+	require.NoError(t, err)
+	proxy := faultproxy.Start(t, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))))
+	viaProxy, err := fence.New(db.PoolVia(t, proxy.Addr()), fence.Config{AttemptTimeout: attempt})
+	require.NoError(t, err)
+	actx, acancel := context.WithCancel(ctx)
+	t.Cleanup(func() { acancel(); proxy.Cut() })
+
+	l, err := s.Acquire(ctx, 3, "worker-a.1", longTTL)
+	require.NoError(t, err)
+	// A connection is open first: the silence falls mid-session, where no
+	// connect timeout applies.
+	_, err = viaProxy.Append(ctx, []fence.Event{ev(l, "warm", 1, "x")})
+	require.NoError(t, err)
+	e := ev(l, "silent", 1, "x")
+	proxy.Silence()
+	appendErr := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := viaProxy.Append(actx, []fence.Event{e})
+		appendErr <- err
+	}()
+	select {
+	case err := <-appendErr:
+		require.ErrorIs(t, err, fence.ErrNoAnswer)
+		require.True(t, fence.IsTransient(err), "the caller retries: %v", err)
+		require.Less(t, time.Since(start), 5*attempt)
+	case <-time.After(10 * attempt):
+		t.Fatal("the append waited on a silent connection for 10x its attempt timeout")
+	}
+
+	proxy.Restore()
+	res, err := viaProxy.Append(ctx, []fence.Event{e})
+	require.NoError(t, err)
+	require.Equal(t, wire.VerdictCommitted, res[0].Verdict)
+	require.Equal(t, 2, countRows(t, db, `SELECT count(*) FROM ledger.events`))
+}
