@@ -154,7 +154,11 @@
 //     (Config.StatementTimeout, Config.IdleInTransactionTimeout, 30 s), so a
 //     client gone silent or a runaway statement releases its lease rows
 //     within that time, not when TCP gives up; ConfigurePool adds TCP
-//     keepalives on both ends.
+//     keepalives on both ends. The client bounds each append attempt by its
+//     own clock as well (Config.AttemptTimeout, 65 s): a connection dropped
+//     in between without a reset carries no statement to the server, whose
+//     timeouts then never start; the attempt fails with ErrNoAnswer, a
+//     transient error, and the caller retries on a fresh connection.
 //
 // The batch costs a fixed handful of statements whatever its size, in two
 // pipelined round trips: BEGIN, the timeouts, the lease lock, the reads of
