@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -74,7 +75,14 @@ func (s *Service) missingBefore(ctx context.Context, c *fence.Committed) ([]*nat
 	default:
 		lc, err := s.subjects.DecodeLog(last.Subject, last.Header, last.Data)
 		if err != nil {
-			return nil, fmt.Errorf("last log copy of task %s: %w", c.Task, err)
+			// Not a copy this ledger wrote (only the ingest and an operator
+			// may publish there): it says nothing of what LEDGER_LOG holds.
+			// Retrying could not change it, so every earlier version is
+			// published again, from PostgreSQL; those already stored within
+			// the stream's window are deduplicated by their event ids.
+			s.log.Warn("the last log copy of a task does not read; publishing its earlier versions again",
+				slog.String("task", c.Task), slog.Uint64("stream_seq", last.Sequence), slog.String("error", err.Error()))
+			lc.Version = 0
 		}
 		have = lc.Version
 	}
