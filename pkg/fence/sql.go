@@ -250,16 +250,17 @@ INSERT INTO ledger.rejections
 SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::bigint[],
                      $7::text[], $8::text[], $9::bigint[])`
 
-	// sqlProbeInsert inserts events without fence or lookups, skipping rows
-	// whose keys exist. Only isolate runs it, under a savepoint of a
-	// transaction it rolls back, to find which event's own row PostgreSQL
-	// refuses (a payload, a trigger, a constraint).
+	// sqlProbeInsert inserts events without fence or lookups. Only isolate
+	// runs it, under a savepoint of a transaction it rolls back, to find
+	// which event's own row PostgreSQL refuses (a payload, a trigger, a
+	// constraint). ledger.events has no unique key but seq (migration
+	// 00006), so a row whose id or version is already stored is inserted
+	// like any other and blames no event.
 	sqlProbeInsert = `
 INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
 SELECT i.event_id, i.partition, i.task_id, i.version, i.type, i.payload::jsonb, i.holder, i.generation, clock_timestamp()
 FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[])
-     AS i(event_id, partition, task_id, version, type, payload, holder, generation)
-ON CONFLICT DO NOTHING`
+     AS i(event_id, partition, task_id, version, type, payload, holder, generation)`
 )
 
 // appendFencePredicate is the fence's line of sqlAppendInsert.
