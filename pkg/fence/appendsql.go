@@ -341,17 +341,10 @@ func (s *Store) insertSQL() string {
 	return sqlAppendInsert
 }
 
-// queueInsert queues the fenced insert of the commits.
+// queueInsert queues the fenced insert of the commits: the columns of
+// sqlProbeInsert, and how many rows the fence must let through.
 func queueInsert(pb *pgx.Batch, b *batch, commits []int, sql string) {
-	n := len(commits)
-	ids, tasks, types, payloads, holders := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	partitions, versions, gens := make([]int32, n), make([]int64, n), make([]int64, n)
-	for k, i := range commits {
-		e := &b.events[i]
-		ids[k], tasks[k], types[k], payloads[k], holders[k] = e.ID, e.Task, e.Type, b.payloads[i], e.Holder
-		partitions[k], versions[k], gens[k] = int32(e.Partition), e.Version, e.Generation
-	}
-	pb.Queue(sql, ids, partitions, tasks, versions, types, payloads, holders, gens, int64(n))
+	pb.Queue(sql, append(eventColumns(b, commits), int64(len(commits)))...)
 }
 
 // readInserted reads the rows the fenced insert returned.
@@ -433,7 +426,7 @@ func (s *Store) isolate(ctx context.Context, b *batch, res []Result) (int, error
 		if _, err := conn.Exec(ctx, "savepoint probe"); err != nil {
 			return err
 		}
-		_, perr := conn.Exec(ctx, sqlProbeInsert, probeArgs(b, set)...)
+		_, perr := conn.Exec(ctx, sqlProbeInsert, eventColumns(b, set)...)
 		if _, err := conn.Exec(ctx, "rollback to savepoint probe"); err != nil {
 			return err
 		}
@@ -469,8 +462,9 @@ func (s *Store) isolate(ctx context.Context, b *batch, res []Result) (int, error
 	return len(bad), nil
 }
 
-// probeArgs are the arguments of sqlProbeInsert for the events set.
-func probeArgs(b *batch, set []int) []any {
+// eventColumns are the events set as the column arrays sqlProbeInsert and
+// sqlAppendInsert take as $1..$8.
+func eventColumns(b *batch, set []int) []any {
 	n := len(set)
 	ids, tasks, types, payloads, holders := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	partitions, versions, gens := make([]int32, n), make([]int64, n), make([]int64, n)
