@@ -2,7 +2,6 @@ package fence_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -32,7 +31,7 @@ type archiveRig struct {
 const archivePartitionRows = 100
 
 func newArchiveRig(t *testing.T) *archiveRig {
-	_, db := newStore(t, fence.Config{})
+	db := dbtest.New(t)
 	r := &archiveRig{db: db, s: smallPartitions(t, db, fence.Config{}, archivePartitionRows), dir: t.TempDir(),
 		filled: map[string]int64{}}
 	for p := range 4 {
@@ -83,15 +82,11 @@ func (r *archiveRig) archivedRows(t *testing.T) ([]row, fence.Manifest) {
 }
 
 func (r *archiveRig) horizon(t *testing.T) int64 {
-	var below int64
-	require.NoError(t, r.db.Pool.QueryRow(context.Background(), `SELECT below_seq FROM ledger.horizon`).Scan(&below))
-	return below
+	return int64(countRows(t, r.db, `SELECT below_seq FROM ledger.horizon`))
 }
 
 func (r *archiveRig) drawn(t *testing.T) int64 {
-	var n int64
-	require.NoError(t, r.db.Pool.QueryRow(context.Background(), `SELECT coalesce(max(seq), 0) FROM ledger.events`).Scan(&n))
-	return n
+	return int64(countRows(t, r.db, `SELECT coalesce(max(seq), 0) FROM ledger.events`))
 }
 
 // writers append, until stop, batches of 1..8 events to tasks of their own
@@ -178,7 +173,7 @@ func (r *archiveRig) checkArchive(t *testing.T, committed []sent) (archived, hot
 		require.Equal(t, c.seq, x.seq)
 		require.Equal(t, c.e.Task, x.task)
 		require.Equal(t, c.e.Version, x.version)
-		requireSameJSON(t, string(c.e.Payload), x.payload)
+		require.JSONEq(t, string(c.e.Payload), x.payload)
 		if c.seq < below {
 			wantArchived++
 		}
@@ -223,14 +218,6 @@ func requireHeadsAgree(t *testing.T, s *fence.Store, tasks []string, someArchive
 	if someArchived {
 		require.True(t, archived, "some task has archived versions")
 	}
-}
-
-func requireSameJSON(t *testing.T, want, got string) {
-	t.Helper()
-	var a, b any
-	require.NoError(t, json.Unmarshal([]byte(want), &a))
-	require.NoError(t, json.Unmarshal([]byte(got), &b))
-	require.Equal(t, a, b)
 }
 
 // The archive runs online: four writers keep committing while it moves

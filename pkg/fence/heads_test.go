@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -113,7 +114,7 @@ func raceOnOneTask(t *testing.T, control func(*fence.Store) *fence.Store) (int, 
 func TestAppendsMakePartitionsAheadOfNeed(t *testing.T) {
 	t.Parallel()
 	appendAcross := func(t *testing.T, control bool) error {
-		_, db := newStore(t, fence.Config{})
+		db := dbtest.New(t)
 		s := smallPartitions(t, db, fence.Config{}, 20)
 		if control {
 			s = fence.WithoutPartitionKeeping(s)
