@@ -155,7 +155,6 @@ func noRepeatedKeys(obj []byte) error {
 
 // ArchiveReader reads the rows of one archive file in order.
 type ArchiveReader struct {
-	gz   *gzip.Reader
 	sc   *bufio.Scanner
 	last int64
 	rows int64
@@ -170,7 +169,7 @@ func NewArchiveReader(r io.Reader) (*ArchiveReader, error) {
 	}
 	sc := bufio.NewScanner(gz)
 	sc.Buffer(make([]byte, 64<<10), maxArchiveLine)
-	return &ArchiveReader{gz: gz, sc: sc}, nil
+	return &ArchiveReader{sc: sc}, nil
 }
 
 // Next returns the next row, or io.EOF after the last. Rows must rise in
