@@ -89,10 +89,12 @@ func (s *Store) checkLeaseArgs(partition int, holder string, needHolder bool, tt
 	return nil
 }
 
-func scanLease(row pgx.Row, partition int) (Lease, error) {
+// scanLease reads a lease row (holder, generation, expires_at, ttl_ms,
+// valid), and into extra any columns that follow.
+func scanLease(row pgx.Row, partition int, extra ...any) (Lease, error) {
 	l := Lease{Partition: partition}
 	var ttlMS int64
-	err := row.Scan(&l.Holder, &l.Generation, &l.ExpiresAt, &ttlMS, &l.Valid)
+	err := row.Scan(append([]any{&l.Holder, &l.Generation, &l.ExpiresAt, &ttlMS, &l.Valid}, extra...)...)
 	l.TTL = time.Duration(ttlMS) * time.Millisecond
 	return l, err
 }
@@ -160,12 +162,8 @@ func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl t
 				return fmt.Errorf("fence: acquire partition %d: %w", partition, err)
 			}
 		}
-		cur := Lease{Partition: partition}
-		var curTTL int64
 		var curReqID string
-		err := tx.QueryRow(ctx, sqlLeaseLock, partition).Scan(&cur.Holder, &cur.Generation, &cur.ExpiresAt, &curTTL,
-			&cur.Valid, &curReqID)
-		cur.TTL = time.Duration(curTTL) * time.Millisecond
+		cur, err := scanLease(tx.QueryRow(ctx, sqlLeaseLock, partition), partition, &curReqID)
 		if err != nil {
 			if errors.Is(err, pgx.ErrNoRows) && observed != nil {
 				return leaseErr(ErrObservationStale, nil, "partition %d: observed generation %d but it was never leased", partition, *observed)
