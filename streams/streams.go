@@ -121,16 +121,3 @@ func ApplyBucket(ctx context.Context, js jetstream.JetStream, name string, o Opt
 	}
 	return kv, nil
 }
-
-// ApplyConsumer creates or updates the durable consumer stem on stream.
-func ApplyConsumer(ctx context.Context, js jetstream.JetStream, stream, stem string, o Options) (jetstream.Consumer, error) {
-	cfg, err := Consumer(stem, o)
-	if err != nil {
-		return nil, err
-	}
-	c, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("streams: apply consumer %s on %s: %w", stem, stream, err)
-	}
-	return c, nil
-}
