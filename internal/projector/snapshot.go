@@ -91,7 +91,7 @@ func WriteSnapshot(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Po
 		}
 		st, err := storedState(entry.Key(), entry.Value())
 		if err == nil {
-			_, err = DecodeSnapshotValue(mustJSON(st))
+			err = checkSnapshotValue(st)
 		}
 		if err != nil {
 			skipped++
@@ -162,23 +162,24 @@ func DecodeSnapshotValue(line []byte) (projection.State, error) {
 	if err := decodeStrict(line, &st); err != nil {
 		return st, fmt.Errorf("not a projection: %w", err)
 	}
-	switch {
-	case !wire.ValidID(st.Task):
-		return st, fmt.Errorf("task id %.40q is not 1..128 of [A-Za-z0-9_-]", st.Task)
-	case st.Version < 0 || st.Seq < 0 || st.Partition < 0 || st.DataTooLarge < 0:
-		return st, fmt.Errorf("task %s: version %d, seq %d, partition %d out of range", st.Task, st.Version, st.Seq, st.Partition)
-	case len(st.Data) > 0 && !json.Valid(st.Data):
-		return st, fmt.Errorf("task %s: data is not JSON", st.Task)
-	case st.Gap != nil && (st.Gap.NextVersion <= st.Version || st.Gap.Buffered < 0):
-		return st, fmt.Errorf("task %s: gap at version %d, buffered %d, does not follow version %d", st.Task,
-			st.Gap.NextVersion, st.Gap.Buffered, st.Version)
-	}
-	return st, nil
+	return st, checkSnapshotValue(st)
 }
 
-func mustJSON(v any) []byte {
-	b, _ := json.Marshal(v)
-	return b
+// checkSnapshotValue is what DecodeSnapshotValue asks of a decoded
+// projection: a valid task id, a version of at least 0, JSON data.
+func checkSnapshotValue(st projection.State) error {
+	switch {
+	case !wire.ValidID(st.Task):
+		return fmt.Errorf("task id %.40q is not 1..128 of [A-Za-z0-9_-]", st.Task)
+	case st.Version < 0 || st.Seq < 0 || st.Partition < 0 || st.DataTooLarge < 0:
+		return fmt.Errorf("task %s: version %d, seq %d, partition %d out of range", st.Task, st.Version, st.Seq, st.Partition)
+	case len(st.Data) > 0 && !json.Valid(st.Data):
+		return fmt.Errorf("task %s: data is not JSON", st.Task)
+	case st.Gap != nil && (st.Gap.NextVersion <= st.Version || st.Gap.Buffered < 0):
+		return fmt.Errorf("task %s: gap at version %d, buffered %d, does not follow version %d", st.Task,
+			st.Gap.NextVersion, st.Gap.Buffered, st.Version)
+	}
+	return nil
 }
 
 // decodeStrict decodes one JSON object into v: no unknown fields, nothing
