@@ -132,8 +132,13 @@ func ReadSnapshot(r io.Reader, fn func(projection.State) error) (SnapshotHeader,
 	var n int64
 	for sc.Scan() {
 		line := sc.Bytes()
-		var end snapshotEnd
-		if decodeStrict(line, &end) == nil && end.End {
+		st, err := DecodeSnapshotValue(line)
+		if err != nil {
+			// Not a projection (it has no task): the end line, or nothing.
+			var end snapshotEnd
+			if decodeStrict(line, &end) != nil || !end.End {
+				return h, fmt.Errorf("snapshot: line %d: %w", n+2, err)
+			}
 			if end.Tasks != n {
 				return h, fmt.Errorf("snapshot: %d projections, the end line says %d", n, end.Tasks)
 			}
@@ -141,10 +146,6 @@ func ReadSnapshot(r io.Reader, fn func(projection.State) error) (SnapshotHeader,
 				return h, errors.New("snapshot: more after the end line")
 			}
 			return h, errOr(sc.Err(), nil)
-		}
-		st, err := DecodeSnapshotValue(line)
-		if err != nil {
-			return h, fmt.Errorf("snapshot: line %d: %w", n+2, err)
 		}
 		n++
 		if err := fn(st); err != nil {
