@@ -109,7 +109,11 @@ func (s *Service) RebuildFrom(ctx context.Context, src RebuildSource, progress f
 	for _, f := range manifest.Files {
 		total += f.Rows
 	}
-	r := &rebuild{s: s, whole: whole, seen: map[string]bool{}, total: total, start: time.Now(), progress: progress}
+	r := &rebuild{s: s, whole: whole, parts: parts, mine: map[int]bool{}, seen: map[string]bool{}, total: total,
+		start: time.Now(), progress: progress}
+	for _, p := range parts {
+		r.mine[int(p)] = true
+	}
 	switch {
 	case src.Snapshot != nil:
 		if err := r.loadSnapshot(ctx, src.Snapshot); err != nil {
@@ -121,7 +125,7 @@ func (s *Service) RebuildFrom(ctx context.Context, src RebuildSource, progress f
 		}
 	}
 	for cursor := int64(0); cursor < last; {
-		n, next, err := s.rebuildChunk(ctx, cursor, parts, whole, r.seen)
+		n, next, err := r.chunk(ctx, cursor)
 		if err != nil {
 			return err
 		}
@@ -156,7 +160,9 @@ func (s *Service) RebuildFrom(ctx context.Context, src RebuildSource, progress f
 // rebuild is the progress of a rebuild.
 type rebuild struct {
 	s        *Service
-	whole    bool
+	whole    bool            // every partition: the bucket was made anew
+	parts    []int32         // the partitions rebuilt
+	mine     map[int]bool    // the same, as a set
 	seen     map[string]bool // tasks this rebuild has begun
 	done     int64           // events replayed
 	loaded   int64           // projections taken from a snapshot
@@ -180,10 +186,6 @@ func (r *rebuild) advance(ctx context.Context, n int) error {
 // task starts from nothing.
 func (r *rebuild) loadSnapshot(ctx context.Context, snap io.Reader) error {
 	s := r.s
-	mine := map[int]bool{}
-	for _, p := range s.cfg.partitionsOrAll() {
-		mine[int(p)] = true
-	}
 	changed := map[string]projection.State{}
 	flush := func() error {
 		if len(changed) == 0 {
@@ -201,19 +203,12 @@ func (r *rebuild) loadSnapshot(ctx context.Context, snap io.Reader) error {
 		return nil
 	}
 	_, err := ReadSnapshot(snap, func(st projection.State) error {
-		if !mine[st.Partition] || st.DataTooLarge != 0 || r.seen[st.Task] {
+		if !r.mine[st.Partition] || st.DataTooLarge != 0 || r.seen[st.Task] {
 			return nil
 		}
-		s.revs[st.Task] = 0
-		if !r.whole {
-			entry, err := s.kv.Get(ctx, st.Task)
-			if err == nil {
-				s.revs[st.Task] = entry.Revision()
-			} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-				return fmt.Errorf("read %s: %w", st.Task, err)
-			}
+		if err := r.begin(ctx, st.Task); err != nil {
+			return err
 		}
-		r.seen[st.Task] = true
 		st.UpdatedAt = time.Now().UTC()
 		changed[st.Task] = st
 		r.loaded++
@@ -231,16 +226,12 @@ func (r *rebuild) loadSnapshot(ctx context.Context, snap io.Reader) error {
 // replayArchive replays the archive's files, checked against the
 // manifest, a chunk at a time, as the hot log's scan does.
 func (r *rebuild) replayArchive(ctx context.Context, dir string) error {
-	mine := map[int]bool{}
-	for _, p := range r.s.cfg.partitionsOrAll() {
-		mine[int(p)] = true
-	}
 	var chunk []projection.Event
 	flush := func() error {
 		if len(chunk) == 0 {
 			return nil
 		}
-		if err := r.s.rebuildEvents(ctx, chunk, r.whole, r.seen); err != nil {
+		if err := r.events(ctx, chunk); err != nil {
 			return err
 		}
 		n := len(chunk)
@@ -248,7 +239,7 @@ func (r *rebuild) replayArchive(ctx context.Context, dir string) error {
 		return r.advance(ctx, n)
 	}
 	_, err := fence.ReplayArchive(dir, func(c fence.Committed) error {
-		if !mine[c.Partition] {
+		if !r.mine[c.Partition] {
 			return nil
 		}
 		chunk = append(chunk, projection.Event{Task: c.Task, Partition: c.Partition, Version: c.Version, Seq: c.Seq,
@@ -389,11 +380,10 @@ func (s *Service) resetForRebuild(ctx context.Context, whole bool) error {
 	return nil
 }
 
-// rebuildChunk folds and stores the events after seq cursor, a chunk of
-// them, and returns how many it read and the seq of the last one.
-func (s *Service) rebuildChunk(ctx context.Context, cursor int64, parts []int32, whole bool, seen map[string]bool) (
-	n int, last int64, err error) {
-	rows, err := s.pool.Query(ctx, sqlScan, cursor, parts, scanChunk)
+// chunk folds and stores the events after seq cursor, a chunk of them,
+// and returns how many it read and the seq of the last one.
+func (r *rebuild) chunk(ctx context.Context, cursor int64) (n int, last int64, err error) {
+	rows, err := r.s.pool.Query(ctx, sqlScan, cursor, r.parts, scanChunk)
 	if err != nil {
 		return 0, 0, fmt.Errorf("projector: rebuild: scan after seq %d: %w", cursor, err)
 	}
@@ -404,17 +394,18 @@ func (s *Service) rebuildChunk(ctx context.Context, cursor int64, parts []int32,
 	if len(events) == 0 {
 		return 0, cursor, nil
 	}
-	if err := s.rebuildEvents(ctx, events, whole, seen); err != nil {
+	if err := r.events(ctx, events); err != nil {
 		return 0, 0, err
 	}
 	return len(events), events[len(events)-1].Seq, nil
 }
 
-// rebuildEvents folds and stores a chunk of events in seq order.
-func (s *Service) rebuildEvents(ctx context.Context, events []projection.Event, whole bool, seen map[string]bool) error {
+// events folds and stores a chunk of events in seq order.
+func (r *rebuild) events(ctx context.Context, events []projection.Event) error {
+	s := r.s
 	changed := map[string]projection.State{}
 	for _, ev := range events {
-		if err := s.rebuildOffer(ctx, ev, changed, whole, seen); err != nil {
+		if err := r.offer(ctx, ev, changed); err != nil {
 			return err
 		}
 	}
@@ -429,13 +420,24 @@ func (s *Service) rebuildEvents(ctx context.Context, events []projection.Event, 
 	return nil
 }
 
-// rebuildOffer offers a scanned event; a task seen for the first time starts
-// from an empty state (its stored value, if any, is only overwritten).
-func (s *Service) rebuildOffer(ctx context.Context, ev projection.Event, changed map[string]projection.State, whole bool,
-	seen map[string]bool) error {
+// offer offers a scanned event. A task the rebuild has not begun starts
+// from an empty state (its stored value, if any, is only overwritten); one
+// it began, and trimmed since, is loaded from the bucket, where the rebuild
+// wrote it.
+func (r *rebuild) offer(ctx context.Context, ev projection.Event, changed map[string]projection.State) error {
+	s := r.s
 	if _, ok := s.engine.State(ev.Task); !ok {
-		if err := s.rebuildBegin(ctx, ev.Task, whole, seen); err != nil {
-			return err
+		if r.seen[ev.Task] {
+			if _, err := s.load(ctx, ev.Task); err != nil {
+				return fmt.Errorf("projector: rebuild: load %s: %w", ev.Task, err)
+			}
+		} else {
+			if err := r.begin(ctx, ev.Task); err != nil {
+				return fmt.Errorf("projector: rebuild: %w", err)
+			}
+			if err := s.engine.Load(projection.State{Task: ev.Task}); err != nil {
+				return fmt.Errorf("projector: rebuild: begin %s: %w", ev.Task, err)
+			}
 		}
 	}
 	if err := s.offer(ctx, ev, changed); err != nil {
@@ -444,28 +446,20 @@ func (s *Service) rebuildOffer(ctx context.Context, ev projection.Event, changed
 	return nil
 }
 
-// rebuildBegin makes a task resident for the rebuild: from the bucket if
-// the rebuild wrote it already (and trimmed it since), else empty, at the
-// revision of the value it overwrites.
-func (s *Service) rebuildBegin(ctx context.Context, task string, whole bool, seen map[string]bool) error {
-	if seen[task] {
-		if _, err := s.load(ctx, task); err != nil {
-			return fmt.Errorf("projector: rebuild: load %s: %w", task, err)
-		}
-		return nil
-	}
+// begin marks task as begun by the rebuild, whose first write of it
+// replaces the value the bucket holds, at that value's revision (none when
+// the whole bucket was made anew).
+func (r *rebuild) begin(ctx context.Context, task string) error {
+	s := r.s
 	s.revs[task] = 0
-	if !whole {
+	if !r.whole {
 		entry, err := s.kv.Get(ctx, task)
 		if err == nil {
 			s.revs[task] = entry.Revision()
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("projector: rebuild: read %s: %w", task, err)
+			return fmt.Errorf("read %s: %w", task, err)
 		}
 	}
-	if err := s.engine.Load(projection.State{Task: task}); err != nil {
-		return fmt.Errorf("projector: rebuild: begin %s: %w", task, err)
-	}
-	seen[task] = true
+	r.seen[task] = true
 	return nil
 }
