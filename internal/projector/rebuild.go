@@ -2,7 +2,6 @@ package projector
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -242,8 +241,7 @@ func (r *rebuild) replayArchive(ctx context.Context, dir string) error {
 		if !r.mine[c.Partition] {
 			return nil
 		}
-		chunk = append(chunk, projection.Event{Task: c.Task, Partition: c.Partition, Version: c.Version, Seq: c.Seq,
-			Type: c.Type, Payload: json.RawMessage(c.Payload)})
+		chunk = append(chunk, eventOf(&c))
 		if len(chunk) == scanChunk {
 			return flush()
 		}

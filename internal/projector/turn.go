@@ -107,8 +107,14 @@ func decodeLog(subj wire.Subjects, subject string, h nats.Header, data []byte) (
 	if c.Version < 1 {
 		return projection.Event{}, time.Time{}, fmt.Errorf("log copy %s: version %d is below 1", subject, c.Version)
 	}
+	return eventOf(&c), c.CommittedAt, nil
+}
+
+// eventOf is the engine's event of a committed event, as the log copy and
+// the archive's files (rebuild.go) carry it.
+func eventOf(c *wire.LogCopy) projection.Event {
 	return projection.Event{Task: c.Task, Partition: c.Partition, Version: c.Version, Seq: c.Seq,
-		Type: c.Type, Payload: c.Payload}, c.CommittedAt, nil
+		Type: c.Type, Payload: c.Payload}
 }
 
 // offer gives one event to the engine, loading the task the first time, and
