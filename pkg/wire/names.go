@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -174,23 +175,32 @@ func (s Subjects) ParseLease(op, subject string) (holder string, err error) {
 
 // ParseIn splits an inbound subject into holder, partition and task. It
 // checks the shape and the ids; whether the partition is below the
-// configured count is the caller's check.
+// configured count is the caller's check. The ingest parses every inbound
+// subject twice (to route it, to decode it), so a well-formed one costs no
+// allocation: the holder is the subject's own bytes.
 func (s Subjects) ParseIn(subject string) (holder string, partition int, task string, err error) {
 	rest, ok := strings.CutPrefix(subject, s.p()+".in.")
-	principal, rest, ok2 := strings.Cut(rest, ".")
-	instance, rest, ok3 := strings.Cut(rest, ".")
+	principal, after, ok2 := strings.Cut(rest, ".")
+	instance, tail, ok3 := strings.Cut(after, ".")
 	if !ok || !ok2 || !ok3 {
-		return "", 0, "", fmt.Errorf("subject %q is not %s.in.<principal>.<instance>.<partition>.<task>", subject, s.p())
+		return "", 0, "", s.inShapeError(subject)
 	}
-	holder = principal + "." + instance
+	holder = rest[:len(principal)+1+len(instance)]
 	if !ValidHolder(holder) {
 		return "", 0, "", fmt.Errorf("subject %q: holder %q is not <principal>.<instance>, each 1..64 of [A-Za-z0-9_-]", subject, holder)
 	}
-	partition, task, err = s.parse(s.p()+".in."+rest, "in")
-	if err != nil {
+	partition, task, err = partitionTask(tail)
+	switch {
+	case err == errNotPartitionTask:
+		return "", 0, "", s.inShapeError(subject)
+	case err != nil:
 		return "", 0, "", fmt.Errorf("subject %q: %w", subject, err)
 	}
 	return holder, partition, task, nil
+}
+
+func (s Subjects) inShapeError(subject string) error {
+	return fmt.Errorf("subject %q is not %s.in.<principal>.<instance>.<partition>.<task>", subject, s.p())
 }
 
 // ParseLog splits a committed-log subject into partition and task.
@@ -210,18 +220,35 @@ func (s Subjects) parse(subject, kind string) (int, string, error) {
 	if !ok {
 		return 0, "", fmt.Errorf("subject %q is not under %s.%s.", subject, s.p(), kind)
 	}
-	ps, task, ok := strings.Cut(rest, ".")
-	if !ok || strings.Contains(task, ".") {
+	p, task, err := partitionTask(rest)
+	switch {
+	case err == errNotPartitionTask:
 		return 0, "", fmt.Errorf("subject %q is not %s.%s.<partition>.<task>", subject, s.p(), kind)
+	case err != nil:
+		return 0, "", fmt.Errorf("subject %q: %w", subject, err)
+	}
+	return p, task, nil
+}
+
+// errNotPartitionTask is partitionTask's error for a tail that is not two
+// tokens.
+var errNotPartitionTask = errors.New("not <partition>.<task>")
+
+// partitionTask reads the <partition>.<task> that ends every per-task
+// subject.
+func partitionTask(tail string) (int, string, error) {
+	ps, task, ok := strings.Cut(tail, ".")
+	if !ok || strings.Contains(task, ".") {
+		return 0, "", errNotPartitionTask
 	}
 	// One partition has one spelling: "03" would be a second subject for
 	// the same task, past the filters and permissions written for "3".
 	p, err := ParseInt(ps)
 	if err != nil || p > 1<<30 || len(ps) > 1 && ps[0] == '0' {
-		return 0, "", fmt.Errorf("subject %q: partition %q is not a non-negative integer without leading zeros", subject, ps)
+		return 0, "", fmt.Errorf("partition %q is not a non-negative integer without leading zeros", ps)
 	}
 	if !ValidID(task) {
-		return 0, "", fmt.Errorf("subject %q: task id %q is not 1..128 of [A-Za-z0-9_-]", subject, task)
+		return 0, "", fmt.Errorf("task id %q is not 1..128 of [A-Za-z0-9_-]", task)
 	}
 	return int(p), task, nil
 }

@@ -49,6 +49,19 @@ func TestParseInSplitsOnlyWellFormedSubjects(t *testing.T) {
 	}
 }
 
+// The ingest parses every inbound subject twice per event (to route it and
+// to decode it): a well-formed one must cost no allocation.
+func TestParseInOfAWellFormedSubjectDoesNotAllocate(t *testing.T) {
+	s := wire.Subjects{}
+	subject := s.In("reports.pod-7", 3, "report-7")
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, _, _, err := s.ParseIn(subject); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Zero(t, allocs)
+}
+
 func TestParseIntTakesPlainDigitsOnly(t *testing.T) {
 	t.Parallel()
 	for s, want := range map[string]int64{"0": 0, "1": 1, "42": 42, "000123": 123} {
