@@ -255,11 +255,7 @@ func (l *Lease) send(ctx context.Context, ts *taskState, p *Pending, typ string,
 // fillHead learns task's head for its queued events, then sends them in
 // order, or ends them with the lookup's error.
 func (l *Lease) fillHead(task string, ts *taskState) {
-	h, err := l.c.heads.lookup(l.ctx, task)
-	if err == nil && h.Partition != nil && *h.Partition != l.partition {
-		err = fmt.Errorf("worker: task %s is pinned to partition %d, the lease is on %d: %w",
-			task, *h.Partition, l.partition, ErrWrongPartition)
-	}
+	h, err := l.head(l.ctx, task)
 	if err != nil && l.ctx.Err() != nil {
 		err = context.Cause(l.ctx)
 	}
@@ -319,14 +315,21 @@ func (l *Lease) usableLocked() error {
 	return nil
 }
 
-func (l *Lease) learnHead(ctx context.Context, task string, ts *taskState) error {
+// head looks up task's head; a task pinned to another partition than the
+// lease's is ErrWrongPartition.
+func (l *Lease) head(ctx context.Context, task string) (wire.TaskHeadReply, error) {
 	h, err := l.c.heads.lookup(ctx, task)
+	if err == nil && h.Partition != nil && *h.Partition != l.partition {
+		err = fmt.Errorf("worker: task %s is pinned to partition %d, the lease is on %d: %w",
+			task, *h.Partition, l.partition, ErrWrongPartition)
+	}
+	return h, err
+}
+
+func (l *Lease) learnHead(ctx context.Context, task string, ts *taskState) error {
+	h, err := l.head(ctx, task)
 	if err != nil {
 		return err
-	}
-	if h.Partition != nil && *h.Partition != l.partition {
-		return fmt.Errorf("worker: task %s is pinned to partition %d, the lease is on %d: %w",
-			task, *h.Partition, l.partition, ErrWrongPartition)
 	}
 	ts.known, ts.next = true, h.Version+1
 	return nil
