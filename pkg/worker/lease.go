@@ -494,6 +494,22 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 }
 
+// countLocked counts an event of ts in flight (queued for its head, or
+// sent and without its receipt); l.mu is held.
+func (l *Lease) countLocked(ts *taskState) {
+	ts.inflight++
+	l.inflight++
+}
+
+// uncountLocked takes an event of ts out of the in-flight count and wakes
+// whoever waits for the count to fall (waitIdle); l.mu is held.
+func (l *Lease) uncountLocked(ts *taskState) {
+	ts.inflight--
+	l.inflight--
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
 // waitIdle waits until no event of the lease (or of task ts, if given)
 // lacks its receipt. It fails when ctx ends or the lease ends.
 func (l *Lease) waitIdle(ctx context.Context, ts *taskState) error {
@@ -522,17 +538,14 @@ func (l *Lease) waitIdle(ctx context.Context, ts *taskState) error {
 // can never hold again), and a refusal marks the task for a resync.
 func (l *Lease) onReceipt(p *Pending, r wire.Receipt) {
 	l.mu.Lock()
-	l.inflight--
 	ts := l.tasks[p.task]
-	ts.inflight--
 	switch r.Verdict {
 	case wire.VerdictInvalid, wire.VerdictConflict, wire.VerdictGap:
 		if ts.refused == nil {
 			ts.refused = &r
 		}
 	}
-	close(l.changed)
-	l.changed = make(chan struct{})
+	l.uncountLocked(ts)
 	l.mu.Unlock()
 	<-l.slots
 	if r.Verdict == wire.VerdictStale {

@@ -178,8 +178,7 @@ func (l *Lease) publish(ctx context.Context, task, typ string, payload []byte) (
 		l.mu.Unlock()
 		return nil, err
 	}
-	ts.inflight++
-	l.inflight++
+	l.countLocked(ts)
 	l.mu.Unlock()
 	ts.queue = append(ts.queue, &queued{p: p, typ: typ, payload: payload, ctx: ctx})
 	if !ts.looking {
@@ -225,8 +224,7 @@ func (l *Lease) send(ctx context.Context, ts *taskState, p *Pending, typ string,
 	p.version = ts.next
 	ts.next++
 	if !counted {
-		ts.inflight++
-		l.inflight++
+		l.countLocked(ts)
 	}
 	l.mu.Unlock()
 	p.markAssigned()
@@ -241,10 +239,7 @@ func (l *Lease) send(ctx context.Context, ts *taskState, p *Pending, typ string,
 		l.mu.Lock()
 		ts.next-- // nothing later was assigned: ts.mu is held
 		if !counted {
-			ts.inflight--
-			l.inflight--
-			close(l.changed)
-			l.changed = make(chan struct{})
+			l.uncountLocked(ts)
 		}
 		l.mu.Unlock()
 		return fmt.Errorf("worker: publish event of task %s: %w", p.task, err)
@@ -285,10 +280,7 @@ func (l *Lease) fillHead(task string, ts *taskState) {
 // count, frees its slot and its Pending ends with err.
 func (l *Lease) drop(ts *taskState, p *Pending, err error) {
 	l.mu.Lock()
-	ts.inflight--
-	l.inflight--
-	close(l.changed)
-	l.changed = make(chan struct{})
+	l.uncountLocked(ts)
 	l.mu.Unlock()
 	<-l.slots
 	p.fail(err)
