@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -362,16 +361,16 @@ func TestRefusedEventStopsItsTaskUntilResync(t *testing.T) {
 func fakeLeaseService(t *testing.T, nc *nats.Conn) {
 	t.Helper()
 	subj := wire.Subjects{}
-	grant := func(m *nats.Msg) {
-		var req wire.LeaseRequest
-		require.NoError(t, json.Unmarshal(m.Data, &req))
-		holder := m.Subject[strings.LastIndex(m.Subject[:strings.LastIndex(m.Subject, ".")], ".")+1:]
-		b, _ := json.Marshal(wire.LeaseReply{Partition: *req.Partition, Holder: holder, Generation: 1,
-			ExpiresAt: wire.FormatTime(time.Now().Add(time.Hour)), TTLMillis: 3000})
-		_ = m.Respond(b)
-	}
-	for _, s := range []string{subj.LeaseAny(wire.LeaseAcquire), subj.LeaseAny(wire.LeaseRenew)} {
-		_, err := nc.Subscribe(s, grant)
+	for _, op := range []string{wire.LeaseAcquire, wire.LeaseRenew} {
+		_, err := nc.Subscribe(subj.LeaseAny(op), func(m *nats.Msg) {
+			var req wire.LeaseRequest
+			require.NoError(t, json.Unmarshal(m.Data, &req))
+			holder, err := subj.ParseLease(op, m.Subject)
+			require.NoError(t, err)
+			b, _ := json.Marshal(wire.LeaseReply{Partition: *req.Partition, Holder: holder, Generation: 1,
+				ExpiresAt: wire.FormatTime(time.Now().Add(time.Hour)), TTLMillis: 3000})
+			_ = m.Respond(b)
+		})
 		require.NoError(t, err)
 	}
 	_, err := nc.Subscribe(subj.LeaseGet(), func(m *nats.Msg) {
