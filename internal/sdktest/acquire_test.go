@@ -71,11 +71,7 @@ func TestAcquireThatTimedOutAndWasSentAgainIsGrantedOnceAndKept(t *testing.T) {
 	rec := &recorder{}
 	a := l.client(nil, worker.Config{Holder: "worker-a.1", TTL: ttl, RequestTimeout: 250 * time.Millisecond,
 		Logger: slog.New(rec)})
-	tx, err := l.db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	_, err = tx.Exec(ctx, `SELECT 1 FROM ledger.leases WHERE partition = $1 FOR UPDATE`, partition)
-	require.NoError(t, err)
+	tx := l.lockLease(ctx, partition)
 
 	start := time.Now()
 	done := acquireAsync(ctx, a, partition)
@@ -128,11 +124,7 @@ func TestGrantWhoseReplyWasLostCountsItsDeadlineFromTheFirstSend(t *testing.T) {
 	a := newClient(t, nc, worker.Config{Holder: "worker-a.1", TTL: ttl, RequestTimeout: 300 * time.Millisecond,
 		Logger: slog.New(rec)})
 
-	tx, err := l.db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	_, err = tx.Exec(ctx, `SELECT 1 FROM ledger.leases WHERE partition = $1 FOR UPDATE`, partition)
-	require.NoError(t, err)
+	tx := l.lockLease(ctx, partition)
 	done := acquireAsync(ctx, a, partition)
 	require.Eventually(t, func() bool {
 		return l.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0

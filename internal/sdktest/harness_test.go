@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -179,6 +180,21 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// lockLease holds partition's lease row locked (SELECT ... FOR UPDATE) in
+// a transaction of its own, as a long batch of the ingest would: the lease
+// service and the fenced append of the partition wait for it. The lock
+// goes with the transaction; a test that does not end it earlier has it
+// rolled back when the test ends.
+func (l *ledger) lockLease(ctx context.Context, partition int) pgx.Tx {
+	l.t.Helper()
+	tx, err := l.db.Pool.Begin(ctx)
+	require.NoError(l.t, err)
+	l.t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	_, err = tx.Exec(ctx, `SELECT 1 FROM ledger.leases WHERE partition = $1 FOR UPDATE`, partition)
+	require.NoError(l.t, err)
+	return tx
 }
 
 // partitionOf is the partition task is pinned to.

@@ -73,11 +73,7 @@ func (w *cutOffWorker) publishLosingReceipt(ctx context.Context, lease *worker.L
 	defer func() { _ = sub.Unsubscribe() }()
 	require.NoError(t, spyConn.Flush())
 
-	tx, err := w.l.db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	_, err = tx.Exec(ctx, `SELECT 1 FROM ledger.leases WHERE partition = $1 FOR UPDATE`, lease.Partition())
-	require.NoError(t, err)
+	tx := w.l.lockLease(ctx, lease.Partition())
 
 	p, err := lease.Publish(ctx, task, "step", []byte(`{"n":1}`))
 	require.NoError(t, err)
