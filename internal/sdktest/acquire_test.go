@@ -3,14 +3,11 @@ package sdktest
 import (
 	"context"
 	"log/slog"
-	"net/url"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowness/ledger/internal/faultproxy"
 	"github.com/flowness/ledger/pkg/worker"
 )
 
@@ -113,13 +110,7 @@ func TestGrantWhoseReplyWasLostCountsItsDeadlineFromTheFirstSend(t *testing.T) {
 	const partition, ttl = 6, 2 * time.Second
 	before := l.leasedOnce(ctx, partition)
 
-	u, err := url.Parse(l.ns.URL())
-	require.NoError(t, err)
-	proxy := faultproxy.Start(t, u.Host)
-	nc, err := nats.Connect("nats://"+proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
-		worker.InboxOption("worker-a.1"))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	proxy, nc := l.proxiedConn("worker-a.1")
 	rec := &recorder{}
 	a := newClient(t, nc, worker.Config{Holder: "worker-a.1", TTL: ttl, RequestTimeout: 300 * time.Millisecond,
 		Logger: slog.New(rec)})

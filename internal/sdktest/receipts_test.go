@@ -38,16 +38,25 @@ type cutOffWorker struct {
 
 func (l *ledger) cutOffWorker(cfg worker.Config) *cutOffWorker {
 	l.t.Helper()
-	u, err := url.Parse(l.ns.URL())
-	require.NoError(l.t, err)
-	w := &cutOffWorker{l: l, proxy: faultproxy.Start(l.t, u.Host)}
-	w.nc, err = nats.Connect("nats://"+w.proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
-		worker.InboxOption(cfg.Holder))
-	require.NoError(l.t, err)
-	l.t.Cleanup(w.nc.Close)
+	w := &cutOffWorker{l: l}
+	w.proxy, w.nc = l.proxiedConn(cfg.Holder)
 	cfg.ReceiptTimeout = receiptTimeout
 	w.c = newClient(l.t, w.nc, cfg)
 	return w
+}
+
+// proxiedConn is a connection for holder's worker that runs through a
+// proxy the test can cut; it reconnects soon after the proxy is restored.
+func (l *ledger) proxiedConn(holder string) (*faultproxy.Proxy, *nats.Conn) {
+	l.t.Helper()
+	u, err := url.Parse(l.ns.URL())
+	require.NoError(l.t, err)
+	proxy := faultproxy.Start(l.t, u.Host)
+	nc, err := nats.Connect("nats://"+proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		worker.InboxOption(holder))
+	require.NoError(l.t, err)
+	l.t.Cleanup(nc.Close)
+	return proxy, nc
 }
 
 // publishLosingReceipt publishes one event of task under lease and makes
