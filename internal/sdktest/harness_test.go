@@ -182,6 +182,18 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// writeBehind publishes version of task under lease (as holder, with its
+// generation) from outside the client, as another writer under the same
+// lease would, and waits until the ledger has committed it.
+func (l *ledger) writeBehind(ctx context.Context, lease *worker.Lease, holder, task string, version int64) {
+	l.t.Helper()
+	m := wire.Subjects{}.InboundMsg(wire.Inbound{ID: ledgertest.NewID(), Partition: lease.Partition(), Task: task,
+		Holder: holder, Generation: lease.Generation(), Version: version, Type: "elsewhere"})
+	_, err := l.ns.JetStream(l.t).PublishMsg(ctx, m)
+	require.NoError(l.t, err)
+	require.Eventually(l.t, func() bool { return int64(len(l.events(task))) == version }, 10*time.Second, 10*time.Millisecond)
+}
+
 // lockLease holds partition's lease row locked (SELECT ... FOR UPDATE) in
 // a transaction of its own, as a long batch of the ingest would: the lease
 // service and the fenced append of the partition wait for it. The lock

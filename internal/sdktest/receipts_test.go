@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/faultproxy"
@@ -189,11 +188,7 @@ func TestResyncTaskReturnsAfterALostReceipt(t *testing.T) {
 
 	// Another writer under the same lease (outside this client) takes
 	// version 2, so the client's version 2 is a conflict.
-	m := wire.Subjects{}.InboundMsg(wire.Inbound{ID: ulid.Make().String(), Partition: 1, Task: "job", Holder: "worker-a.1",
-		Generation: lease.Generation(), Version: 2, Type: "elsewhere"})
-	_, err = l.ns.JetStream(t).PublishMsg(ctx, m)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(l.events("job")) == 2 }, 10*time.Second, 10*time.Millisecond)
+	l.writeBehind(ctx, lease, "worker-a.1", "job", 2)
 
 	p, missed := w.publishLosingReceipt(ctx, lease, "job")
 	require.Equal(t, wire.VerdictConflict, missed.Verdict)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/natstest"
@@ -330,11 +329,7 @@ func TestRefusedEventStopsItsTaskUntilResync(t *testing.T) {
 
 	// Another writer under the same lease (outside this client) takes
 	// version 2 behind the client's back.
-	m := wire.Subjects{}.InboundMsg(wire.Inbound{ID: ulid.Make().String(), Partition: 1, Task: "job", Holder: "worker-a.1",
-		Generation: lease.Generation(), Version: 2, Type: "elsewhere"})
-	_, err = l.ns.JetStream(t).PublishMsg(ctx, m)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(l.events("job")) == 2 }, 10*time.Second, 10*time.Millisecond)
+	l.writeBehind(ctx, lease, "worker-a.1", "job", 2)
 
 	p, err = lease.Publish(ctx, "job", "step", []byte(`{"n":2}`))
 	require.NoError(t, err)
