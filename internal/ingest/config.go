@@ -161,7 +161,7 @@ func (c Config) validate() error {
 	case c.AckWait < 100*time.Millisecond:
 		return fmt.Errorf("ingest: ack wait must be at least 100ms, got %v", c.AckWait)
 	case c.MaxWaitingPerPrincipal < 1:
-		return fmt.Errorf("ingest: max waiting per holder must be at least 1, got %d", c.MaxWaitingPerPrincipal)
+		return fmt.Errorf("ingest: max waiting per principal must be at least 1, got %d", c.MaxWaitingPerPrincipal)
 	}
 	return nil
 }
