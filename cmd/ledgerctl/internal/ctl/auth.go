@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strings"
 
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/natsauth"
 )
@@ -26,26 +25,11 @@ func Auth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return dispatch(ctx, "ledgerctl auth", authCommands, args, stdout, stderr)
 }
 
-// nameList is a flag that may be given several times, or once with a
-// comma-separated list.
-type nameList []string
-
-func (l *nameList) String() string { return strings.Join(*l, ",") }
-
-func (l *nameList) Set(v string) error {
-	for _, n := range strings.Split(v, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			*l = append(*l, n)
-		}
-	}
-	return nil
-}
-
 // authSetup registers the flags shared by static and jwt and returns a
 // function that reads them into a setup after Parse.
 func authSetup(f *Flags) func() (natsauth.Setup, error) {
 	out := f.String("out", "", "directory for the keys and files; created 0700, existing keys in it are kept (required)")
-	var workers, readers nameList
+	var workers, readers listFlag
 	f.Var(&workers, "worker", "a worker principal, given once per principal (its NATS user; the holder's first part)")
 	f.Var(&readers, "reader", "a read side, given once per reader: an account of its own that may only get and follow projections")
 	memMB := f.Int64("max-mem-mb", natsauth.MaxMemDefault>>20, "JetStream memory storage of the LEDGER account, MiB")

@@ -95,17 +95,6 @@ func checkConsoleConfig(cfg console.Config) error {
 	return nil
 }
 
-// listFlag is a repeatable flag of values, each a value or a comma-separated
-// list.
-type listFlag []string
-
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
-
-func (l *listFlag) Set(v string) error {
-	*l = append(*l, splitList(v)...)
-	return nil
-}
-
 // ctlLedger is the console's reading and replaying of the ledger: the
 // queries and codecs of the commands above.
 type ctlLedger struct {

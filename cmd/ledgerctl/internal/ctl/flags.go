@@ -192,3 +192,14 @@ func stream(ctx context.Context, js jetstream.JetStream, name string) (jetstream
 	}
 	return s, nil
 }
+
+// listFlag is a repeatable flag of values, each a value or a comma-separated
+// list.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	*l = append(*l, splitList(v)...)
+	return nil
+}
