@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -109,12 +107,10 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	o.Out, o.Progress = stdout, stderr
 	res, err := chaos.Run(ctx, o)
-	switch {
-	case errors.Is(err, pgtemp.ErrNotInstalled), errors.Is(err, chaos.ErrMissingBinary):
+	if err != nil {
 		return err
-	case err != nil:
-		return err
-	case res.Report.Total() > 0:
+	}
+	if res.Report.Total() > 0 {
 		return violationsError{res.Report.Total()}
 	}
 	return nil
