@@ -129,7 +129,6 @@ func (g *Globals) Subjects() wire.Subjects { return wire.Subjects{Prefix: g.Pref
 // PostgresTimeout. A missing or malformed URL is a *UsageError.
 func (g *Globals) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
 	g.Conn.Name = "ledgerctl"
-	g.Conn.InboxPrefix = cmp.Or(g.Conn.InboxPrefix, "_INBOX_ledgerctl")
 	ctx, cancel := context.WithTimeout(ctx, PostgresTimeout)
 	defer cancel()
 	pool, err := g.Conn.Postgres(ctx)
