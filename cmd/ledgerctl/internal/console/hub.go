@@ -26,9 +26,6 @@ type Deps struct {
 	// Logger receives what went wrong in detail (pages say only what
 	// failed: error text can carry host and user names); default discards.
 	Logger *slog.Logger
-	// HTTP scrapes Config.IngestMetrics; default a client with a 2 s
-	// timeout.
-	HTTP *http.Client
 }
 
 // snapshot is one computation of the shared live views.
@@ -46,6 +43,8 @@ type snapshot struct {
 type hub struct {
 	cfg  Config
 	deps Deps
+	// scraper reads Config.IngestMetrics.
+	scraper *http.Client
 
 	mu      sync.Mutex
 	snap    *snapshot
@@ -63,7 +62,8 @@ type loggedProblem struct {
 }
 
 func newHub(cfg Config, deps Deps) *hub {
-	return &hub{cfg: cfg, deps: deps, snap: &snapshot{At: time.Now()}, changed: make(chan struct{}),
+	return &hub{cfg: cfg, deps: deps, scraper: &http.Client{Timeout: scrapeTimeout},
+		snap: &snapshot{At: time.Now()}, changed: make(chan struct{}),
 		flow: newFlowState(), dlq: newDLQState(), gaps: gapState{open: map[string]gapMarker{}},
 		parts: partState{last: map[int]lastCommit{}, looked: map[int]bool{}}, logged: map[string]loggedProblem{}}
 }

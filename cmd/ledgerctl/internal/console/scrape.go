@@ -18,6 +18,9 @@ import (
 // (internal/ingest/metrics.go).
 const ingestEventsMetric = "ledger_ingest_events_total"
 
+// scrapeTimeout bounds one read of an ingest's /metrics.
+const scrapeTimeout = 2 * time.Second
+
 // maxScrapeBytes bounds one /metrics answer read: an ingest's is a few
 // tens of KiB.
 const maxScrapeBytes = 4 << 20
@@ -61,11 +64,7 @@ func (h *hub) scrapeOne(ctx context.Context, url string) (map[verdictReason]floa
 		return nil, err
 	}
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	client := h.deps.HTTP
-	if client == nil {
-		client = &http.Client{Timeout: 2 * time.Second}
-	}
-	resp, err := client.Do(req)
+	resp, err := h.scraper.Do(req)
 	if err != nil {
 		return nil, err
 	}
