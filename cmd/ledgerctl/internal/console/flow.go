@@ -117,10 +117,8 @@ type flowView struct {
 	Window     time.Duration
 	Charts     []chart
 	Projectors []lagRow
-	// LogLast is LEDGER_LOG's last sequence.
-	LogLast  uint64
-	Gaps     gapView
-	Problems []string
+	Gaps       gapView
+	Problems   []string
 }
 
 func (h *hub) flowView(ctx context.Context, now time.Time, head int64, p *problems) flowView {
@@ -137,7 +135,7 @@ func (h *hub) flowView(ctx context.Context, now time.Time, head int64, p *proble
 	h.trimFlow(now)
 	v.Charts = h.charts(now)
 	h.mu.Unlock()
-	v.Projectors, v.LogLast = h.projectorLag(ctx, p)
+	v.Projectors = h.projectorLag(ctx, p)
 	v.Gaps = h.gapView()
 	h.mu.Lock()
 	if h.dlq.problem != "" {
@@ -274,11 +272,11 @@ func (h *hub) charts(now time.Time) []chart {
 
 // projectorLag reads each projector consumer's ack floor on LEDGER_LOG:
 // the durable "projector", or "projector-<set>" when the log is split.
-func (h *hub) projectorLag(ctx context.Context, p *problems) ([]lagRow, uint64) {
+func (h *hub) projectorLag(ctx context.Context, p *problems) []lagRow {
 	s, err := h.deps.JS.Stream(ctx, wire.StreamLog)
 	if err != nil {
 		p.flow = append(p.flow, h.problem("open LEDGER_LOG", "LEDGER_LOG could not be read: has the ingest created it? (the console's log says why)", err))
-		return nil, 0
+		return nil
 	}
 	last := s.CachedInfo().State.LastSeq
 	var rows []lagRow
@@ -298,7 +296,7 @@ func (h *hub) projectorLag(ctx context.Context, p *problems) ([]lagRow, uint64) 
 		p.flow = append(p.flow, h.problem("list LEDGER_LOG consumers", "the projector's consumers could not be listed (the console's log says why)", err))
 	}
 	slices.SortFunc(rows, func(a, b lagRow) int { return strings.Compare(a.Consumer, b.Consumer) })
-	return rows, last
+	return rows
 }
 
 // oldestUnacked is the age of the first log message after the consumer's

@@ -167,7 +167,7 @@ func (s *Server) fragment(w http.ResponseWriter, r *http.Request) {
 
 // livePage writes a page whose main part is a live view.
 func (s *Server) livePage(w http.ResponseWriter, r *http.Request, name, title, nav, view string, data any) {
-	s.render(w, http.StatusOK, name, page{Title: title, Nav: nav, View: view, Query: r.URL.RawQuery, Refresh: 5,
+	s.render(w, http.StatusOK, name, page{Title: title, Nav: nav, View: view, Query: r.URL.RawQuery,
 		CSRF: s.replayToken(w, r), Data: data})
 }
 

@@ -65,13 +65,11 @@ type page struct {
 	// Nav is the menu entry to mark: partitions, flow, dlq or task.
 	Nav         string
 	AllowReplay bool
-	// Live is the query of the page's live view ("/live/<view>?<query>"
+	// View and Query name the page's live view ("/live/<view>?<query>"
 	// streams it, "/frag/<view>?<query>" polls it); empty for a page that
-	// does not change.
+	// does not change. A page with a view reloads itself every 5 s when
+	// scripts do not run (layout.html).
 	View, Query string
-	// Refresh reloads the page after that many seconds when scripts do not
-	// run; 0 never.
-	Refresh int
 	// CSRF is the replay form's token.
 	CSRF string
 	Data any

@@ -56,8 +56,8 @@ type takeover struct {
 	Generation int64
 	Holder     string
 	From       string
-	At         time.Time
-	AgoMS      int64
+	// AgoMS is how long ago it was granted, by the database's clock.
+	AgoMS int64
 }
 
 type partitionsView struct {
@@ -147,7 +147,7 @@ func (h *hub) takeovers(ctx context.Context) ([]takeover, map[int]takeoverCount,
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (takeover, error) {
 		var t takeover
-		err := r.Scan(&t.Partition, &t.Generation, &t.Holder, &t.From, &t.At, &t.AgoMS)
+		err := r.Scan(&t.Partition, &t.Generation, &t.Holder, &t.From, &t.AgoMS)
 		return t, err
 	})
 	if err != nil {

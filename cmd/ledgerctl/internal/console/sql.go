@@ -18,7 +18,7 @@ GROUP BY partition`
 	// sqlRecentTakeovers lists the newest takeovers of the last hour, at most
 	// $1, with the holder each replaced.
 	sqlRecentTakeovers = `
-SELECT g.partition, g.generation, g.holder, coalesce(p.holder, ''), g.granted_at,
+SELECT g.partition, g.generation, g.holder, coalesce(p.holder, ''),
        floor(extract(epoch FROM clock_timestamp() - g.granted_at) * 1000)::bigint
 FROM ledger.lease_grants g
 LEFT JOIN ledger.lease_grants p ON p.partition = g.partition AND p.generation = g.generation - 1
