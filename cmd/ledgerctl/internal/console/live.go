@@ -70,15 +70,8 @@ const keepAlive = 15 * time.Second
 // live streams a view as server-sent events.
 func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 	view := r.PathValue("view")
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	go func() {
-		select {
-		case <-s.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	// The request's context ends when the console stops (Server.cancel).
+	ctx := r.Context()
 	src, err := s.source(ctx, r, view)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)

@@ -24,8 +24,8 @@ type Server struct {
 	ln    net.Listener
 	// hosts are the Host values served; nil serves any.
 	hosts map[string]bool
-	// done ends the live streams when the server stops.
-	done   chan struct{}
+	// cancel ends the server's context, and with it every request's (the
+	// live streams too): requests' contexts derive from it (BaseContext).
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -50,7 +50,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, deps: deps, hub: newHub(cfg, deps), csrf: c, pages: p, done: make(chan struct{})}, nil
+	return &Server{cfg: cfg, deps: deps, hub: newHub(cfg, deps), csrf: c, pages: p}, nil
 }
 
 // Start listens on Config.Listen and serves until Stop or until ctx ends.
@@ -94,11 +94,6 @@ func (s *Server) Stop() {
 }
 
 func (s *Server) shutdown() {
-	select {
-	case <-s.done:
-	default:
-		close(s.done)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	_ = s.srv.Shutdown(ctx)
