@@ -151,9 +151,13 @@ type dlqGroup struct {
 
 // dlqList is the dead-letter list view.
 type dlqList struct {
-	Query   dlqQuery
-	Groups  []dlqGroup
-	Letters []DeadLetter
+	Query  dlqQuery
+	Groups []dlqGroup
+	// recent holds the newest matching letters, at most the show passed
+	// to add, as a ring: once it is full, next is the oldest, the one the
+	// next letter replaces. Letters lists them newest first.
+	recent []DeadLetter
+	next   int
 	// Matched counts the matches; Read the letters read, from sequence
 	// From on, of Stored in the stream.
 	Matched, Read int
@@ -238,11 +242,27 @@ func (l *dlqList) add(d DeadLetter, show int) {
 	slices.SortFunc(l.Groups, func(a, b dlqGroup) int {
 		return cmp.Or(b.Count-a.Count, strings.Compare(a.Verdict, b.Verdict), strings.Compare(a.Reason, b.Reason))
 	})
-	// Newest first.
-	l.Letters = slices.Insert(l.Letters, 0, d)
-	if len(l.Letters) > show {
-		l.Letters = l.Letters[:show]
+	// A scan adds up to Config.DLQScan letters: each replaces the oldest
+	// kept in place, rather than shifting every kept one along.
+	switch {
+	case show < 1:
+		return
+	case len(l.recent) < show:
+		l.recent = append(l.recent, d)
+	default:
+		l.recent[l.next] = d
+		l.next = (l.next + 1) % len(l.recent)
 	}
+}
+
+// Letters are the newest matching letters, newest first.
+func (l *dlqList) Letters() []DeadLetter {
+	n := len(l.recent)
+	out := make([]DeadLetter, n)
+	for i := range out {
+		out[i] = l.recent[(l.next-1-i+2*n)%n]
+	}
+	return out
 }
 
 // dlqView is a live dead-letter list: the letters read when it was opened,
@@ -318,7 +338,7 @@ func (v *dlqView) data(context.Context) any {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	c := *v.list
-	c.Groups, c.Letters = slices.Clone(c.Groups), slices.Clone(c.Letters)
+	c.Groups, c.recent = slices.Clone(c.Groups), slices.Clone(c.recent)
 	return &c
 }
 

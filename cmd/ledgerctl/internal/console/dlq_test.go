@@ -68,3 +68,31 @@ func TestDLQFilterKeepsExactlyTheLettersItNames(t *testing.T) {
 		require.Equal(t, want, q.subject(subj), "?%s", query)
 	}
 }
+
+// A list shows the newest letters it matched, newest first, however many
+// it read.
+func TestDLQListKeepsTheNewestLetters(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		read, show int
+		want       []uint64
+	}{
+		{0, 3, []uint64{}},
+		{2, 3, []uint64{2, 1}},
+		{3, 3, []uint64{3, 2, 1}},
+		{7, 3, []uint64{7, 6, 5}},
+		{9, 3, []uint64{9, 8, 7}},
+		{5, 1, []uint64{5}},
+	} {
+		l := &dlqList{Query: dlqQuery{Partition: -1}}
+		for seq := 1; seq <= tc.read; seq++ {
+			l.add(DeadLetter{Seq: uint64(seq), Verdict: "stale", Reason: "superseded"}, tc.show)
+		}
+		got := []uint64{}
+		for _, d := range l.Letters() {
+			got = append(got, d.Seq)
+		}
+		require.Equal(t, tc.want, got, "%d read, %d shown", tc.read, tc.show)
+		require.Equal(t, tc.read, l.Matched)
+	}
+}
