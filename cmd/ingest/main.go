@@ -54,7 +54,7 @@ func run(args []string) error {
 	log, conn := svcf.Log, &svcf.Conn
 	cfg.Prefix = svcf.Prefix
 	conn.Name = "ledger-ingest"
-	conn.InboxPrefix = cmp.Or(conn.InboxPrefix, "_INBOX_ingest")
+	conn.InboxPrefix = cmp.Or(conn.InboxPrefix, connect.InboxPrefixFor("ingest"))
 	// Every lane holds a connection for its batch; lease renewals must never
 	// wait behind them (a renewal that waits past the TTL loses a lease).
 	conn.MinPoolSize = cfg.WithDefaults().Lanes + 4

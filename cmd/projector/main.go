@@ -49,7 +49,7 @@ func run(args []string) error {
 		return err
 	}
 	conn.Name = "ledger-projector"
-	conn.InboxPrefix = cmp.Or(conn.InboxPrefix, "_INBOX_projector")
+	conn.InboxPrefix = cmp.Or(conn.InboxPrefix, connect.InboxPrefixFor("projector"))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

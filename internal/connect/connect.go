@@ -41,14 +41,20 @@ type Options struct {
 	// Name is the client name shown by the NATS server.
 	Name string
 	// InboxPrefix is the prefix of the connection's reply subjects. Each
-	// service uses its own (_INBOX_ingest, ...) so that a deployment can
-	// let each read only its own replies and nobody read _INBOX.> as a
-	// whole (docs/contract.md §9); empty keeps nats.go's _INBOX.
+	// service uses its own (InboxPrefixFor) so that a deployment can let
+	// each read only its own replies and nobody read _INBOX.> as a whole
+	// (docs/contract.md §9); empty keeps nats.go's _INBOX.
 	InboxPrefix string
 	// MinPoolSize raises the PostgreSQL pool's size to at least this many
 	// connections unless the URL sets pool_max_conns itself.
 	MinPoolSize int
 }
+
+// InboxPrefixFor is the inbox prefix of a ledger component that is not a
+// worker unless told otherwise: _INBOX_<name>, as in _INBOX_ingest,
+// _INBOX_projector, _INBOX_ledgerctl, or _INBOX_<reader> for a reader. The
+// authorization "ledgerctl auth" writes lets each subscribe to its own.
+func InboxPrefixFor(name string) string { return "_INBOX_" + name }
 
 // Register adds the connection flags to fs, with environment variables as
 // their defaults.

@@ -149,7 +149,7 @@ func (g *Globals) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
 // once. extra options are applied last (tail allows reconnects).
 func (g *Globals) NATS(extra ...nats.Option) (*nats.Conn, error) {
 	g.Conn.Name = "ledgerctl"
-	g.Conn.InboxPrefix = cmp.Or(g.Conn.InboxPrefix, "_INBOX_ledgerctl")
+	g.Conn.InboxPrefix = cmp.Or(g.Conn.InboxPrefix, connect.InboxPrefixFor("ledgerctl"))
 	opts, err := g.Conn.NATSOptions(nil)
 	if err != nil {
 		return nil, Usagef("%v", err)

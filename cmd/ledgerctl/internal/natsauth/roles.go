@@ -3,6 +3,7 @@ package natsauth
 import (
 	"fmt"
 
+	"github.com/flowness/ledger/internal/connect"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/streams"
 )
@@ -60,9 +61,11 @@ func InboxPrefix(role, name string) string {
 	case RoleWorker:
 		return wire.InboxPrefix(name)
 	case RoleReader:
-		return "_INBOX_" + name
+		return connect.InboxPrefixFor(name)
 	}
-	return "_INBOX_" + role
+	// The services default to the same prefix (cmd/ingest, cmd/projector,
+	// ledgerctl's connections).
+	return connect.InboxPrefixFor(role)
 }
 
 // Permissions are a user's subject permissions.
