@@ -3,7 +3,6 @@ package projector
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -103,9 +102,6 @@ func decodeLog(subj wire.Subjects, subject string, h nats.Header, data []byte) (
 	c, err := subj.DecodeLog(subject, h, data)
 	if err != nil {
 		return projection.Event{}, time.Time{}, err
-	}
-	if c.Version < 1 {
-		return projection.Event{}, time.Time{}, fmt.Errorf("log copy %s: version %d is below 1", subject, c.Version)
 	}
 	return eventOf(&c), c.CommittedAt, nil
 }

@@ -220,7 +220,8 @@ func (s Subjects) LogMsg(c *LogCopy) *nats.Msg {
 }
 
 // DecodeLog reads a LEDGER_LOG message. Every header of docs/contract.md §4 must be
-// there and well formed, and agree with the subject.
+// there and well formed, and agree with the subject; seq, version and
+// generation start at 1.
 func (s Subjects) DecodeLog(subject string, h nats.Header, data []byte) (LogCopy, error) {
 	var c LogCopy
 	p, task, err := s.ParseLog(subject)
@@ -237,6 +238,9 @@ func (s Subjects) DecodeLog(subject string, h nats.Header, data []byte) (LogCopy
 		return n
 	}
 	c.Seq, c.Version, c.Generation = num(HeaderSeq), num(HeaderVersion), num(HeaderGeneration)
+	if c.Seq < 1 || c.Version < 1 || c.Generation < 1 {
+		errs = append(errs, fmt.Errorf("seq %d, version %d and generation %d must each be at least 1", c.Seq, c.Version, c.Generation))
+	}
 	c.Partition, c.Task = int(num(HeaderPartition)), h.Get(HeaderTask)
 	c.EventID, c.Type, c.Holder = h.Get(HeaderMsgID), h.Get(HeaderType), h.Get(HeaderHolder)
 	if at, err := time.Parse(time.RFC3339Nano, h.Get(HeaderCommittedAt)); err != nil {
