@@ -116,6 +116,9 @@ type Task struct {
 	Events     []TaskEvent
 	Rejections []TaskRejection
 	Projection TaskProjection
+	// Archived, when the task's first versions were archived (ledgerctl
+	// archive), says which: Events then starts after them.
+	Archived string
 }
 
 // ReplayResult is what became of one replayed dead letter, as "ledgerctl

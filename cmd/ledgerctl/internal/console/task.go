@@ -75,13 +75,22 @@ func (s *Server) taskView(ctx context.Context, id string) taskView {
 	if n := len(t.Events); n > 0 {
 		v.Found, v.Partition, v.Head = true, t.Events[n-1].Partition, t.Events[n-1].Version
 	}
+	v.Compare = taskComparison(id, t)
+	return v
+}
+
+// taskComparison compares a task's stored projection with the fold of its
+// log, when the log holds all of it: a task whose first versions were
+// archived folds only what is left, which is not its projection.
+func taskComparison(id string, t Task) comparison {
+	if t.Archived != "" {
+		return comparison{Note: t.Archived + "; the stored projection is not compared with the fold of the versions left"}
+	}
 	fold, err := foldLog(id, t.Events)
 	if err != nil {
-		v.Compare.Note = "the log could not be folded: " + err.Error()
-		return v
+		return comparison{Note: "the log could not be folded: " + err.Error()}
 	}
-	v.Compare = compareProjection(t.Projection, fold)
-	return v
+	return compareProjection(t.Projection, fold)
 }
 
 // foldLog folds a task's committed events with the projector's engine and

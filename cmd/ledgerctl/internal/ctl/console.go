@@ -145,6 +145,11 @@ func (l *ctlLedger) Task(ctx context.Context, id string) (console.Task, error) {
 	if err != nil {
 		return t, err
 	}
+	archived, err := taskArchivedVersions(ctx, l.pool, id)
+	if err != nil {
+		return t, err
+	}
+	t.Archived = archived.Explanation
 	for _, e := range events {
 		t.Events = append(t.Events, console.TaskEvent{Seq: e.Seq, EventID: e.EventID, Partition: e.Partition,
 			Version: e.Version, Type: e.Type, Holder: e.Holder, Generation: e.Generation, CommittedAt: e.CommittedAt,
