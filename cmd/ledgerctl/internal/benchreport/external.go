@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/procstat"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/streams"
 )
@@ -227,7 +228,7 @@ func (e *external) run(ctx context.Context) (ExternalReport, error) {
 		return r, err
 	}
 
-	r.LoadBefore = loadAverage()
+	r.LoadBefore = procstat.LoadAverage()
 	before, err := readProcSnapshot()
 	if err != nil {
 		return r, err
@@ -246,7 +247,7 @@ func (e *external) run(ctx context.Context) (ExternalReport, error) {
 	if err != nil {
 		return r, err
 	}
-	r.LoadAfter = loadAverage()
+	r.LoadAfter = procstat.LoadAverage()
 
 	first, last, events := int64(0), int64(0), 0
 	for _, l := range results {
@@ -592,21 +593,4 @@ func (ws workers) stop() {
 			<-w.exited
 		}
 	}
-}
-
-// loadAverage is the machine's 1-minute load average; -1 when unknown.
-func loadAverage() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return -1
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return -1
-	}
-	l, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return -1
-	}
-	return l
 }

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flowness/ledger/cmd/ledgerctl/internal/procstat"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -309,7 +310,7 @@ func measureTTL(ctx context.Context, o FailoverOptions, ttl time.Duration, dir s
 		}
 	}
 	r.start = time.Now()
-	tr.LoadBefore = loadAverage()
+	tr.LoadBefore = procstat.LoadAverage()
 	for i := range o.Trials {
 		k, err := f.killTrial(ctx)
 		if err != nil {
@@ -340,7 +341,7 @@ func measureTTL(ctx context.Context, o FailoverOptions, ttl time.Duration, dir s
 			}
 		}
 	}
-	tr.LoadAfter = loadAverage()
+	tr.LoadAfter = procstat.LoadAverage()
 	var fo, gr []float64
 	for _, k := range tr.Kills {
 		fo, gr = append(fo, k.FailoverMillis), append(gr, k.GrantMillis)
@@ -572,19 +573,6 @@ func summarize(xs []float64) Summary {
 	s := slices.Sorted(slices.Values(xs))
 	rank := func(p float64) float64 { return s[max(int(math.Ceil(p*float64(len(s))))-1, 0)] }
 	return Summary{N: len(s), P50: rank(0.5), P90: rank(0.9), Max: s[len(s)-1]}
-}
-
-// loadAverage is the machine's 1-minute load average, or -1.
-func loadAverage() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return -1
-	}
-	var l float64
-	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &l); err != nil {
-		return -1
-	}
-	return l
 }
 
 // maxDurations bounds a list ParseDurations accepts.

@@ -1,6 +1,7 @@
 // Package procstat reads CPU time from Linux's /proc: a process's own
-// (/proc/<pid>/stat) and the whole machine's (/proc/stat). The benchmark
-// report and the failover measurement both count CPU time per event with it.
+// (/proc/<pid>/stat) and the whole machine's (/proc/stat), and the
+// machine's load average (/proc/loadavg). The benchmark report and the
+// failover measurement both count CPU time per event with it.
 package procstat
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -117,4 +119,22 @@ func ParseMachine(data []byte) (time.Duration, bool) {
 		return 0, false
 	}
 	return ticks(sum), true
+}
+
+// LoadAverage is the machine's 1-minute load average, from /proc/loadavg;
+// -1 when unknown.
+func LoadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	l, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return l
 }

@@ -64,6 +64,14 @@ func TestReadProcessReadsThisProcess(t *testing.T) {
 	require.Equal(t, os.Getppid(), p.PPID)
 }
 
+func TestLoadAverageReadsThisMachines(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/loadavg"); err != nil {
+		t.Skip("no /proc here:", err)
+	}
+	require.GreaterOrEqual(t, LoadAverage(), 0.0)
+}
+
 func FuzzParseProcess(f *testing.F) {
 	f.Add([]byte(statLine(42, 1, "ingest", 300, 45, 0, 0)))
 	f.Add([]byte(statLine(9, 7, "postgres: ) idle (x", 1, 2, 3, 4)))
