@@ -292,14 +292,11 @@ func (e *external) components(ctx context.Context) ([]component, error) {
 	if err := e.d.Pool().QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
 		return nil, fmt.Errorf("benchreport: find PostgreSQL's processes: %w", err)
 	}
-	snap, err := readProcSnapshot()
-	if err != nil {
-		return nil, err
-	}
-	postmaster, err := snap.parentOf(backend)
+	st, err := procstat.ReadProcess(backend)
 	if err != nil {
 		return nil, fmt.Errorf("benchreport: find PostgreSQL's postmaster: %w", err)
 	}
+	postmaster := st.PPID
 	return []component{
 		{name: ComponentNATS, pids: []int{byName["nats-server"]}},
 		{name: ComponentIngest, pids: []int{byName["ingest"]}},

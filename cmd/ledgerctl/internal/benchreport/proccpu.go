@@ -68,12 +68,3 @@ func (s procSnapshot) treeCPU(root int) (cpu time.Duration, n int, err error) {
 	}
 	return cpu, n, nil
 }
-
-// parentOf is pid's parent, as the snapshot saw it.
-func (s procSnapshot) parentOf(pid int) (int, error) {
-	st, ok := s[pid]
-	if !ok {
-		return 0, fmt.Errorf("process %d is not running", pid)
-	}
-	return st.PPID, nil
-}
