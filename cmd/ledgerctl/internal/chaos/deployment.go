@@ -149,14 +149,8 @@ func (d *Deployment) Processes() ([]DeployedProcess, error) {
 		name string
 		p    *proc
 	}{{"nats-server", d.r.nodes[0]}, {"ingest", d.r.ingests[0]}, {"projector", d.r.proj}} {
-		x.p.mu.Lock()
-		running := x.p.cmd != nil && x.p.cmd.Process != nil
-		var pid int
-		if running {
-			pid = x.p.cmd.Process.Pid
-		}
-		x.p.mu.Unlock()
-		if !running || !x.p.running() {
+		pid, ok := x.p.pid()
+		if !ok {
 			return nil, fmt.Errorf("deployment: %s is not running (see %s)", x.name, x.p.logPath)
 		}
 		out = append(out, DeployedProcess{Name: x.name, PID: pid})

@@ -152,12 +152,18 @@ func (p *proc) close() {
 
 // running reports whether the process is up.
 func (p *proc) running() bool {
+	_, ok := p.pid()
+	return ok
+}
+
+// pid is the running process's id; ok is false when it is not running.
+func (p *proc) pid() (pid int, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
 	case <-p.done:
-		return false
+		return 0, false
 	default:
-		return true
+		return p.cmd.Process.Pid, true
 	}
 }
