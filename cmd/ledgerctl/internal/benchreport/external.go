@@ -455,14 +455,7 @@ type workerResult struct {
 // startWorkers starts the worker processes and waits until each holds its
 // leases.
 func (e *external) startWorkers(ctx context.Context) (workers, error) {
-	ledgerctl := filepath.Join(e.o.Bin, "ledgerctl")
-	if e.o.Bin == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("benchreport: find ledgerctl: %w", err)
-		}
-		ledgerctl = filepath.Join(filepath.Dir(exe), "ledgerctl")
-	}
+	ledgerctl := e.d.Ledgerctl()
 	var ws workers
 	for n := range e.o.Workers {
 		w, err := e.startWorker(ledgerctl, n)

@@ -137,6 +137,10 @@ func (d *Deployment) Pool() *pgxpool.Pool { return d.r.pool }
 // NATS is a connection to the deployment's NATS server, closed by Stop.
 func (d *Deployment) NATS() *nats.Conn { return d.r.nc }
 
+// Ledgerctl is the ledgerctl binary the deployment found beside the
+// ingest and the projector (it runs the nats-server).
+func (d *Deployment) Ledgerctl() string { return d.r.bin.ledgerctl }
+
 // Dir is where the processes' logs are (under procs/).
 func (d *Deployment) Dir() string { return d.r.dir }
 
