@@ -108,8 +108,26 @@ func (r *run) sigstop(ctx context.Context) {
 // killIngest kills a random ingest with SIGKILL and starts it again.
 func (r *run) killIngest(ctx context.Context) {
 	p := r.ingests[r.pick(len(r.ingests))]
+	r.killAndRestart(ctx, p, time.Duration(float64(time.Second)*r.uniform(0.5, 2)))
+}
+
+// restartNATS kills the NATS server with SIGKILL and starts it again on the
+// same port and store.
+func (r *run) restartNATS(ctx context.Context) {
+	r.killAndRestart(ctx, r.nodes[0], time.Second)
+}
+
+// killNATSNode kills a random cluster node with SIGKILL and starts it again
+// 2 to 5 s later.
+func (r *run) killNATSNode(ctx context.Context) {
+	n := r.nodes[r.pick(len(r.nodes))]
+	r.killAndRestart(ctx, n, time.Duration(float64(time.Second)*r.uniform(2, 5)))
+}
+
+// killAndRestart kills p with SIGKILL and starts it again down later (or
+// sooner if ctx ends).
+func (r *run) killAndRestart(ctx context.Context, p *proc, down time.Duration) {
 	p.kill()
-	down := time.Duration(float64(time.Second) * r.uniform(0.5, 2))
 	r.logf("kill -9 %s; restart in %v", p.name, down.Round(time.Millisecond))
 	pause(ctx, down)
 	if err := p.start(); err != nil {
@@ -117,35 +135,6 @@ func (r *run) killIngest(ctx context.Context) {
 		return
 	}
 	r.logf("%s started", p.name)
-}
-
-// restartNATS kills the NATS server with SIGKILL and starts it again on the
-// same port and store.
-func (r *run) restartNATS(ctx context.Context) {
-	n := r.nodes[0]
-	n.kill()
-	r.logf("kill -9 %s; restart in 1s", n.name)
-	pause(ctx, time.Second)
-	if err := n.start(); err != nil {
-		r.logf("restart %s: %v", n.name, err)
-		return
-	}
-	r.logf("%s started", n.name)
-}
-
-// killNATSNode kills a random cluster node with SIGKILL and starts it again
-// 2 to 5 s later.
-func (r *run) killNATSNode(ctx context.Context) {
-	n := r.nodes[r.pick(len(r.nodes))]
-	n.kill()
-	down := time.Duration(float64(time.Second) * r.uniform(2, 5))
-	r.logf("kill -9 %s; restart in %v", n.name, down.Round(time.Millisecond))
-	pause(ctx, down)
-	if err := n.start(); err != nil {
-		r.logf("restart %s: %v", n.name, err)
-		return
-	}
-	r.logf("%s started", n.name)
 }
 
 // restartPG stops PostgreSQL in immediate mode (no checkpoint, connections
