@@ -275,8 +275,8 @@ func (w *writer) extend(gen int64, sent time.Time) {
 // that got no answer is sent again with its request_id, so a grant whose
 // reply was lost is given again, not bumped (docs/contract.md §1).
 func (w *writer) acquire(ctx context.Context) (int64, error) {
-	ttl := w.cfg.TTL.Milliseconds()
-	req := map[string]any{"partition": w.cfg.Partition, "ttl_ms": ttl, "request_id": ulid.Make().String()}
+	part, ttl := w.cfg.Partition, w.cfg.TTL.Milliseconds()
+	req := wire.LeaseRequest{Partition: &part, TTLMillis: &ttl, RequestID: ulid.Make().String()}
 	for {
 		if err := ctx.Err(); err != nil {
 			return 0, err
@@ -296,7 +296,7 @@ func (w *writer) acquire(ctx context.Context) (int64, error) {
 		case er != nil && er.Error == wire.ErrCodeHeld:
 			w.log.add(Record{Kind: KindHeld, T: now.UnixNano(), Sent: sent.UnixNano(), Holder: er.Holder,
 				Gen: er.Generation, ExpiresAt: er.ExpiresAt})
-			req["request_id"] = ulid.Make().String()
+			req.RequestID = ulid.Make().String()
 			wait := w.cfg.TTL
 			if exp, perr := time.Parse(time.RFC3339Nano, er.ExpiresAt); perr == nil {
 				wait = min(max(time.Until(exp)+2*time.Millisecond, 5*time.Millisecond), w.cfg.TTL)
@@ -315,7 +315,8 @@ func (w *writer) acquire(ctx context.Context) (int64, error) {
 func (w *writer) renewLoop(ctx context.Context, gen int64) {
 	every := w.cfg.TTL / 3
 	retry := max(every/4, 10*time.Millisecond)
-	req := map[string]any{"partition": w.cfg.Partition, "generation": gen, "ttl_ms": w.cfg.TTL.Milliseconds()}
+	part, ttl := w.cfg.Partition, w.cfg.TTL.Milliseconds()
+	req := wire.LeaseRequest{Partition: &part, Generation: &gen, TTLMillis: &ttl}
 	wait := every
 	for {
 		if !sleep(ctx, wait) {
@@ -359,7 +360,7 @@ func (w *writer) hold(ctx context.Context, gen int64) {
 				return
 			}
 			var rep wire.TaskHeadReply
-			if _, err := w.request(ctx, w.subj.TaskHead(), map[string]any{"task": task}, &rep, w.cfg.TTL/3); err == nil {
+			if _, err := w.request(ctx, w.subj.TaskHead(), wire.TaskHeadRequest{Task: task}, &rep, w.cfg.TTL/3); err == nil {
 				next[task] = rep.Version + 1
 				w.log.add(Record{Kind: KindHead, Gen: gen, Task: task, Version: rep.Version})
 				break
