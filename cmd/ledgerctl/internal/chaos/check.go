@@ -50,6 +50,10 @@ const (
 // Kinds lists every ViolationKind in report order.
 var Kinds = []ViolationKind{Lost, StaleCommit, NotDense, MultiVerdict, FaultGap, ProjectionDiffers, LogOutOfOrder, Unknown}
 
+// rejectionVerdicts are the verdicts Report.Rejections counts, in the
+// order the summary lists them.
+var rejectionVerdicts = []wire.Verdict{wire.VerdictStale, wire.VerdictGap, wire.VerdictConflict, wire.VerdictInvalid}
+
 // Violation is one broken promise.
 type Violation struct {
 	Kind ViolationKind
@@ -236,7 +240,7 @@ func (c *checker) lostAndVerdicts() {
 			c.r.add(Violation{Kind: MultiVerdict, EventID: id, Task: c.taskOf(id), Detail: "verdicts " + strings.Join(vs, ", ")})
 		}
 	}
-	for _, v := range []wire.Verdict{wire.VerdictStale, wire.VerdictGap, wire.VerdictConflict, wire.VerdictInvalid} {
+	for _, v := range rejectionVerdicts {
 		c.r.Rejections[string(v)] = len(rejected[string(v)])
 	}
 	for _, id := range c.sendOrder() {

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/flowness/ledger/pkg/wire"
 )
 
 // Fault kinds, as the summary names them.
@@ -59,7 +57,7 @@ func CheckLine(r *Report) string {
 
 func writeCounts(b *strings.Builder, r *Report) {
 	fmt.Fprintf(b, "events=%d commits=%d rejections={", r.Events, r.Commits)
-	for i, v := range []wire.Verdict{wire.VerdictStale, wire.VerdictGap, wire.VerdictConflict, wire.VerdictInvalid} {
+	for i, v := range rejectionVerdicts {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
