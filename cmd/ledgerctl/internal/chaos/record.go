@@ -72,9 +72,6 @@ type Record struct {
 	Err          string `json:"err,omitempty"`
 }
 
-// Time is T as a time.
-func (r Record) Time() time.Time { return time.Unix(0, r.T) }
-
 // maxRecordLine bounds one line of a writer log; the longest real one, a
 // start record with a few hundred task ids, stays far below.
 const maxRecordLine = 1 << 20
