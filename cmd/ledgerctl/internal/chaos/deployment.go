@@ -59,7 +59,7 @@ type DeployedProcess struct {
 func StartDeployment(ctx context.Context, o DeploymentOptions) (_ *Deployment, err error) {
 	parts := cmp.Or(o.Partitions, wire.PartitionsDefault)
 	ro := Options{Partitions: parts, Ingests: 1, Bin: o.Bin, Dir: o.Dir, Progress: o.Progress}.WithDefaults()
-	r := &run{o: ro, id: runID(), faults: map[string]int{}, holderOf: map[string]*proc{}, prefix: wire.PrefixDefault}
+	r := newRun(ro)
 	if err := r.findBinaries(); err != nil {
 		return nil, err
 	}

@@ -3,13 +3,10 @@ package chaos
 import (
 	"cmp"
 	"context"
-	cryptorand "crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -234,9 +231,7 @@ func RunFailover(ctx context.Context, o FailoverOptions) (*FailoverReport, error
 		return nil, err
 	}
 	if o.Seed == 0 {
-		var b [8]byte
-		_, _ = cryptorand.Read(b[:])
-		o.Seed = binary.BigEndian.Uint64(b[:]) | 1
+		o.Seed = randomSeed()
 	}
 	keep := o.Dir != ""
 	dir := o.Dir
@@ -251,7 +246,7 @@ func RunFailover(ctx context.Context, o FailoverOptions) (*FailoverReport, error
 	}
 	began := time.Now()
 	rep := &FailoverReport{Seed: o.Seed, CPUs: runtime.NumCPU(), Trials: o.Trials, PauseTrials: o.PauseTrials, Dir: dir}
-	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
+	rng := seeded(o.Seed)
 	missed := 0
 	for _, ttl := range o.TTLs {
 		tr, err := measureTTL(ctx, o, ttl, filepath.Join(dir, "ttl-"+ttl.String()), rng.Uint64())
@@ -284,8 +279,8 @@ const failoverPartition = 0
 func measureTTL(ctx context.Context, o FailoverOptions, ttl time.Duration, dir string, seed uint64) (*TTLReport, error) {
 	ro := Options{Partitions: 2, Writers: 2, Tasks: 1, Ingests: 1, TTL: ttl, Rate: o.Rate, Zombie: Off,
 		Bin: o.Bin, Ledgerctl: o.Ledgerctl, Dir: dir, Progress: o.Progress}.WithDefaults()
-	r := &run{o: ro, id: runID(), faults: map[string]int{}, holderOf: map[string]*proc{}, prefix: wire.PrefixDefault,
-		noProjector: true, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	r := newRun(ro)
+	r.noProjector, r.rng = true, seeded(seed)
 	if err := r.findBinaries(); err != nil {
 		return nil, err
 	}

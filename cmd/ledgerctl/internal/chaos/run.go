@@ -94,7 +94,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	r := &run{o: o, id: runID(), faults: map[string]int{}, holderOf: map[string]*proc{}, prefix: wire.PrefixDefault}
+	r := newRun(o)
 	if o.External != nil {
 		r.first = o.External.FirstPartition
 		if o.External.Prefix != "" {
@@ -102,12 +102,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	if o.Seed == 0 {
-		var b [8]byte
-		_, _ = cryptorand.Read(b[:])
-		o.Seed = binary.BigEndian.Uint64(b[:]) | 1
+		o.Seed = randomSeed()
 		r.o.Seed = o.Seed
 	}
-	r.rng = rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
+	r.rng = seeded(o.Seed)
 	if err := r.findBinaries(); err != nil {
 		return nil, err
 	}
@@ -167,6 +165,23 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	fmt.Fprintln(r.o.Out, res.Summary)
 	_, _ = fmt.Fprintln(r.runLog, res.Summary)
 	return res, nil
+}
+
+// newRun is a run of o, nothing started yet.
+func newRun(o Options) *run {
+	return &run{o: o, id: runID(), faults: map[string]int{}, holderOf: map[string]*proc{}, prefix: wire.PrefixDefault}
+}
+
+// randomSeed is a seed for a run that was given none: random, never 0.
+func randomSeed() uint64 {
+	var b [8]byte
+	_, _ = cryptorand.Read(b[:])
+	return binary.BigEndian.Uint64(b[:]) | 1
+}
+
+// seeded is the random source of seed: the same seed, the same numbers.
+func seeded(seed uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 }
 
 // runID names a run: its tasks and holders start with it.
