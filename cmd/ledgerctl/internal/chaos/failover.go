@@ -270,6 +270,9 @@ type failover struct {
 	ttl time.Duration
 	// next is the number of the next writer started.
 	next int
+	// held holds the writers whose logs show a refused acquire: a log only
+	// grows, so each is read until it shows one, not on every poll after.
+	held map[string]bool
 }
 
 // failoverPartition is the writers' partition; the next one is the
@@ -289,7 +292,7 @@ func measureTTL(ctx context.Context, o FailoverOptions, ttl time.Duration, dir s
 	}
 	defer r.runLog.Close()
 	defer r.teardown()
-	f := &failover{run: r, ttl: ttl}
+	f := &failover{run: r, ttl: ttl, held: map[string]bool{}}
 	r.logf("failover: TTL %v, run %s, in %s", ttl, r.id, r.dir)
 	if err := r.startStack(ctx); err != nil {
 		return nil, err
@@ -411,6 +414,9 @@ func (f *failover) standbysReady(h *proc) bool {
 }
 
 func (f *failover) loggedHeld(holder string) bool {
+	if f.held[holder] {
+		return true
+	}
 	file, err := os.Open(f.writerLog(holder))
 	if err != nil {
 		return false
@@ -422,6 +428,7 @@ func (f *failover) loggedHeld(holder string) bool {
 	}
 	for _, rec := range wl.Records {
 		if rec.Kind == KindHeld {
+			f.held[holder] = true
 			return true
 		}
 	}
