@@ -178,20 +178,17 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	s.stops = append(s.stops, func() { s.NATS.Shutdown(); s.NATS.WaitForShutdown() })
 	say("NATS: embedded JetStream server at %s", s.NATS.ClientURL())
 	s.dial = func(opts ...nats.Option) (*nats.Conn, error) { return nats.Connect(s.NATS.ClientURL(), opts...) }
-	conn := func() (*nats.Conn, error) { return s.dial() }
-	if s.NC, err = conn(); err != nil {
+	if s.NC, err = s.Dial(); err != nil {
 		return nil, err
 	}
-	s.stops = append(s.stops, s.NC.Close)
 
 	if s.Store, err = fence.New(s.Pool, fence.Config{}); err != nil {
 		return nil, err
 	}
-	inNC, err := conn()
+	inNC, err := s.Dial()
 	if err != nil {
 		return nil, err
 	}
-	s.stops = append(s.stops, inNC.Close)
 	if s.Ingest, err = ingest.New(o.Ingest, ingest.Deps{NC: inNC, Store: s.Store, Logger: o.Logger}); err != nil {
 		return nil, err
 	}
@@ -200,11 +197,10 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	s.stops = append(s.stops, s.Ingest.Stop)
 	s.startProjector = func(ctx context.Context) (*projector.Service, error) {
-		nc, err := conn()
+		nc, err := s.Dial()
 		if err != nil {
 			return nil, err
 		}
-		s.stops = append(s.stops, nc.Close)
 		p, err := projector.New(o.Projector, projector.Deps{NC: nc, Pool: s.Pool, Logger: o.Logger})
 		if err != nil {
 			return nil, err
@@ -252,14 +248,11 @@ func startExternal(ctx context.Context, o Options, say func(string, ...any)) (*S
 	s.Pool = pool
 	s.stops = append(s.stops, pool.Close)
 	s.dial = o.NATS
-	nc, err := o.NATS()
-	if err != nil {
+	if s.NC, err = s.Dial(); err != nil {
 		s.Close()
 		return nil, err
 	}
-	s.NC = nc
-	s.stops = append(s.stops, nc.Close)
-	say("using the running ledger at %s (ingest and projector run elsewhere)", nc.ConnectedUrlRedacted())
+	say("using the running ledger at %s (ingest and projector run elsewhere)", s.NC.ConnectedUrlRedacted())
 	return s, nil
 }
 
