@@ -1,6 +1,7 @@
 package benchreport
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -163,7 +164,7 @@ func newRawPublisher(ctx context.Context, nc *nats.Conn, o WorkerOptions, share 
 	var gens [partitions]int64
 	for part := o.Worker; part < partitions; part += o.Workers {
 		var rep wire.LeaseReply
-		req := wire.LeaseRequest{Partition: &part, TTLMillis: ptr(int64(wire.TTLMaxMillis)), RequestID: ulid.Make().String()}
+		req := wire.LeaseRequest{Partition: &part, TTLMillis: new(int64(wire.TTLMaxMillis)), RequestID: ulid.Make().String()}
 		if err := p.request(ctx, wire.LeaseAcquire, req, &rep); err != nil {
 			return nil, fmt.Errorf("acquire partition %d: %w", part, err)
 		}
@@ -175,8 +176,6 @@ func newRawPublisher(ctx context.Context, nc *nats.Conn, o WorkerOptions, share 
 	go p.renewLoop(rctx)
 	return p, nil
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // request asks the lease service op for the worker's holder.
 func (p *rawPublisher) request(ctx context.Context, op string, body, out any) error {
@@ -212,7 +211,7 @@ func (p *rawPublisher) renewLoop(ctx context.Context) {
 		}
 		for part, gen := range p.gens {
 			var rep wire.LeaseReply
-			req := wire.LeaseRequest{Partition: &part, Generation: &gen, TTLMillis: ptr(int64(wire.TTLMaxMillis))}
+			req := wire.LeaseRequest{Partition: &part, Generation: &gen, TTLMillis: new(int64(wire.TTLMaxMillis))}
 			// A refused renewal shows in the receipts: stale, and the run fails.
 			_ = p.request(ctx, wire.LeaseRenew, req, &rep)
 		}
@@ -240,11 +239,11 @@ func (p *rawPublisher) publish(ctx context.Context, counts []int) (first, last i
 		defer mu.Unlock()
 		switch {
 		case err != nil:
-			refusal = cmpErr(refusal, fmt.Errorf("a receipt that does not decode: %w", err))
+			refusal = cmp.Or(refusal, fmt.Errorf("a receipt that does not decode: %w", err))
 		case !waiting[rc.EventID]:
 			return // a repeated receipt, or another run's
 		case rc.Verdict != wire.VerdictCommitted && rc.Verdict != wire.VerdictDuplicate:
-			refusal = cmpErr(refusal, fmt.Errorf("%s version %d: %s/%s", rc.Task, rc.Version, rc.Verdict, rc.Reason))
+			refusal = cmp.Or(refusal, fmt.Errorf("%s version %d: %s/%s", rc.Task, rc.Version, rc.Verdict, rc.Reason))
 		}
 		delete(waiting, rc.EventID)
 		received++
@@ -302,14 +301,6 @@ func (p *rawPublisher) publish(ctx context.Context, counts []int) (first, last i
 	}
 	first, last = times.times()
 	return first, last, nil
-}
-
-// cmpErr keeps the first error.
-func cmpErr(first, next error) error {
-	if first != nil {
-		return first
-	}
-	return next
 }
 
 func (p *rawPublisher) close() {
