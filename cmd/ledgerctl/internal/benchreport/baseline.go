@@ -165,15 +165,7 @@ func (b *baselines) schemaInsert(ctx context.Context) (Row, error) {
 	}
 	defer conn.Release()
 	return b.measure(LabelSchemaInsert, len(events), func(done func(int)) error {
-		var batches []setBatch
-		for i := 0; i < len(events); i += BatchSize {
-			var s setBatch
-			for _, e := range events[i:min(i+BatchSize, len(events))] {
-				s.add(e)
-			}
-			batches = append(batches, s)
-		}
-		for _, s := range batches {
+		for _, s := range setBatches(events) {
 			var n int
 			if err := conn.QueryRow(ctx, sqlSchemaInsert, s.ids, s.parts, s.tasks, s.versions, s.types, s.payloads,
 				s.holders, s.gens).Scan(&n); err != nil {
@@ -259,6 +251,20 @@ type setBatch struct {
 	versions, gens                       []int64
 }
 
+// setBatches splits events into batches of BatchSize, each as the arrays
+// of a set-based insert.
+func setBatches(events []fence.Event) []setBatch {
+	var batches []setBatch
+	for i := 0; i < len(events); i += BatchSize {
+		var s setBatch
+		for _, e := range events[i:min(i+BatchSize, len(events))] {
+			s.add(e)
+		}
+		batches = append(batches, s)
+	}
+	return batches
+}
+
 func (s *setBatch) add(e fence.Event) {
 	s.ids, s.tasks, s.types = append(s.ids, e.ID), append(s.tasks, e.Task), append(s.types, e.Type)
 	s.payloads, s.holders = append(s.payloads, string(e.Payload)), append(s.holders, e.Holder)
@@ -282,15 +288,7 @@ func (s *setBatch) insert(ctx context.Context, db executor) (int, error) {
 
 func setInsert(ctx context.Context, conn *pgx.Conn, events []fence.Event, done func(int)) error {
 	// Building the arrays is timed, as COPY's rows are: every client pays it.
-	var batches []setBatch
-	for i := 0; i < len(events); i += BatchSize {
-		var s setBatch
-		for _, e := range events[i:min(i+BatchSize, len(events))] {
-			s.add(e)
-		}
-		batches = append(batches, s)
-	}
-	for _, s := range batches {
+	for _, s := range setBatches(events) {
 		n, err := s.insert(ctx, conn)
 		if err != nil {
 			return err
