@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -277,12 +276,8 @@ func (p *rawPublisher) publish(ctx context.Context, counts []int) (first, last i
 			return 0, 0, fmt.Errorf("publish: %w", err)
 		}
 	}
-	select {
-	case <-p.js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return 0, 0, ctx.Err()
-	case <-time.After(ReceiptTimeout):
-		return 0, 0, errors.New("publishes not acknowledged")
+	if err := awaitAcks(ctx, p.js); err != nil {
+		return 0, 0, err
 	}
 	select {
 	case <-done:

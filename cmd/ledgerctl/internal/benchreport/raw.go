@@ -169,8 +169,14 @@ func (r *rawBench) publishAll(ctx context.Context, msgs []*nats.Msg, sent *atomi
 		}
 		sent.Add(1)
 	}
+	return awaitAcks(ctx, r.js)
+}
+
+// awaitAcks waits until JetStream acked every asynchronous publish of js,
+// for at most ReceiptTimeout.
+func awaitAcks(ctx context.Context, js jetstream.JetStream) error {
 	select {
-	case <-r.js.PublishAsyncComplete():
+	case <-js.PublishAsyncComplete():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
