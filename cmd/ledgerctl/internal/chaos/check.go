@@ -313,21 +313,20 @@ func (c *checker) dense() {
 }
 
 func (c *checker) faultGaps() {
-	// acked[holder][task/version] is the first time that writer had an ack
-	// for that version of the task.
-	acked := map[string]map[string]int64{}
+	// acked[{holder, task, version}] is the first time that writer had an
+	// ack for that version of the task.
+	type written struct {
+		holder, task string
+		version      int64
+	}
+	acked := map[written]int64{}
 	for _, s := range c.sends {
 		if s.ackT == 0 {
 			continue
 		}
-		m := acked[s.writer.Holder]
-		if m == nil {
-			m = map[string]int64{}
-			acked[s.writer.Holder] = m
-		}
-		k := fmt.Sprintf("%s/%d", s.first.Task, s.first.Version)
-		if t, ok := m[k]; !ok || s.ackT < t {
-			m[k] = s.ackT
+		k := written{s.writer.Holder, s.first.Task, s.first.Version}
+		if t, ok := acked[k]; !ok || s.ackT < t {
+			acked[k] = s.ackT
 		}
 	}
 	seen := map[string]bool{}
@@ -340,8 +339,8 @@ func (c *checker) faultGaps() {
 		if s == nil || s.first.Version < 2 {
 			return
 		}
-		prev := fmt.Sprintf("%s/%d", s.first.Task, s.first.Version-1)
-		if t, ok := acked[s.writer.Holder][prev]; ok && t <= s.first.T {
+		prev := written{s.writer.Holder, s.first.Task, s.first.Version - 1}
+		if t, ok := acked[prev]; ok && t <= s.first.T {
 			c.r.add(Violation{Kind: FaultGap, EventID: id, Task: s.first.Task,
 				Detail: fmt.Sprintf("version %d judged gap though %s had version %d acked before sending it",
 					s.first.Version, s.writer.Holder, s.first.Version-1)})
@@ -524,13 +523,17 @@ func (c *checker) unknown() {
 				Detail: fmt.Sprintf("dead letter at stream seq %d does not read: %s", l.StreamSeq, l.Err)})
 		}
 	}
-	recorded := map[string]string{}
+	type grant struct {
+		partition  int
+		generation int64
+	}
+	recorded := map[grant]string{}
 	for _, g := range c.h.Grants {
-		recorded[fmt.Sprintf("%d/%d", g.Partition, g.Generation)] = g.Holder
+		recorded[grant{g.Partition, g.Generation}] = g.Holder
 	}
 	for _, p := range sortedKeys(c.grants) {
 		for _, g := range c.grants[p] {
-			if h, ok := recorded[fmt.Sprintf("%d/%d", p, g.gen)]; !ok || h != g.holder {
+			if h, ok := recorded[grant{p, g.gen}]; !ok || h != g.holder {
 				c.r.add(Violation{Kind: Unknown, Detail: fmt.Sprintf("%s was granted partition %d generation %d, but ledger.lease_grants records %q",
 					g.holder, p, g.gen, h)})
 			}
