@@ -275,7 +275,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // appendAttempt is appendOnce bounded by Config.AttemptTimeout: an attempt
 // the database does not answer in time fails with ErrNoAnswer, whatever
-// state its connection is in.
+// state its connection is in (mid-session or still connecting).
 func (s *Store) appendAttempt(ctx context.Context, b *batch, res []Result) error {
 	if s.cfg.AttemptTimeout <= 0 {
 		return s.appendOnce(ctx, b, res)
@@ -283,7 +283,10 @@ func (s *Store) appendAttempt(ctx context.Context, b *batch, res []Result) error
 	actx, cancel := context.WithTimeout(ctx, s.cfg.AttemptTimeout)
 	defer cancel()
 	err := s.appendOnce(actx, b, res)
-	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+	// A deadline the caller did not set is this attempt's, or the connect
+	// timeout of a fresh connection the pool opened for it: either way the
+	// database did not answer.
+	if err != nil && ctx.Err() == nil && (actx.Err() != nil || errors.Is(err, context.DeadlineExceeded)) {
 		return fmt.Errorf("%w within %v: %w", ErrNoAnswer, s.cfg.AttemptTimeout, err)
 	}
 	return err

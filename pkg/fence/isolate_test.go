@@ -128,7 +128,11 @@ func TestAppendOnASilentConnectionGivesUpAndTheNextCommits(t *testing.T) {
 	l, err := s.Acquire(ctx, 3, "worker-a.1", longTTL)
 	require.NoError(t, err)
 	// A connection is open first: the silence falls mid-session, where no
-	// connect timeout applies.
+	// connect timeout applies. The partitions' end is read first, so no
+	// background partition check takes that connection away from the
+	// silent append and makes it connect afresh.
+	_, _, err = viaProxy.EnsurePartitions(ctx)
+	require.NoError(t, err)
 	_, err = viaProxy.Append(ctx, []fence.Event{ev(l, "warm", 1, "x")})
 	require.NoError(t, err)
 	e := ev(l, "silent", 1, "x")
@@ -153,4 +157,28 @@ func TestAppendOnASilentConnectionGivesUpAndTheNextCommits(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, wire.VerdictCommitted, res[0].Verdict)
 	require.Equal(t, 2, countRows(t, db, `SELECT count(*) FROM ledger.events`))
+}
+
+// A silence that falls before the pool has a connection ends in the
+// connect timeout of a fresh connection, not the attempt's: that too is the
+// database not answering, never a verdict or a fault of the batch.
+func TestAppendWhoseConnectGetsNoAnswerGivesUp(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t, fence.Config{})
+	ctx := context.Background()
+	pc, err := pgconn.ParseConfig(db.URL)
+	require.NoError(t, err)
+	proxy := faultproxy.Start(t, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))))
+	t.Cleanup(proxy.Cut)
+	// The pool's connect timeout (1 s) ends well before the attempt's.
+	viaProxy, err := fence.New(db.PoolVia(t, proxy.Addr()), fence.Config{AttemptTimeout: 30 * time.Second})
+	require.NoError(t, err)
+	l, err := s.Acquire(ctx, 3, "worker-a.1", longTTL)
+	require.NoError(t, err)
+
+	proxy.Silence()
+	_, err = viaProxy.Append(ctx, []fence.Event{ev(l, "t", 1, "x")})
+	require.ErrorIs(t, err, fence.ErrNoAnswer)
+	require.True(t, fence.IsTransient(err), "the caller retries: %v", err)
+	require.Equal(t, 0, countRows(t, db, `SELECT count(*) FROM ledger.events`))
 }
