@@ -48,8 +48,9 @@ func (s *Service) Register(fs *flag.FlagSet, adminPort string) {
 	fs.StringVar(&s.LogLevel, "log-level", Env("LEDGER_LOG_LEVEL", "info"), "debug, info, warn or error (env LEDGER_LOG_LEVEL)")
 }
 
-// Parse parses args and builds the logger. It reports false (and no error)
-// when only -h was asked for.
+// Parse parses args, builds the logger and gives the process the services'
+// garbage-collector defaults (TuneGC). It reports false (and no error) when
+// only -h was asked for.
 func (s *Service) Parse(fs *flag.FlagSet, args []string) (bool, error) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -65,6 +66,7 @@ func (s *Service) Parse(fs *flag.FlagSet, args []string) (bool, error) {
 		return false, err
 	}
 	s.Log = log
+	TuneGC(log)
 	return true, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 
@@ -49,4 +50,14 @@ func memTotal() uint64 {
 		return 0
 	}
 	return 0
+}
+
+// gcPercent is this process's GOGC; 0 where the runtime does not say.
+func gcPercent() int {
+	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int(sample[0].Value.Uint64())
 }

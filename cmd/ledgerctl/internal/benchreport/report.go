@@ -41,6 +41,10 @@ type Report struct {
 	Tasks           int           `json:"tasks"`
 	Workers         int           `json:"workers"`
 	LatencyDuration time.Duration `json:"latency_duration_ns"`
+	// GCPercent is the garbage collector's target (GOGC) of this process,
+	// which hosts every part of the ledger: the command gives it the
+	// services' default (connect.GCPercentDefault) unless GOGC is set.
+	GCPercent int `json:"gc_percent"`
 	// Rate is the load offered on each latency path, in events/s: the
 	// given Options.Rate (RateGiven), or half of Saturation.
 	Rate      int  `json:"rate,omitempty"`
@@ -230,6 +234,9 @@ func (r Report) Table() string {
 	writeColumns(&b, cells)
 	fmt.Fprintf(&b, "load: %s events a throughput phase (per-event INSERT: %s) over %s tasks on %d partitions, %d-byte JSON payloads\n",
 		group(int64(r.Events)), group(int64(min(r.Events, PerEventMax))), group(int64(r.Tasks)), partitions, len(payload(10)))
+	if r.GCPercent > 0 {
+		fmt.Fprintf(&b, "gc: GOGC %d in this process, as in the ingest and the projector by default\n", r.GCPercent)
+	}
 	if len(r.PipelineRounds) > 0 {
 		ratios := make([]string, len(r.PipelineRounds))
 		for i, rd := range r.PipelineRounds {

@@ -67,7 +67,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	// answer; its pool then has another connection string.
 	throwaway := o.DatabaseURL == "" || s.Pool.Config().ConnString() != o.DatabaseURL
 	r := Report{Machine: machine(ctx, s.Pool, throwaway), Sections: o.sections(), Events: o.Events, Rounds: o.Rounds,
-		Tasks: taskCount(o.Events), Workers: o.Workers, LatencyDuration: o.LatencyDuration}
+		Tasks: taskCount(o.Events), Workers: o.Workers, LatencyDuration: o.LatencyDuration, GCPercent: gcPercent()}
 	if err := runSections(ctx, s, o, id, prog, &r); err != nil {
 		return Report{}, err
 	}

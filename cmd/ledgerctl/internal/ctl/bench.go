@@ -11,6 +11,7 @@ import (
 
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/benchreport"
 	"github.com/flowness/ledger/internal/admin"
+	"github.com/flowness/ledger/internal/connect"
 )
 
 // Bench runs the benchmark report ("bench"): the raw PostgreSQL baselines,
@@ -91,6 +92,9 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		runtime.MemProfileRate = 64 << 10
 		defer writeHeapProfile(*memProfile, stderr)
 	}
+	// Every part of the ledger runs in this process: it runs with the
+	// services' garbage-collector defaults, as the ingest and projector do.
+	connect.TuneGC(nil)
 	r, err := benchreport.Run(ctx, benchreport.Options{DatabaseURL: f.Conn.DatabaseURL, Only: sections, Events: *events,
 		Rounds: *rounds, Rate: *rate, LatencyDuration: *duration, Workers: *workers, Progress: stderr})
 	if err != nil {
