@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: test vet bench bench-external demo build fuzz chaos failover
+.PHONY: test vet bench bench-external bench-compare demo build fuzz chaos failover
 
 # demo: the whole ledger in one process (NATS embedded; PostgreSQL from
 # DATABASE_URL, or a throwaway cluster), playing the two seed stories.
@@ -54,6 +54,14 @@ BENCH_FLAGS ?=
 bench-external:
 	$(GO) build -o bin/ ./cmd/...
 	bin/ledgerctl bench -external $(BENCH_FLAGS)
+
+# bench-compare: the SDK path against raw publishers in the deployment's
+# shape, SDK and raw runs alternating on fresh deployments (docs/benchmarks.md,
+# "SDK against raw publishers"). COMPARE_FLAGS passes flags.
+COMPARE_FLAGS ?= -compare 3 -events 200000
+bench-compare:
+	$(GO) build -o bin/ ./cmd/...
+	bin/ledgerctl bench -external $(COMPARE_FLAGS)
 
 vet:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done

@@ -28,6 +28,9 @@ import (
 type ExternalOptions struct {
 	// Events is how many events the workers publish in all; default 50,000.
 	Events int
+	// Tasks is how many new tasks they spread over: 1..MaxTasks; default
+	// one per 25 events, 16 to 2,000.
+	Tasks int
 	// Workers is how many worker processes publish, each holding an equal
 	// share of the 16 partitions (partition p belongs to worker p mod
 	// Workers); 1..16, default 4.
@@ -49,6 +52,7 @@ type ExternalOptions struct {
 // WithDefaults returns o with zero fields set to their defaults.
 func (o ExternalOptions) WithDefaults() ExternalOptions {
 	o.Events = cmp.Or(o.Events, EventsDefault)
+	o.Tasks = cmp.Or(o.Tasks, taskCount(o.Events))
 	o.Workers = cmp.Or(o.Workers, WorkersDefault)
 	if o.Progress == nil {
 		o.Progress = os.Stderr
@@ -60,6 +64,8 @@ func (o ExternalOptions) validate() error {
 	switch {
 	case o.Events < 1:
 		return fmt.Errorf("benchreport: events must be at least 1, got %d", o.Events)
+	case o.Tasks < 1 || o.Tasks > MaxTasks:
+		return fmt.Errorf("benchreport: tasks must be 1..%d, got %d", MaxTasks, o.Tasks)
 	case o.Workers < 1 || o.Workers > partitions:
 		return fmt.Errorf("benchreport: workers must be 1..%d (one partition each at least), got %d", partitions, o.Workers)
 	}
@@ -107,6 +113,13 @@ type ExternalReport struct {
 	// copy of the run (it acks once the value is in the bucket).
 	Receipt   Row `json:"receipt"`
 	Projected Row `json:"projected"`
+	// FirstWindow and AfterFirstWindow split Receipt at FirstWindow after
+	// the first publish (each worker counts from its own, which the
+	// workers make within a few ms of each other): a slow start shows as
+	// FirstWindow.Relative, its rate against the rest's, below 1. Both are
+	// zero for a run shorter than two windows.
+	FirstWindow      Row `json:"first_window"`
+	AfterFirstWindow Row `json:"after_first_window"`
 	// Components are the parts of the deployment, each with its CPU time
 	// over the window from just before the first publish to the later of
 	// the last receipt and the projector's last ack; Total is their sum.
@@ -201,7 +214,7 @@ type component struct {
 }
 
 func (e *external) run(ctx context.Context) (ExternalReport, error) {
-	r := ExternalReport{Machine: machine(ctx, e.d.Pool(), true), Events: e.o.Events, Tasks: taskCount(e.o.Events),
+	r := ExternalReport{Machine: machine(ctx, e.d.Pool(), true), Events: e.o.Events, Tasks: e.o.Tasks,
 		Workers: e.o.Workers, Raw: e.o.Raw}
 	comps, err := e.components(ctx)
 	if err != nil {
@@ -249,9 +262,10 @@ func (e *external) run(ctx context.Context) (ExternalReport, error) {
 	}
 	r.LoadAfter = procstat.LoadAverage()
 
-	first, last, events := int64(0), int64(0), 0
+	first, last, events, inFirst := int64(0), int64(0), 0, 0
 	for _, l := range results {
 		events += l.Events
+		inFirst += l.InFirstWindow
 		if l.Events > 0 {
 			first = minNonZero(first, l.FirstPublish)
 			last = max(last, l.LastReceipt)
@@ -260,13 +274,31 @@ func (e *external) run(ctx context.Context) (ExternalReport, error) {
 	if events != e.o.Events {
 		return r, fmt.Errorf("benchreport: the workers published %d events, %d were asked for", events, e.o.Events)
 	}
-	r.Receipt = throughputRow("first publish → last receipt", events, time.Unix(0, last).Sub(time.Unix(0, first)))
+	run := time.Unix(0, last).Sub(time.Unix(0, first))
+	r.Receipt = throughputRow("first publish → last receipt", events, run)
+	r.FirstWindow, r.AfterFirstWindow = splitAtWindow(inFirst, events, run)
 	r.Projected = throughputRow("first publish → projector acked all", events, projected.Sub(time.Unix(0, first)))
 	if r.Components, err = costs(before, after, comps, events); err != nil {
 		return r, err
 	}
 	r.Total = total(r.Components, events)
 	return r, nil
+}
+
+// splitAtWindow splits a run of events receipts over run into the
+// inFirst that arrived in its first FirstWindow and the rest, and compares
+// their rates; both rows are zero for a run shorter than two windows.
+func splitAtWindow(inFirst, events int, run time.Duration) (first, rest Row) {
+	if run < 2*FirstWindow {
+		return Row{}, Row{}
+	}
+	name := "first second" // FirstWindow
+	first = throughputRow(name, inFirst, FirstWindow)
+	rest = throughputRow("after the "+name, events-inFirst, run-FirstWindow)
+	if rest.PerSecond > 0 {
+		first.Relative, first.RelativeTo = first.PerSecond/rest.PerSecond, "the rest"
+	}
+	return first, rest
 }
 
 func minNonZero(a, b int64) int64 {
@@ -479,7 +511,7 @@ func (e *external) startWorkers(ctx context.Context) (workers, error) {
 
 func (e *external) startWorker(ledgerctl string, n int) (*workerProc, error) {
 	args := []string{"bench", "worker", "-nats-url", e.d.NATSURL(), "-run", e.id, "-worker", strconv.Itoa(n),
-		"-workers", strconv.Itoa(e.o.Workers), "-events", strconv.Itoa(e.o.Events)}
+		"-workers", strconv.Itoa(e.o.Workers), "-events", strconv.Itoa(e.o.Events), "-tasks", strconv.Itoa(e.o.Tasks)}
 	if e.o.Raw {
 		args = append(args, "-raw")
 	}

@@ -63,60 +63,69 @@ func moduleRoot(t *testing.T) string {
 	}
 }
 
-// A tiny external run: every part a process of its own, one worker. Each
-// component must have spent CPU time on the events, as /proc/<pid>/stat
-// tells it; a reading that is broken or points at the wrong process
-// reports zero, or fails.
+// A tiny comparison of external runs, the SDK's then the raw publishers':
+// every part a process of its own, one worker. Each component must have
+// spent CPU time on the events, as /proc/<pid>/stat tells it; a reading
+// that is broken or points at the wrong process reports zero, or fails.
 func TestExternalRunReportsEveryComponentsCPUPerEvent(t *testing.T) {
 	bin := build(t)
-	for _, raw := range []bool{false, true} {
-		t.Run(map[bool]string{false: "sdk", true: "raw"}[raw], func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			var progress ledgertest.Buffer
-			profile := filepath.Join(t.TempDir(), "ingest.pprof")
-			// 5,000 events: CPU time is counted in 10 ms ticks, and each
-			// component must spend a few on them.
-			r, err := benchreport.RunExternal(ctx, benchreport.ExternalOptions{Events: 5000, Workers: 1, Raw: raw, Bin: bin,
-				IngestProfile: profile, Progress: &progress})
-			if errors.Is(err, pgtemp.ErrNotInstalled) {
-				t.Skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed: ", err)
-			}
-			require.NoError(t, err, progress.String())
-			t.Log("\n" + r.Table())
-
-			require.Equal(t, "on", r.Machine.Fsync, "a deployment's PostgreSQL flushes its WAL")
-			require.Equal(t, "on", r.Machine.SynchronousCommit)
-			require.Equal(t, raw, r.Raw)
-			require.Equal(t, 5000, r.Receipt.Events)
-			require.Positive(t, r.Receipt.PerSecond)
-			require.Equal(t, 5000, r.Projected.Events)
-			require.Positive(t, r.Projected.PerSecond)
-
-			var names []string
-			var sum time.Duration
-			for _, c := range r.Components {
-				names = append(names, c.Name)
-				require.Positive(t, c.Processes, c.Name)
-				require.Positive(t, c.PerEvent, "%s: no CPU time per event", c.Name)
-				require.Positive(t, c.PerCore, c.Name)
-				require.InDelta(t, float64(c.CPU)/5000, float64(c.PerEvent), 1, c.Name)
-				sum += c.CPU
-			}
-			require.Equal(t, []string{benchreport.ComponentNATS, benchreport.ComponentIngest, benchreport.ComponentProjector,
-				benchreport.ComponentWorkers, benchreport.ComponentPostgres}, names)
-			require.Equal(t, sum, r.Total.CPU)
-			require.Greater(t, r.Components[4].Processes, 1, "PostgreSQL is the postmaster and its children")
-
-			table := r.Table()
-			for _, name := range names {
-				require.Contains(t, table, "\n"+name+" ")
-			}
-			st, err := os.Stat(profile)
-			require.NoError(t, err, "the ingest wrote its CPU profile as it stopped")
-			require.Positive(t, st.Size())
-		})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var progress ledgertest.Buffer
+	profile := filepath.Join(t.TempDir(), "ingest.pprof")
+	// 5,000 events: CPU time is counted in 10 ms ticks, and each component
+	// must spend a few on them.
+	c, err := benchreport.RunExternalCompare(ctx, benchreport.ExternalOptions{Events: 5000, Tasks: 300, Workers: 1, Bin: bin,
+		IngestProfile: profile, Progress: &progress}, 1)
+	if errors.Is(err, pgtemp.ErrNotInstalled) {
+		t.Skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed: ", err)
 	}
+	require.NoError(t, err, progress.String())
+	t.Log("\n" + c.Table())
+	require.Len(t, c.Rounds, 1)
+	rd := c.Rounds[0]
+	require.InDelta(t, rd.SDK.Receipt.PerSecond/rd.Raw.Receipt.PerSecond, c.Ratio, 1e-9)
+	require.Contains(t, c.Table(), "SDK / raw, median of 1 rounds")
+
+	for _, r := range []benchreport.ExternalReport{rd.SDK, rd.Raw} {
+		name := map[bool]string{false: "sdk", true: "raw"}[r.Raw]
+		require.Equal(t, "on", r.Machine.Fsync, "a deployment's PostgreSQL flushes its WAL")
+		require.Equal(t, "on", r.Machine.SynchronousCommit)
+		require.Equal(t, 5000, r.Receipt.Events, name)
+		require.Equal(t, 300, r.Tasks, name)
+		require.Positive(t, r.Receipt.PerSecond, name)
+		require.Equal(t, 5000, r.Projected.Events, name)
+		require.Positive(t, r.Projected.PerSecond, name)
+		if r.Receipt.Elapsed >= 2*benchreport.FirstWindow {
+			require.Equal(t, 5000, r.FirstWindow.Events+r.AfterFirstWindow.Events, name)
+		} else {
+			require.Zero(t, r.FirstWindow, "%s: a run too short to split", name)
+		}
+
+		var names []string
+		var sum time.Duration
+		for _, c := range r.Components {
+			names = append(names, c.Name)
+			require.Positive(t, c.Processes, "%s: %s", name, c.Name)
+			require.Positive(t, c.PerEvent, "%s: %s: no CPU time per event", name, c.Name)
+			require.Positive(t, c.PerCore, "%s: %s", name, c.Name)
+			require.InDelta(t, float64(c.CPU)/5000, float64(c.PerEvent), 1, "%s: %s", name, c.Name)
+			sum += c.CPU
+		}
+		require.Equal(t, []string{benchreport.ComponentNATS, benchreport.ComponentIngest, benchreport.ComponentProjector,
+			benchreport.ComponentWorkers, benchreport.ComponentPostgres}, names)
+		require.Equal(t, sum, r.Total.CPU)
+		require.Greater(t, r.Components[4].Processes, 1, "PostgreSQL is the postmaster and its children")
+
+		table := r.Table()
+		for _, name := range names {
+			require.Contains(t, table, "\n"+name+" ")
+		}
+	}
+	require.Equal(t, []bool{false, true}, []bool{rd.SDK.Raw, rd.Raw.Raw}, "the SDK's run, then the raw publishers'")
+	st, err := os.Stat(profile)
+	require.NoError(t, err, "the ingest wrote its CPU profile as it stopped")
+	require.Positive(t, st.Size())
 }
 
 func TestExternalRunNeedsItsBinaries(t *testing.T) {

@@ -97,6 +97,8 @@ func TestWorkerLinesDecode(t *testing.T) {
 		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20}`: {State: workerDone, Events: 3,
 			FirstPublish: 10, LastReceipt: 20},
 		`{"state":"done"}`: {State: workerDone},
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"in_first_window":3}`: {State: workerDone,
+			Events: 3, FirstPublish: 10, LastReceipt: 20, InFirstWindow: 3},
 	}
 	for line, want := range good {
 		got, err := decodeWorkerLine([]byte(line))
@@ -108,6 +110,9 @@ func TestWorkerLinesDecode(t *testing.T) {
 		`{"state":"done","events":-1}`, `{"state":"done","events":3,"first_publish_ns":20,"last_receipt_ns":10}`,
 		`{"state":"done","events":3}`, `{"state":"done","first_publish_ns":1,"last_receipt_ns":2}`,
 		`{"state":"ready"} {"state":"ready"}`, `{"state":"done","events":1e400}`,
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"in_first_window":4}`,
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"in_first_window":-1}`,
+		`{"state":"ready","in_first_window":1}`,
 	} {
 		_, err := decodeWorkerLine([]byte(line))
 		require.Error(t, err, line)
@@ -126,6 +131,8 @@ func FuzzDecodeWorkerLine(f *testing.F) {
 		}
 		require.Contains(t, []string{workerReady, workerDone}, l.State)
 		require.GreaterOrEqual(t, l.Events, 0)
+		require.GreaterOrEqual(t, l.InFirstWindow, 0)
+		require.LessOrEqual(t, l.InFirstWindow, l.Events)
 		if l.Events > 0 {
 			require.Positive(t, l.FirstPublish)
 			require.GreaterOrEqual(t, l.LastReceipt, l.FirstPublish)
@@ -148,4 +155,57 @@ func TestWorkerOptionsRefuseWhatCannotRun(t *testing.T) {
 		mod(&o)
 		require.Error(t, o.validate(), name)
 	}
+}
+
+// A worker counts the receipts that arrive within FirstWindow of its first
+// publish; the last receipt counts for the run's end either way.
+func TestNoteTimesCountsTheReceiptsOfTheFirstWindow(t *testing.T) {
+	t.Parallel()
+	var n noteTimes
+	t0 := time.Unix(100, 0)
+	n.published(t0)
+	n.published(t0.Add(time.Millisecond)) // a later publish does not move the start
+	require.True(t, n.inWindow(t0.Add(FirstWindow-time.Nanosecond)))
+	require.False(t, n.inWindow(t0.Add(FirstWindow)))
+	n.received(t0.Add(300 * time.Millisecond))
+	n.receivedEarly(t0.Add(900 * time.Millisecond))
+	n.received(t0.Add(FirstWindow))
+	n.receivedLast(t0.Add(3 * time.Second))
+	n.receivedEarly(t0.Add(2 * time.Second))
+	require.Equal(t, runTimes{first: t0.UnixNano(), last: t0.Add(3 * time.Second).UnixNano(), inFirst: 2}, n.times())
+}
+
+func TestSplitAtWindowComparesTheFirstSecondWithTheRest(t *testing.T) {
+	t.Parallel()
+	first, rest := splitAtWindow(5_000, 45_000, 5*time.Second)
+	require.Equal(t, 5_000, first.Events)
+	require.InDelta(t, 5_000, first.PerSecond, 1e-9)
+	require.Equal(t, 40_000, rest.Events)
+	require.InDelta(t, 10_000, rest.PerSecond, 1e-9)
+	require.InDelta(t, 0.5, first.Relative, 1e-9)
+	require.Equal(t, "the rest", first.RelativeTo)
+
+	first, rest = splitAtWindow(5_000, 5_000, 2*FirstWindow-time.Nanosecond)
+	require.Zero(t, first, "a run shorter than two windows is not split")
+	require.Zero(t, rest)
+}
+
+func TestComparisonTakesTheMediansOfItsRounds(t *testing.T) {
+	t.Parallel()
+	report := func(raw bool, perSecond, first float64) ExternalReport {
+		return ExternalReport{Raw: raw, Receipt: Row{Label: "r", PerSecond: perSecond},
+			FirstWindow: Row{Label: "first second", PerSecond: 1, Relative: first}}
+	}
+	c := Comparison{Rounds: []ComparisonRound{
+		{SDK: report(false, 18_000, 0.8), Raw: report(true, 20_000, 0.5)},
+		{SDK: report(false, 21_000, 0.9), Raw: report(true, 20_000, 0.7)},
+		{SDK: report(false, 19_000, 0), Raw: report(true, 20_000, 0)}, // too short to split
+	}}
+	c.summarize()
+	require.InDelta(t, 0.95, c.Ratio, 1e-9)
+	require.InDelta(t, 0.85, c.SDKFirst, 1e-9)
+	require.InDelta(t, 0.6, c.RawFirst, 1e-9)
+	table := c.Table()
+	require.Contains(t, table, "SDK / raw, median of 3 rounds: 0.95; first second / the rest, medians: SDK 0.85, raw 0.60")
+	require.Contains(t, table, "\n3        raw     20,000")
 }

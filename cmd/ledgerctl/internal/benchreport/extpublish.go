@@ -50,7 +50,7 @@ func newSDKPublisher(ctx context.Context, nc *nats.Conn, o WorkerOptions, share 
 // lease's tasks; another goroutine per lease waits for the receipts in
 // publish order. Versions are the SDK's to assign (a new task's first
 // events wait for its head); each is checked once its receipt is in.
-func (p *sdkPublisher) publish(ctx context.Context, counts []int) (first, last int64, err error) {
+func (p *sdkPublisher) publish(ctx context.Context, counts []int) (runTimes, error) {
 	byPart := map[int][]int{}
 	for i, part := range p.share.parts {
 		byPart[part] = append(byPart[part], i)
@@ -84,6 +84,20 @@ func (p *sdkPublisher) publish(ctx context.Context, counts []int) (first, last i
 						cancel(fmt.Errorf("publish %s: %w", p.share.tasks[task], err))
 						return
 					}
+					// An event published in the first window may get its
+					// receipt in it: its own waiter notes when. Waiting in
+					// publish order would note it only once every earlier
+					// event of the lease has its receipt, and a task whose
+					// head came late would hold back the others'.
+					if times.inWindow(time.Now()) {
+						go func() {
+							select {
+							case <-pd.Done():
+								times.receivedEarly(time.Now())
+							case <-ctx.Done():
+							}
+						}()
+					}
 					select {
 					case pending <- sent{pd, int64(round + 1)}:
 					case <-ctx.Done():
@@ -99,7 +113,7 @@ func (p *sdkPublisher) publish(ctx context.Context, counts []int) (first, last i
 			defer wg.Done()
 			// Receipts arrive about in publish order: once the last one
 			// waited for is in, every one is.
-			defer func() { times.received(time.Now()) }()
+			defer func() { times.receivedLast(time.Now()) }()
 			for s := range pending {
 				if err := s.pd.Wait(ctx); err != nil {
 					cancel(fmt.Errorf("receipt of %s: %w", s.pd.Task(), err))
@@ -114,10 +128,9 @@ func (p *sdkPublisher) publish(ctx context.Context, counts []int) (first, last i
 	}
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil {
-		return 0, 0, err
+		return runTimes{}, err
 	}
-	first, last = times.times()
-	return first, last, nil
+	return times.times(), nil
 }
 
 func (p *sdkPublisher) close() {
@@ -220,7 +233,7 @@ func (p *rawPublisher) renewLoop(ctx context.Context) {
 // publish publishes the share's events round robin over its tasks, with
 // at most RawInFlight awaiting their JetStream ack, and counts the commit
 // receipts off the holder's receipt subject.
-func (p *rawPublisher) publish(ctx context.Context, counts []int) (first, last int64, err error) {
+func (p *rawPublisher) publish(ctx context.Context, counts []int) (runTimes, error) {
 	total := 0
 	for _, n := range counts {
 		total += n
@@ -256,12 +269,12 @@ func (p *rawPublisher) publish(ctx context.Context, counts []int) (first, last i
 		}
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("subscribe to receipts: %w", err)
+		return runTimes{}, fmt.Errorf("subscribe to receipts: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	_ = sub.SetPendingLimits(-1, -1) // a burst of receipts must never be dropped
 	if err := p.nc.Flush(); err != nil {
-		return 0, 0, err
+		return runTimes{}, err
 	}
 	// The events are made as they go, round robin over the tasks, as a
 	// worker would make them; counts differ by at most one, as the
@@ -273,29 +286,28 @@ func (p *rawPublisher) publish(ctx context.Context, counts []int) (first, last i
 		waiting[m.Header.Get(wire.HeaderMsgID)] = true
 		mu.Unlock()
 		if _, err := p.js.PublishMsgAsync(m, jetstream.WithStallWait(ReceiptTimeout)); err != nil {
-			return 0, 0, fmt.Errorf("publish: %w", err)
+			return runTimes{}, fmt.Errorf("publish: %w", err)
 		}
 	}
 	if err := awaitAcks(ctx, p.js); err != nil {
-		return 0, 0, err
+		return runTimes{}, err
 	}
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return 0, 0, ctx.Err()
+		return runTimes{}, ctx.Err()
 	case <-time.After(ReceiptTimeout):
 		mu.Lock()
 		n := received
 		mu.Unlock()
-		return 0, 0, fmt.Errorf("%d of %d events got no receipt within %v of their publish acks", total-n, total, ReceiptTimeout)
+		return runTimes{}, fmt.Errorf("%d of %d events got no receipt within %v of their publish acks", total-n, total, ReceiptTimeout)
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	if refusal != nil {
-		return 0, 0, refusal
+		return runTimes{}, refusal
 	}
-	first, last = times.times()
-	return first, last, nil
+	return times.times(), nil
 }
 
 func (p *rawPublisher) close() {

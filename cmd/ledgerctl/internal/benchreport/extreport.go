@@ -24,6 +24,10 @@ func (r ExternalReport) Table() string {
 	for _, row := range []Row{r.Receipt, r.Projected} {
 		fmt.Fprintf(&b, "%s: %.2f s, %s events/s\n", row.Label, row.Elapsed.Seconds(), group(int64(row.PerSecond+0.5)))
 	}
+	if f, rest := r.FirstWindow, r.AfterFirstWindow; f.Label != "" {
+		fmt.Fprintf(&b, "receipts in the %s: %s events/s, %.2f × the %s events/s after it\n", f.Label,
+			group(int64(f.PerSecond+0.5)), f.Relative, group(int64(rest.PerSecond+0.5)))
+	}
 	cells := [][]string{{"component", "processes", "CPU time", "CPU/event", "one core carries"}}
 	for _, c := range append(append([]Component(nil), r.Components...), r.Total) {
 		carries := "-"

@@ -2,6 +2,7 @@ package benchreport
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,8 +30,9 @@ type WorkerOptions struct {
 	// partitions p with p mod Workers == Worker and publishes the run's
 	// events of the tasks on them.
 	Worker, Workers int
-	// Events is the whole run's event count, over every worker.
-	Events int
+	// Events is the whole run's event count, over every worker, and Tasks
+	// the new tasks they are spread over; default taskCount(Events).
+	Events, Tasks int
 	// Raw publishes raw JetStream messages with the contract's headers
 	// instead of going through the Go SDK; default the SDK.
 	Raw bool
@@ -48,6 +50,8 @@ func (o WorkerOptions) validate() error {
 		return fmt.Errorf("benchreport: worker %d of %d: want 0 <= worker < workers <= %d", o.Worker, o.Workers, partitions)
 	case o.Events < 1:
 		return fmt.Errorf("benchreport: worker: events must be at least 1, got %d", o.Events)
+	case o.Tasks < 0 || o.Tasks > MaxTasks:
+		return fmt.Errorf("benchreport: worker: tasks must be 0 (the default) to %d, got %d", MaxTasks, o.Tasks)
 	}
 	return nil
 }
@@ -60,7 +64,7 @@ func (o WorkerOptions) holder() string {
 // partitions, and how many events each gets (as spread over every task of
 // the run).
 func (o WorkerOptions) share() (*load, []int) {
-	all := newLoad("bench-"+o.Run+"-", taskCount(o.Events))
+	all := newLoad("bench-"+o.Run+"-", cmp.Or(o.Tasks, taskCount(o.Events)))
 	counts := spread(o.Events, len(all.tasks))
 	mine := all.only(func(p int) bool { return p%o.Workers == o.Worker })
 	out := make([]int, len(mine.tasks))
@@ -85,6 +89,9 @@ type workerLine struct {
 	Events       int   `json:"events,omitempty"`
 	FirstPublish int64 `json:"first_publish_ns,omitempty"`
 	LastReceipt  int64 `json:"last_receipt_ns,omitempty"`
+	// InFirstWindow is how many receipts arrived within FirstWindow of the
+	// first publish: the run's start, against its steady rate.
+	InFirstWindow int `json:"in_first_window,omitempty"`
 }
 
 // maxWorkerLine bounds a line from a worker: a line is a few dozen bytes.
@@ -112,8 +119,10 @@ func decodeWorkerLine(b []byte) (workerLine, error) {
 		}
 	case workerDone:
 		switch {
-		case l.Events < 0 || l.FirstPublish < 0 || l.LastReceipt < 0:
+		case l.Events < 0 || l.FirstPublish < 0 || l.LastReceipt < 0 || l.InFirstWindow < 0:
 			return workerLine{}, errors.New("a done line with negative figures")
+		case l.InFirstWindow > l.Events:
+			return workerLine{}, errors.New("a done line with more receipts in the first window than events")
 		case l.Events > 0 && (l.FirstPublish == 0 || l.LastReceipt < l.FirstPublish):
 			return workerLine{}, errors.New("a done line whose last receipt is not after its first publish")
 		case l.Events == 0 && (l.FirstPublish != 0 || l.LastReceipt != 0):
@@ -130,8 +139,9 @@ type publisher interface {
 	// publish publishes counts[i] events of each task of the share, new
 	// tasks whose versions start at 1, and returns once every one has its
 	// commit receipt: when the first was published and when the last
-	// receipt arrived (Unix ns). It fails on any other verdict.
-	publish(ctx context.Context, counts []int) (first, last int64, err error)
+	// receipt arrived (Unix ns), and how many receipts arrived within
+	// FirstWindow of the first publish. It fails on any other verdict.
+	publish(ctx context.Context, counts []int) (runTimes, error)
 	// close gives the leases back and closes the connection.
 	close()
 }
@@ -179,7 +189,7 @@ func RunWorker(ctx context.Context, o WorkerOptions, stdin io.Reader, stdout io.
 	case <-ctx.Done():
 		return fmt.Errorf("benchreport: worker %d: stopped before it was told to go: %w", o.Worker, ctx.Err())
 	}
-	first, last, err := p.publish(ctx, counts)
+	rt, err := p.publish(ctx, counts)
 	if err != nil {
 		return fmt.Errorf("benchreport: worker %d: %w", o.Worker, err)
 	}
@@ -187,7 +197,8 @@ func RunWorker(ctx context.Context, o WorkerOptions, stdin io.Reader, stdout io.
 	for _, n := range counts {
 		total += n
 	}
-	if err := enc.Encode(workerLine{State: workerDone, Events: total, FirstPublish: first, LastReceipt: last}); err != nil {
+	done := workerLine{State: workerDone, Events: total, FirstPublish: rt.first, LastReceipt: rt.last, InFirstWindow: rt.inFirst}
+	if err := enc.Encode(done); err != nil {
 		return fmt.Errorf("benchreport: worker %d: %w", o.Worker, err)
 	}
 	<-ctx.Done() // stdin ended: the coordinator has read the CPU times
@@ -207,11 +218,18 @@ func readControl(stdin io.Reader, start chan struct{}, stop func()) {
 	}
 }
 
-// noteTimes records the first publish and the last receipt of a worker,
-// from several goroutines.
+// noteTimes records the first publish and the receipts of a worker, from
+// several goroutines.
 type noteTimes struct {
-	mu          sync.Mutex
+	mu sync.Mutex
+	runTimes
+}
+
+// runTimes are a worker's first publish and last receipt (Unix ns), and how
+// many receipts arrived within FirstWindow of the first publish.
+type runTimes struct {
 	first, last int64
+	inFirst     int
 }
 
 func (n *noteTimes) published(at time.Time) {
@@ -222,14 +240,39 @@ func (n *noteTimes) published(at time.Time) {
 	}
 }
 
+// inWindow reports whether at, after the first publish, lies within
+// FirstWindow of it.
+func (n *noteTimes) inWindow(at time.Time) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return at.UnixNano() < n.first+int64(FirstWindow)
+}
+
+// received notes a receipt that arrived at at.
 func (n *noteTimes) received(at time.Time) {
+	n.receivedLast(at)
+	n.receivedEarly(at)
+}
+
+// receivedLast notes a receipt for the run's last, without counting it.
+func (n *noteTimes) receivedLast(at time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.last = max(n.last, at.UnixNano())
 }
 
-func (n *noteTimes) times() (first, last int64) {
+// receivedEarly counts a receipt that arrived at at if that lies within
+// FirstWindow of the first publish.
+func (n *noteTimes) receivedEarly(at time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.first, n.last
+	if at.UnixNano() < n.first+int64(FirstWindow) {
+		n.inFirst++
+	}
+}
+
+func (n *noteTimes) times() runTimes {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.runTimes
 }

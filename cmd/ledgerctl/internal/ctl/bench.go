@@ -24,7 +24,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return benchWorker(ctx, args[1:], stdout, stderr)
 	}
 	f := NewFlags("ledgerctl bench", "[-only SECTIONS] [-events N] [-rounds N] [-rate N] [-duration D] [-workers N]\n"+
-		"       ledgerctl bench -external [-events N] [-workers N] [-raw] [-bin DIR] [-ingest-profile FILE]",
+		"       ledgerctl bench -external [-events N] [-tasks N] [-workers N] [-raw | -compare N] [-bin DIR] [-ingest-profile FILE]",
 		"Run the benchmark report in one process, on one machine: per-event fenced INSERT, set-based\n"+
 			"fenced insert and COPY baselines and fence.Append (baselines); raw publishers into the full\n"+
 			"ingest and into a bare pipeline in alternating rounds, with CPU time per event (pipeline);\n"+
@@ -38,7 +38,9 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"own; the workers publish -events events at full speed through the Go SDK (or raw with -raw),\n"+
 			"and it prints each component's CPU time per event, from /proc/<pid>/stat, and the events/s one\n"+
 			"core of it carries. The ingest and projector binaries are found beside ledgerctl, or in -bin\n"+
-			"('make bench-external' builds them).", stderr)
+			"('make bench-external' builds them). -compare N runs N pairs of external runs instead, SDK then\n"+
+			"raw, each on a fresh deployment, and reports the SDK's rate over the raw publishers' and each\n"+
+			"path's first second against the rest of its run.", stderr)
 	only := f.String("only", "all", "sections to run, comma-separated: baselines, pipeline, latency, sdk, projector")
 	events := f.Int("events", benchreport.EventsDefault, "events per throughput phase (and per pipeline round)")
 	rounds := f.Int("rounds", benchreport.RoundsDefault, "alternating rounds of the full and the bare pipeline")
@@ -51,6 +53,8 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	raw := f.Bool("raw", false, "with -external: raw JetStream publishers instead of SDK workers")
 	bin := f.String("bin", "", "with -external: directory of the ingest, projector and ledgerctl binaries (default: beside this ledgerctl)")
 	ingestProfile := f.String("ingest-profile", "", "with -external: have the ingest write a CPU profile of its whole life to this file")
+	tasks := f.Int("tasks", 0, "with -external: new tasks the events spread over (default one per 25 events, 16 to 2,000)")
+	compare := f.Int("compare", 0, "with -external: run this many pairs of runs, SDK then raw, and compare them")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -61,11 +65,25 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *external {
-		if *events < 1 || *workers < 1 || *workers > 16 {
-			return Usagef("-events must be positive, -workers 1..16")
+		if *events < 1 || *workers < 1 || *workers > 16 || *compare < 0 || *tasks < 0 || *tasks > benchreport.MaxTasks {
+			return Usagef("-events must be positive, -tasks 1..%d, -workers 1..16, -compare 0 or more", benchreport.MaxTasks)
 		}
-		r, err := benchreport.RunExternal(ctx, benchreport.ExternalOptions{Events: *events, Workers: *workers, Raw: *raw,
-			Bin: *bin, IngestProfile: *ingestProfile, Progress: stderr})
+		if *compare > 0 && *raw {
+			return Usagef("-compare runs both the SDK and the raw publishers: leave out -raw")
+		}
+		eo := benchreport.ExternalOptions{Events: *events, Tasks: *tasks, Workers: *workers, Raw: *raw,
+			Bin: *bin, IngestProfile: *ingestProfile, Progress: stderr}
+		if *compare > 0 {
+			c, err := benchreport.RunExternalCompare(ctx, eo, *compare)
+			if err != nil {
+				return err
+			}
+			if f.JSON {
+				return writeJSON(stdout, c)
+			}
+			return c.Print(stdout)
+		}
+		r, err := benchreport.RunExternal(ctx, eo)
 		if err != nil {
 			return err
 		}
@@ -111,7 +129,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func externalFlags(f *Flags, external bool) error {
 	inProcess := map[string]bool{"only": true, "rounds": true, "rate": true, "duration": true, "cpuprofile": true,
 		"memprofile": true, "database-url": true}
-	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true}
+	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "compare": true, "tasks": true}
 	var err error
 	f.Visit(func(fl *flag.Flag) {
 		switch {
@@ -128,7 +146,7 @@ func externalFlags(f *Flags, external bool) error {
 // benchWorker is one worker process of an external run ("bench worker"):
 // it speaks to its coordinator on stdin and stdout.
 func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl bench worker", "-run ID -worker N -workers N -events N [-raw]",
+	f := NewFlags("ledgerctl bench worker", "-run ID -worker N -workers N -events N [-tasks N] [-raw]",
 		"One worker process of 'ledgerctl bench -external', which starts it: it takes its leases, says\n"+
 			"\"ready\" on stdout, publishes its share of the events on \"go\" from stdin, and exits when stdin ends.", stderr)
 	var o benchreport.WorkerOptions
@@ -136,6 +154,7 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	f.IntVar(&o.Worker, "worker", 0, "this worker's number, 0..workers-1")
 	f.IntVar(&o.Workers, "workers", 1, "how many workers the run has")
 	f.IntVar(&o.Events, "events", 0, "the run's events, over every worker")
+	f.IntVar(&o.Tasks, "tasks", 0, "the run's new tasks (default one per 25 events, 16 to 2,000)")
 	f.BoolVar(&o.Raw, "raw", false, "raw JetStream publishes instead of the Go SDK")
 	if err := f.Parse(args); err != nil {
 		return err
