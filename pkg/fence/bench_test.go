@@ -16,10 +16,20 @@ import (
 
 // BenchmarkAppend measures Append on one connection's worth of calls, with
 // every check in place: 16 partitions, ~200-byte JSON payloads, 1000 tasks
-// advancing one version per event. It reports events/s.
+// advancing one version per event; with fresh, every event is the first of
+// a task new to the ledger (a worker starting on new work). It reports
+// events/s.
 func BenchmarkAppend(b *testing.B) {
-	for _, size := range []int{1, 100, 1000} {
-		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+	for _, c := range []struct {
+		size  int
+		fresh bool
+	}{{1, false}, {100, false}, {1000, false}, {1000, true}} {
+		size := c.size
+		name := fmt.Sprintf("batch=%d", size)
+		if c.fresh {
+			name += "/fresh"
+		}
+		b.Run(name, func(b *testing.B) {
 			s, _ := newStore(b, fence.Config{})
 			ctx := context.Background()
 			const partitions, tasks = 16, 1000
@@ -38,6 +48,10 @@ func BenchmarkAppend(b *testing.B) {
 			for range b.N {
 				for i := range batch {
 					task := next % tasks
+					if c.fresh {
+						task = next
+						versions = append(versions, 0)
+					}
 					next++
 					versions[task]++
 					l := leases[task%partitions]
