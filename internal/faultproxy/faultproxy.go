@@ -19,6 +19,9 @@ type Proxy struct {
 	target  string
 
 	silent atomic.Bool
+	// dropped and refused count the client connections Cut dropped and
+	// those refused while cut: proof that a cut reached a client.
+	dropped, refused atomic.Int64
 
 	mu    sync.Mutex
 	cut   bool
@@ -60,10 +63,20 @@ func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = true
+	// conns holds both halves of each connection, and pipe removes both
+	// together.
+	p.dropped.Add(int64(len(p.conns) / 2))
 	for c := range p.conns {
 		_ = c.Close()
 	}
 }
+
+// Dropped is how many client connections Cut has dropped so far, and
+// Refused how many it refused while cut.
+func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
+
+// Refused is how many client connections were refused while cut.
+func (p *Proxy) Refused() int64 { return p.refused.Load() }
 
 // Silence stops forwarding without closing anything: both directions are
 // read and dropped, and connections, open or new, stay up. The client sees
@@ -96,6 +109,7 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		if p.cut {
 			p.mu.Unlock()
+			p.refused.Add(1)
 			_ = c.Close()
 			continue
 		}

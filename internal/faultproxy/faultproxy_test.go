@@ -127,3 +127,29 @@ func TestUpstreamResetEndsTheClientsConnection(t *testing.T) {
 	var ne net.Error
 	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the client still waits after the server reset: %v", err)
 }
+
+// Cut counts the connections it dropped and those it refused while cut.
+func TestCutCountsWhatItDroppedAndRefused(t *testing.T) {
+	t.Parallel()
+	p := faultproxy.Start(t, startEcho(t))
+	for range 2 {
+		c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		// An echo proves the proxy holds the connection.
+		_, err = c.Write([]byte("x\n"))
+		require.NoError(t, err)
+		_, err = bufio.NewReader(c).ReadString('\n')
+		require.NoError(t, err)
+	}
+	require.Zero(t, p.Dropped())
+	p.Cut()
+	require.EqualValues(t, 2, p.Dropped())
+	require.Zero(t, p.Refused())
+
+	c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	require.Eventually(t, func() bool { return p.Refused() == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, 2, p.Dropped(), "a refused connection is not a dropped one")
+}

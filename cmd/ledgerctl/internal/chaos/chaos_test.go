@@ -118,6 +118,9 @@ func TestChaosUnderEveryFaultBreaksNoPromise(t *testing.T) {
 		assert.Positive(t, f.Count, "no %s was injected: %s", f.Kind, res.Summary)
 	}
 	require.Len(t, res.Faults, 5, res.Summary)
+	// The cuts reached the ingests: a proxy not in their way would cut
+	// nothing and prove nothing.
+	assert.Positive(t, res.PGCutConnections, "no pg_cut dropped or refused a connection: %s", res.Summary)
 	assert.Positive(t, r.Commits, res.Summary)
 	assert.Positive(t, r.StaleSends, "no writer sent after a takeover, so the fence was not tried: %s", res.Summary)
 	assert.Greater(t, r.Grants, 2*chaos.PartitionsDefault, "takeovers happened: %s", res.Summary)

@@ -37,6 +37,10 @@ type Result struct {
 	// Exits counts service processes that exited without a fault killing
 	// them (each was restarted).
 	Exits int
+	// PGCutConnections counts the ingests' PostgreSQL connections the
+	// pg_cut faults dropped or refused: a cut that reached no connection
+	// proved nothing.
+	PGCutConnections int64
 	// Summary is the run's summary line.
 	Summary string
 	// Dir is where the run's logs are; empty once removed.
@@ -157,6 +161,12 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Report: report, History: h, Faults: r.faultCounts(), Exits: r.exitCount(), Dir: r.dir}
+	for _, p := range r.pgProxies {
+		res.PGCutConnections += p.Dropped() + p.Refused()
+	}
+	if len(r.pgProxies) > 0 {
+		r.logf("pg_cut: %d ingest connections to PostgreSQL dropped or refused", res.PGCutConnections)
+	}
 	res.Summary = SummaryLine(r.o.Duration, report, res.Faults, res.Exits)
 	PrintViolations(r.o.Out, h, report, r.o.Show)
 	if report.Total() > 0 {
