@@ -109,7 +109,7 @@ func TestWorkerLinesDecode(t *testing.T) {
 		``, `{`, `[]`, `{"state":"gone"}`, `{"state":"ready","events":1}`, `{"state":"ready","pid":1}`,
 		`{"state":"done","events":-1}`, `{"state":"done","events":3,"first_publish_ns":20,"last_receipt_ns":10}`,
 		`{"state":"done","events":3}`, `{"state":"done","first_publish_ns":1,"last_receipt_ns":2}`,
-		`{"state":"ready"} {"state":"ready"}`, `{"state":"done","events":1e400}`,
+		`{"state":"ready"} {"state":"ready"}`, `{"state":"done","events":1e400}`, `{"state":"ready"}}`, `{"state":"ready"}]`,
 		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"in_first_window":4}`,
 		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"in_first_window":-1}`,
 		`{"state":"ready","in_first_window":1}`,

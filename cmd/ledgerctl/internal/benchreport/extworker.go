@@ -109,7 +109,9 @@ func decodeWorkerLine(b []byte) (workerLine, error) {
 	if err := d.Decode(&l); err != nil {
 		return workerLine{}, fmt.Errorf("a worker line that does not decode: %w", err)
 	}
-	if d.More() {
+	// More is false before a stray '}' or ']': only the end of the line
+	// ends it.
+	if _, err := d.Token(); !errors.Is(err, io.EOF) {
 		return workerLine{}, errors.New("a worker line with more than one value")
 	}
 	switch l.State {

@@ -59,6 +59,7 @@ func TestReadLogRefusesWhatNoWriterWrites(t *testing.T) {
 		"pub without id":    {start + "\n" + `{"k":"pub","t":1,"task":"a","v":1,"gen":1}` + "\n", "without an event id"},
 		"not json":          {start + "\n" + "pub 1 2 3\n", "not a record"},
 		"two records":       {start + "\n" + `{"k":"stop","t":1}{"k":"stop","t":2}` + "\n", "data after the record"},
+		"a stray brace":     {start + "\n" + `{"k":"stop","t":1}}` + "\n", "data after the record"},
 		"bad task in start": {`{"k":"start","t":1,"holder":"h.i","partition":0,"tasks":["a.b"]}` + "\n", `task id "a.b"`},
 		"long line":         {start + "\n" + `{"k":"stop","t":1,"why":"` + strings.Repeat("x", maxRecordLine) + `"}` + "\n", "longer than"},
 	}

@@ -159,7 +159,9 @@ func decodeRecord(line []byte) (Record, error) {
 	if err := dec.Decode(&rec); err != nil {
 		return rec, fmt.Errorf("not a record: %w", err)
 	}
-	if dec.More() {
+	// More is false before a stray '}' or ']': only the end of the line
+	// ends a record.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return rec, errors.New("data after the record")
 	}
 	return rec, rec.check()
