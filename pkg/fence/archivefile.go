@@ -127,8 +127,13 @@ func DecodeArchiveLine(line []byte) (Committed, error) {
 		Type: *l.Type, Payload: []byte(l.Payload), Holder: *l.Holder, Generation: *l.Generation, CommittedAt: at}, nil
 }
 
-// noRepeatedKeys fails if a top-level key of the object occurs twice:
-// encoding/json would keep the last, and a row must say one thing.
+// archiveColumns are the keys of an archive row, as archiveLine names them.
+var archiveColumns = map[string]bool{"seq": true, "event_id": true, "partition": true, "task_id": true, "version": true,
+	"type": true, "holder": true, "generation": true, "committed_at": true, "payload": true}
+
+// noRepeatedKeys fails if a top-level key of the object occurs twice, or is
+// not a column's exact name: encoding/json matches names regardless of case
+// and keeps the last of several, and a row must say one thing.
 func noRepeatedKeys(obj []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(obj))
 	if _, err := dec.Token(); err != nil {
@@ -141,6 +146,9 @@ func noRepeatedKeys(obj []byte) error {
 			return err
 		}
 		key, _ := tok.(string)
+		if !archiveColumns[key] {
+			return fmt.Errorf("not an archive row: %.40q is not a column's name (names are lower case)", key)
+		}
 		if seen[key] {
 			return fmt.Errorf("not an archive row: %q given twice", key)
 		}

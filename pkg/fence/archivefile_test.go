@@ -41,6 +41,8 @@ var badArchiveLines = []string{
 	strings.Replace(goodArchiveLine, `{"a": [1, 2]}`, `{"a": [1, 2]`, 1),
 	strings.Replace(goodArchiveLine, `"seq":7,`, `"seq":7,"seq":8,`, 1),
 	strings.Replace(goodArchiveLine, `"seq":7,`, `"seq":7,"extra":1,`, 1),
+	strings.Replace(goodArchiveLine, `"seq":7,`, `"SEQ":7,`, 1),
+	strings.Replace(goodArchiveLine, `"seq":7,`, `"seq":7,"Seq":8,`, 1),
 	goodArchiveLine + `{}`,
 	goodArchiveLine + ` x`,
 }
