@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -184,7 +186,9 @@ func checkSnapshotValue(st projection.State) error {
 }
 
 // decodeStrict decodes one JSON object into v: no unknown fields, nothing
-// after it.
+// after it, and every key of it (and of the objects in it) a field's exact
+// name, once: encoding/json matches names regardless of case and keeps the
+// last of repeated keys, and a snapshot line must say one thing.
 func decodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -194,7 +198,53 @@ func decodeStrict(data []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("more after the object")
 	}
-	return nil
+	return exactKeys(json.NewDecoder(bytes.NewReader(data)), reflect.TypeOf(v))
+}
+
+// exactKeys reads the next value from dec and, where t is a struct (but a
+// time.Time), fails on a key that is not exactly one of its fields' JSON
+// names, or that is given twice; it looks into the values of the fields
+// the same way.
+func exactKeys(dec *json.Decoder, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || t == reflect.TypeFor[time.Time]() {
+		var skip json.RawMessage
+		return dec.Decode(&skip)
+	}
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('{') {
+		return err // null, or what Decode refused already
+	}
+	fields := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			fields[name] = f.Type
+		}
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		ft, ok := fields[key]
+		switch {
+		case !ok:
+			return fmt.Errorf("%.40q is not a field's exact name", key)
+		case seen[key]:
+			return fmt.Errorf("%q given twice", key)
+		}
+		seen[key] = true
+		if err := exactKeys(dec, ft); err != nil {
+			return err
+		}
+	}
+	_, err = dec.Token() // '}'
+	return err
 }
 
 func errOr(err, otherwise error) error {

@@ -259,6 +259,26 @@ func snapshotBytes(t testing.TB, lines ...string) []byte {
 	return buf.Bytes()
 }
 
+// A snapshot line says one thing: a key in another case, or given twice,
+// at the top or inside the gap, is refused (encoding/json would take it and
+// keep the last).
+func TestDecodeSnapshotValueTakesOnlyExactKeysOnce(t *testing.T) {
+	t.Parallel()
+	good := goodSnapshotLines[2]
+	_, err := projector.DecodeSnapshotValue([]byte(good))
+	require.NoError(t, err)
+	for _, bad := range []string{
+		strings.Replace(good, `"version":4`, `"Version":4`, 1),
+		strings.Replace(good, `"version":4`, `"version":4,"version":9`, 1),
+		strings.Replace(good, `"version":4`, `"version":4,"VERSION":9`, 1),
+		strings.Replace(good, `"next_version":5`, `"Next_Version":5`, 1),
+		strings.Replace(good, `"next_version":5`, `"next_version":5,"next_version":6`, 1),
+	} {
+		_, err := projector.DecodeSnapshotValue([]byte(bad))
+		require.Error(t, err, bad)
+	}
+}
+
 func FuzzDecodeSnapshotValue(f *testing.F) {
 	for _, l := range goodSnapshotLines {
 		f.Add([]byte(l))
