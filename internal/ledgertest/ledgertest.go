@@ -8,6 +8,7 @@ package ledgertest
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"log/slog"
@@ -100,4 +101,16 @@ func SmallPartitions(tb testing.TB, pool *pgxpool.Pool, cfg fence.Config, rows i
 	_, _, err = s.EnsurePartitions(ctx)
 	require.NoError(tb, err)
 	return s
+}
+
+// GzipStored is data as a gzip stream of stored (uncompressed) blocks: a
+// valid framing for a reader under test (archive files, snapshots), at a
+// fraction of the cost of compressing, for fuzz targets that frame every
+// input.
+func GzipStored(data []byte) []byte {
+	var buf bytes.Buffer
+	gz, _ := gzip.NewWriterLevel(&buf, gzip.NoCompression) // a valid level
+	_, _ = gz.Write(data)                                  // a bytes.Buffer does not fail
+	_ = gz.Close()
+	return buf.Bytes()
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowness/ledger/internal/ledgertest"
 	"github.com/flowness/ledger/pkg/fence"
 )
 
@@ -170,13 +171,7 @@ func FuzzArchiveReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, compress bool) {
 		input := data
 		if compress {
-			// Stored blocks: the framing under test, at a fraction of the
-			// cost of compressing.
-			var buf bytes.Buffer
-			gz, _ := gzip.NewWriterLevel(&buf, gzip.NoCompression)
-			_, _ = gz.Write(data)
-			_ = gz.Close()
-			input = buf.Bytes()
+			input = ledgertest.GzipStored(data)
 		}
 		r, err := fence.NewArchiveReader(bytes.NewReader(input))
 		if err != nil {
