@@ -334,11 +334,7 @@ func TestLogCopiesKeepCommitOrderAcrossARepublish(t *testing.T) {
 		require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, id).Verdict)
 	}
 	require.True(t, dropped.Load())
-	var versions []string
-	for _, m := range e.streamMsgs(wire.StreamLog, e.subj.Log(7, "order")) {
-		versions = append(versions, m.Headers().Get(wire.HeaderVersion))
-	}
-	require.Equal(t, []string{"1", "2", "3"}, versions)
+	require.Equal(t, []string{"1", "2", "3"}, e.logVersions(7, "order"))
 }
 
 // An ingest commits version 1 of a task and dies before its log copy is
@@ -348,27 +344,13 @@ func TestLogCopiesKeepCommitOrderAcrossARepublish(t *testing.T) {
 func TestLogCopiesKeepCommitOrderAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	e := newBareEnv(t)
-	cfg := ingest.Config{AckWait: 5 * time.Second, StopTimeout: time.Second}
-	_, p1conn := e.startIngestOn(ingest.WithTestHooks(cfg, ingest.TestHooks{DropCopy: func(*nats.Msg) bool { return true }}), e.store)
-	rc := e.receipts("worker-a.1")
-	l := e.acquire(8, "worker-a.1", 120000)
-	ev := func(v int64) event {
-		return event{id: newID(), partition: 8, task: "handover", holder: "worker-a.1", generation: l.Generation,
-			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
-	}
-	e.publish(ev(1))
-	require.Eventually(t, func() bool { return e.count(`SELECT count(*) FROM ledger.events`) == 1 }, 10*time.Second, 10*time.Millisecond)
-	p1conn.Close() // dies with version 1 committed and its copy not stored
+	cfg, rc, ev := e.ingestDiedBeforeCopy("handover")
 
 	e.startIngestOn(cfg, e.store)
-	v2 := ev(2)
+	v2 := ev("handover", 2)
 	e.publish(v2)
 	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, v2.id).Verdict)
-	var versions []string
-	for _, m := range e.streamMsgs(wire.StreamLog, e.subj.Log(8, "handover")) {
-		versions = append(versions, m.Headers().Get(wire.HeaderVersion))
-	}
-	require.Equal(t, []string{"1", "2"}, versions, "version 2's copy was stored before version 1's")
+	require.Equal(t, []string{"1", "2"}, e.logVersions(8, "handover"), "version 2's copy was stored before version 1's")
 }
 
 // Large events make short batches: a batch stops growing once its payloads

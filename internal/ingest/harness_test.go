@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -165,6 +166,38 @@ func receiptFor(t *testing.T, b *receiptBook, id string) wire.Receipt {
 	}
 	t.Fatalf("no receipt for event %s", id)
 	return wire.Receipt{}
+}
+
+// logVersions is the version header of each LEDGER_LOG copy of task on
+// partition, in stream order.
+func (e *env) logVersions(partition int, task string) []string {
+	e.t.Helper()
+	var versions []string
+	for _, m := range e.streamMsgs(wire.StreamLog, e.subj.Log(partition, task)) {
+		versions = append(versions, m.Headers().Get(wire.HeaderVersion))
+	}
+	return versions
+}
+
+// ingestDiedBeforeCopy starts an ingest that stores no LEDGER_LOG copy,
+// has it commit version 1 of task on partition 8 for worker-a.1, and
+// closes its connection: version 1 is in PostgreSQL, its copy nowhere. It
+// returns the config to start the next ingest with, worker-a.1's receipts
+// and a maker of events of worker-a.1's lease.
+func (e *env) ingestDiedBeforeCopy(task string) (ingest.Config, *receiptBook, func(task string, v int64) event) {
+	e.t.Helper()
+	cfg := ingest.Config{AckWait: 5 * time.Second, StopTimeout: time.Second}
+	_, conn := e.startIngestOn(ingest.WithTestHooks(cfg, ingest.TestHooks{DropCopy: func(*nats.Msg) bool { return true }}), e.store)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(8, "worker-a.1", 120000)
+	ev := func(task string, v int64) event {
+		return event{id: newID(), partition: 8, task: task, holder: "worker-a.1", generation: l.Generation,
+			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+	}
+	e.publish(ev(task, 1))
+	require.Eventually(e.t, func() bool { return e.count(`SELECT count(*) FROM ledger.events`) == 1 }, 10*time.Second, 10*time.Millisecond)
+	conn.Close() // dies with version 1 committed and its copy not stored
+	return cfg, rc, ev
 }
 
 // streamMsgs reads every message of a stream (or of one subject filter).
