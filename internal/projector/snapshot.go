@@ -2,20 +2,18 @@ package projector
 
 import (
 	"bufio"
-	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowness/ledger/internal/strictjson"
 	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -128,7 +126,7 @@ func ReadSnapshot(r io.Reader, fn func(projection.State) error) (SnapshotHeader,
 	if !sc.Scan() {
 		return h, fmt.Errorf("snapshot: no header: %w", errOr(sc.Err(), io.ErrUnexpectedEOF))
 	}
-	if err := decodeStrict(sc.Bytes(), &h); err != nil || h.Format != SnapshotFormat || h.Bucket == "" {
+	if err := strictjson.Decode(sc.Bytes(), &h); err != nil || h.Format != SnapshotFormat || h.Bucket == "" {
 		return h, fmt.Errorf("snapshot: the first line is not a %s header", SnapshotFormat)
 	}
 	var n int64
@@ -138,7 +136,7 @@ func ReadSnapshot(r io.Reader, fn func(projection.State) error) (SnapshotHeader,
 		if err != nil {
 			// Not a projection (it has no task): the end line, or nothing.
 			var end snapshotEnd
-			if decodeStrict(line, &end) != nil || !end.End {
+			if strictjson.Decode(line, &end) != nil || !end.End {
 				return h, fmt.Errorf("snapshot: line %d: %w", n+2, err)
 			}
 			if end.Tasks != n {
@@ -162,7 +160,7 @@ func ReadSnapshot(r io.Reader, fn func(projection.State) error) (SnapshotHeader,
 // JSON data.
 func DecodeSnapshotValue(line []byte) (projection.State, error) {
 	var st projection.State
-	if err := decodeStrict(line, &st); err != nil {
+	if err := strictjson.Decode(line, &st); err != nil {
 		return st, fmt.Errorf("not a projection: %w", err)
 	}
 	return st, checkSnapshotValue(st)
@@ -183,68 +181,6 @@ func checkSnapshotValue(st projection.State) error {
 			st.Gap.NextVersion, st.Gap.Buffered, st.Version)
 	}
 	return nil
-}
-
-// decodeStrict decodes one JSON object into v: no unknown fields, nothing
-// after it, and every key of it (and of the objects in it) a field's exact
-// name, once: encoding/json matches names regardless of case and keeps the
-// last of repeated keys, and a snapshot line must say one thing.
-func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("more after the object")
-	}
-	return exactKeys(json.NewDecoder(bytes.NewReader(data)), reflect.TypeOf(v))
-}
-
-// exactKeys reads the next value from dec and, where t is a struct (but a
-// time.Time), fails on a key that is not exactly one of its fields' JSON
-// names, or that is given twice; it looks into the values of the fields
-// the same way.
-func exactKeys(dec *json.Decoder, t reflect.Type) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct || t == reflect.TypeFor[time.Time]() {
-		var skip json.RawMessage
-		return dec.Decode(&skip)
-	}
-	tok, err := dec.Token()
-	if err != nil || tok != json.Delim('{') {
-		return err // null, or what Decode refused already
-	}
-	fields := map[string]reflect.Type{}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
-			fields[name] = f.Type
-		}
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		key, _ := tok.(string)
-		ft, ok := fields[key]
-		switch {
-		case !ok:
-			return fmt.Errorf("%.40q is not a field's exact name", key)
-		case seen[key]:
-			return fmt.Errorf("%q given twice", key)
-		}
-		seen[key] = true
-		if err := exactKeys(dec, ft); err != nil {
-			return err
-		}
-	}
-	_, err = dec.Token() // '}'
-	return err
 }
 
 func errOr(err, otherwise error) error {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowness/ledger/internal/strictjson"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -94,16 +95,8 @@ func encodeArchiveLine(buf *bytes.Buffer, c *Committed) error {
 // JSON payload. Anything else is an error that says what is wrong.
 func DecodeArchiveLine(line []byte) (Committed, error) {
 	var l archiveLine
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&l); err != nil {
+	if err := strictjson.Decode(line, &l); err != nil {
 		return Committed{}, fmt.Errorf("not an archive row: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Committed{}, errors.New("not an archive row: more after the object")
-	}
-	if err := noRepeatedKeys(line); err != nil {
-		return Committed{}, err
 	}
 	switch {
 	case l.Seq == nil || l.EventID == nil || l.Partition == nil || l.TaskID == nil || l.Version == nil ||
@@ -125,40 +118,6 @@ func DecodeArchiveLine(line []byte) (Committed, error) {
 	}
 	return Committed{Seq: *l.Seq, EventID: *l.EventID, Partition: *l.Partition, Task: *l.TaskID, Version: *l.Version,
 		Type: *l.Type, Payload: []byte(l.Payload), Holder: *l.Holder, Generation: *l.Generation, CommittedAt: at}, nil
-}
-
-// archiveColumns are the keys of an archive row, as archiveLine names them.
-var archiveColumns = map[string]bool{"seq": true, "event_id": true, "partition": true, "task_id": true, "version": true,
-	"type": true, "holder": true, "generation": true, "committed_at": true, "payload": true}
-
-// noRepeatedKeys fails if a top-level key of the object occurs twice, or is
-// not a column's exact name: encoding/json matches names regardless of case
-// and keeps the last of several, and a row must say one thing.
-func noRepeatedKeys(obj []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	if _, err := dec.Token(); err != nil {
-		return err
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		key, _ := tok.(string)
-		if !archiveColumns[key] {
-			return fmt.Errorf("not an archive row: %.40q is not a column's name (names are lower case)", key)
-		}
-		if seen[key] {
-			return fmt.Errorf("not an archive row: %q given twice", key)
-		}
-		seen[key] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // ArchiveReader reads the rows of one archive file in order.
