@@ -71,8 +71,7 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Dropped is how many client connections Cut has dropped so far, and
-// Refused how many it refused while cut.
+// Dropped is how many client connections Cut has dropped so far.
 func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
 
 // Refused is how many client connections were refused while cut.

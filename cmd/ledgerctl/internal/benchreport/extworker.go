@@ -247,8 +247,10 @@ func (n *noteTimes) published(at time.Time) {
 func (n *noteTimes) inWindow(at time.Time) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return at.UnixNano() < n.first+int64(FirstWindow)
+	return n.runTimes.inWindow(at)
 }
+
+func (r runTimes) inWindow(at time.Time) bool { return at.UnixNano() < r.first+int64(FirstWindow) }
 
 // received notes a receipt that arrived at at.
 func (n *noteTimes) received(at time.Time) {
@@ -268,7 +270,7 @@ func (n *noteTimes) receivedLast(at time.Time) {
 func (n *noteTimes) receivedEarly(at time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if at.UnixNano() < n.first+int64(FirstWindow) {
+	if n.runTimes.inWindow(at) {
 		n.inFirst++
 	}
 }
