@@ -1,6 +1,8 @@
 package connect
 
 import (
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"testing"
 
@@ -53,4 +55,19 @@ func TestTuneGCSetsTheProcesssGCPercent(t *testing.T) {
 	debug.SetGCPercent(100)
 	TuneGC(nil)
 	require.Equal(t, 100, debug.SetGCPercent(before), "GOGC set in the environment is left to the runtime")
+}
+
+// In a container with a memory limit, TuneGC gives the runtime 90% of it as
+// its soft limit.
+func TestTuneGCSetsAContainersMemoryLimit(t *testing.T) {
+	t.Setenv("GOGC", "100")
+	t.Setenv("GOMEMLIMIT", "")
+	limitFile := filepath.Join(t.TempDir(), "memory.max")
+	require.NoError(t, os.WriteFile(limitFile, []byte("1073741824\n"), 0o600))
+	files := cgroupMemoryFiles
+	cgroupMemoryFiles = []string{filepath.Join(t.TempDir(), "absent"), limitFile}
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { cgroupMemoryFiles = files; debug.SetMemoryLimit(before) })
+	TuneGC(nil)
+	require.EqualValues(t, 966367641, debug.SetMemoryLimit(-1))
 }
