@@ -198,22 +198,22 @@ JOIN ledger.events e ON e.task_id = i.task_id AND e.version = i.version AND e.se
 	// then raises unique_violation, as a duplicate event id does in
 	// ledger.event_ids, and Append re-runs the batch with full lookups.
 	sqlAppendInsert = `
-WITH now AS (SELECT clock_timestamp() AS t),
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 ins AS (
     INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
-    SELECT i.event_id, i.partition, i.task_id, i.version, i.type, i.payload::jsonb, i.holder, i.generation, now.t
+    SELECT i.event_id, i.partition, i.task_id, i.version, i.type, i.payload::jsonb, i.holder, i.generation,
+           (SELECT t FROM now)
     FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[])
          WITH ORDINALITY AS i(event_id, partition, task_id, version, type, payload, holder, generation, ord)
-    CROSS JOIN now
     JOIN ledger.leases l ON l.partition = i.partition
-    WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > now.t
+    WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > (SELECT t FROM now)
     ORDER BY i.ord
     RETURNING event_id, seq, committed_at, partition, task_id, version, type
 ),
 ids AS (
     INSERT INTO ledger.event_ids (event_id, seq)
-    SELECT event_id, seq FROM ins CROSS JOIN ledger.horizon z
-    WHERE upper(left(event_id, 10)) >= z.id_floor
+    SELECT event_id, seq FROM ins
+    WHERE upper(left(event_id, 10)) >= (SELECT id_floor FROM ledger.horizon)
     RETURNING 1
 ),
 moves AS (
@@ -265,7 +265,7 @@ FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::tex
 
 // appendFencePredicate is the fence's line of sqlAppendInsert.
 const appendFencePredicate = `
-    WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > now.t`
+    WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > (SELECT t FROM now)`
 
 // appendFenceJoin is the join of sqlAppendInsert to the leases the fence
 // predicate reads.
@@ -287,8 +287,8 @@ const (
 UNION ALL
 SELECT NULL, NULL, NULL WHERE ledger.heads_check((SELECT count(*) FROM moves),
                                                  (SELECT count(*) FROM moved) + (SELECT count(*) FROM born))`
-	appendFloorPredicate = ` CROSS JOIN ledger.horizon z
-    WHERE upper(left(event_id, 10)) >= z.id_floor`
+	appendFloorPredicate = `
+    WHERE upper(left(event_id, 10)) >= (SELECT id_floor FROM ledger.horizon)`
 	appendFloorCheck = `
 UNION ALL
 SELECT NULL, NULL, NULL WHERE ledger.ids_check((SELECT count(*) FROM ins), (SELECT count(*) FROM ids))`
