@@ -47,6 +47,13 @@ type ExternalOptions struct {
 	// Progress receives the setup steps and a progress line; default
 	// os.Stderr.
 	Progress io.Writer
+	// Latency makes RunExternal a latency run (latencyRun): the workers
+	// publish at Rate events a second, and each event's time to its receipt
+	// is set beside the bare pipeline's publish → commit at the same rate.
+	Latency bool
+	// Rate is a latency run's offered load in events/s; 0 measures the
+	// raw publishers' full-speed rate first and offers half of it.
+	Rate int
 }
 
 // WithDefaults returns o with zero fields set to their defaults.
@@ -68,6 +75,10 @@ func (o ExternalOptions) validate() error {
 		return fmt.Errorf("benchreport: tasks must be 1..%d, got %d", MaxTasks, o.Tasks)
 	case o.Workers < 1 || o.Workers > partitions:
 		return fmt.Errorf("benchreport: workers must be 1..%d (one partition each at least), got %d", partitions, o.Workers)
+	case o.Rate < 0:
+		return fmt.Errorf("benchreport: rate must be 0 (half the saturation rate) or more, got %d", o.Rate)
+	case o.Rate > 0 && !o.Latency:
+		return fmt.Errorf("benchreport: a rate is for a latency run")
 	}
 	return nil
 }
@@ -132,6 +143,22 @@ type ExternalReport struct {
 	LoadAfter  float64 `json:"load_after"`
 	// IngestProfile is the ingest's CPU profile, when one was asked for.
 	IngestProfile string `json:"ingest_profile,omitempty"`
+	// Latency is a latency run's outcome; the rows above are then its
+	// saturation run's, when it measured one.
+	Latency *ExternalLatency `json:"latency,omitempty"`
+}
+
+// ExternalLatency is the outcome of an external latency run.
+type ExternalLatency struct {
+	// Rate is the offered load, events/s; Saturation the raw publishers'
+	// full-speed rate it is half of (0 when the rate was given).
+	Rate       int     `json:"rate"`
+	Saturation float64 `json:"saturation,omitempty"`
+	// Path is publish → receipt through the ingest (raw or SDK), Bare
+	// publish → commit through the bare pipeline; Path.Relative is its
+	// p99 over Bare's.
+	Path Row `json:"path"`
+	Bare Row `json:"bare"`
 }
 
 // projectorPoll is how often an external run asks for the projector's
@@ -162,7 +189,7 @@ func RunExternal(ctx context.Context, o ExternalOptions) (ExternalReport, error)
 		load = "raw"
 	}
 	prog.say("run %s, external: %s events, %d %s worker processes", id, group(int64(o.Events)), o.Workers, load)
-	do := chaos.DeploymentOptions{Bin: o.Bin, Progress: sayWriter{prog}}
+	do := chaos.DeploymentOptions{Bin: o.Bin, Progress: sayWriter{prog}, NoProjector: o.Latency}
 	if o.IngestProfile != "" {
 		abs, err := filepath.Abs(o.IngestProfile)
 		if err != nil {
@@ -176,7 +203,12 @@ func RunExternal(ctx context.Context, o ExternalOptions) (ExternalReport, error)
 		return ExternalReport{}, fmt.Errorf("benchreport: start the deployment: %w", err)
 	}
 	e := &external{o: o, id: id, d: d, prog: prog}
-	r, err := e.run(ctx)
+	var r ExternalReport
+	if o.Latency {
+		r, err = e.latencyRun(ctx)
+	} else {
+		r, err = e.run(ctx)
+	}
 	if n := d.Exits(); err == nil && n > 0 {
 		err = fmt.Errorf("benchreport: %d service processes exited during the run", n)
 	}
@@ -220,7 +252,7 @@ func (e *external) run(ctx context.Context) (ExternalReport, error) {
 	if err != nil {
 		return r, err
 	}
-	ws, err := e.startWorkers(ctx)
+	ws, err := e.startWorkers(ctx, e.spec())
 	defer ws.stop()
 	if err != nil {
 		return r, err
@@ -277,7 +309,9 @@ func (e *external) run(ctx context.Context) (ExternalReport, error) {
 	run := time.Unix(0, last).Sub(time.Unix(0, first))
 	r.Receipt = throughputRow("first publish → last receipt", events, run)
 	r.FirstWindow, r.AfterFirstWindow = splitAtWindow(inFirst, events, run)
-	r.Projected = throughputRow("first publish → projector acked all", events, projected.Sub(time.Unix(0, first)))
+	if !projected.IsZero() {
+		r.Projected = throughputRow("first publish → projector acked all", events, projected.Sub(time.Unix(0, first)))
+	}
 	if r.Components, err = costs(before, after, comps, events); err != nil {
 		return r, err
 	}
@@ -329,13 +363,14 @@ func (e *external) components(ctx context.Context) ([]component, error) {
 		return nil, fmt.Errorf("benchreport: find PostgreSQL's postmaster: %w", err)
 	}
 	postmaster := st.PPID
-	return []component{
+	comps := []component{
 		{name: ComponentNATS, pids: []int{byName["nats-server"]}},
 		{name: ComponentIngest, pids: []int{byName["ingest"]}},
-		{name: ComponentProjector, pids: []int{byName["projector"]}},
-		{name: ComponentWorkers},
-		{name: ComponentPostgres, pids: []int{postmaster}},
-	}, nil
+	}
+	if pid, ok := byName["projector"]; ok {
+		comps = append(comps, component{name: ComponentProjector, pids: []int{pid}})
+	}
+	return append(comps, component{name: ComponentWorkers}, component{name: ComponentPostgres, pids: []int{postmaster}}), nil
 }
 
 // costs is each component's CPU time between two snapshots, over events.
@@ -407,18 +442,20 @@ func logTarget(ctx context.Context, js jetstream.JetStream, events int) (uint64,
 // the projector made progress for ReceiptTimeout.
 func (e *external) await(ctx context.Context, js jetstream.JetStream, ws workers, target uint64,
 	start time.Time) ([]workerLine, time.Time, error) {
-	cfg, err := streams.Consumer("projector", streams.Options{})
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	cons, err := js.Consumer(ctx, wire.StreamLog, cfg.Durable)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("benchreport: the projector's consumer: %w", err)
-	}
+	var cons jetstream.Consumer
 	base := target - uint64(e.o.Events)
 	var acked atomic.Int64
-	e.prog.begin("external: projected", e.o.Events, acked.Load)
-	defer e.prog.end()
+	if !e.o.Latency { // a latency run has no projector
+		cfg, err := streams.Consumer("projector", streams.Options{})
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		if cons, err = js.Consumer(ctx, wire.StreamLog, cfg.Durable); err != nil {
+			return nil, time.Time{}, fmt.Errorf("benchreport: the projector's consumer: %w", err)
+		}
+		e.prog.begin("external: projected", e.o.Events, acked.Load)
+		defer e.prog.end()
+	}
 
 	lines := make(chan workerResult, len(ws))
 	for _, w := range ws {
@@ -430,7 +467,7 @@ func (e *external) await(ctx context.Context, js jetstream.JetStream, ws workers
 	since := time.Now()
 	tick := time.NewTicker(projectorPoll)
 	defer tick.Stop()
-	for len(results) < len(ws) || projected.IsZero() {
+	for len(results) < len(ws) || (projected.IsZero() && !e.o.Latency) {
 		select {
 		case <-ctx.Done():
 			return nil, time.Time{}, ctx.Err()
@@ -444,7 +481,7 @@ func (e *external) await(ctx context.Context, js jetstream.JetStream, ws workers
 		case <-tick.C:
 		}
 		now := time.Now()
-		if projected.IsZero() {
+		if projected.IsZero() && !e.o.Latency {
 			info, err := cons.Info(ctx)
 			if err != nil {
 				return nil, time.Time{}, fmt.Errorf("benchreport: the projector's consumer: %w", err)
@@ -484,13 +521,30 @@ type workerResult struct {
 	err  error
 }
 
+// workerSpec is what a set of worker processes is to do: the run id their
+// tasks and holders are named by, how many they are, the events they
+// publish in all, raw or through the SDK or as the bare pipeline, and at
+// what rate (0: full speed).
+type workerSpec struct {
+	id           string
+	workers      int
+	events, rate int
+	raw, bare    bool
+	tasks        int
+}
+
+// spec is the throughput run's workers.
+func (e *external) spec() workerSpec {
+	return workerSpec{id: e.id, workers: e.o.Workers, events: e.o.Events, tasks: e.o.Tasks, raw: e.o.Raw}
+}
+
 // startWorkers starts the worker processes and waits until each holds its
 // leases.
-func (e *external) startWorkers(ctx context.Context) (workers, error) {
+func (e *external) startWorkers(ctx context.Context, sp workerSpec) (workers, error) {
 	ledgerctl := e.d.Ledgerctl()
 	var ws workers
-	for n := range e.o.Workers {
-		w, err := e.startWorker(ledgerctl, n)
+	for n := range sp.workers {
+		w, err := e.startWorker(ledgerctl, sp, n)
 		if err != nil {
 			return ws, err
 		}
@@ -509,14 +563,20 @@ func (e *external) startWorkers(ctx context.Context) (workers, error) {
 	return ws, nil
 }
 
-func (e *external) startWorker(ledgerctl string, n int) (*workerProc, error) {
-	args := []string{"bench", "worker", "-nats-url", e.d.NATSURL(), "-run", e.id, "-worker", strconv.Itoa(n),
-		"-workers", strconv.Itoa(e.o.Workers), "-events", strconv.Itoa(e.o.Events), "-tasks", strconv.Itoa(e.o.Tasks)}
-	if e.o.Raw {
+func (e *external) startWorker(ledgerctl string, sp workerSpec, n int) (*workerProc, error) {
+	args := []string{"bench", "worker", "-nats-url", e.d.NATSURL(), "-run", sp.id, "-worker", strconv.Itoa(n),
+		"-workers", strconv.Itoa(sp.workers), "-events", strconv.Itoa(sp.events), "-tasks", strconv.Itoa(sp.tasks)}
+	if sp.raw {
 		args = append(args, "-raw")
 	}
+	if sp.rate > 0 {
+		args = append(args, "-rate", strconv.Itoa(sp.rate))
+	}
+	if sp.bare {
+		args = append(args, "-bare", "-database-url", e.d.DatabaseURL())
+	}
 	w := &workerProc{n: n, cmd: exec.Command(ledgerctl, args...), exited: make(chan struct{}),
-		logPath: filepath.Join(e.d.Dir(), "procs", fmt.Sprintf("worker-%d.log", n))}
+		logPath: filepath.Join(e.d.Dir(), "procs", fmt.Sprintf("worker-%s-%d.log", sp.id, n))}
 	logf, err := os.Create(w.logPath)
 	if err != nil {
 		return nil, fmt.Errorf("benchreport: worker %d log: %w", n, err)

@@ -128,6 +128,45 @@ func TestExternalRunReportsEveryComponentsCPUPerEvent(t *testing.T) {
 	require.Positive(t, st.Size())
 }
 
+// A latency run without a rate measures the raw publishers' full speed
+// first, then paces the SDK workers and the bare pipeline at half of it,
+// each a process of its own, and sets their percentiles side by side.
+func TestExternalLatencyRunSetsTheSDKBesideTheBarePipeline(t *testing.T) {
+	bin := build(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var progress ledgertest.Buffer
+	r, err := benchreport.RunExternal(ctx, benchreport.ExternalOptions{Events: 4000, Tasks: 200, Workers: 2, Bin: bin,
+		Latency: true, Progress: &progress})
+	if errors.Is(err, pgtemp.ErrNotInstalled) {
+		t.Skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed: ", err)
+	}
+	require.NoError(t, err, progress.String())
+	t.Log("\n" + r.Table())
+	l := r.Latency
+	require.NotNil(t, l)
+	require.Equal(t, 4000, r.Receipt.Events, "the saturation run")
+	require.InDelta(t, r.Receipt.PerSecond, l.Saturation, 1e-9)
+	require.Equal(t, max(int(l.Saturation/2), 1), l.Rate)
+	var names []string
+	for _, c := range r.Components {
+		names = append(names, c.Name)
+	}
+	require.NotContains(t, names, benchreport.ComponentProjector, "a latency run has no projector")
+	for _, row := range []benchreport.Row{l.Path, l.Bare} {
+		require.Equal(t, 4000, row.Events, row.Label)
+		require.True(t, row.Latency, row.Label)
+		require.Positive(t, row.P50, row.Label)
+		require.GreaterOrEqual(t, row.P99, row.P50, row.Label)
+		require.Positive(t, row.PerSecond, row.Label)
+		require.Contains(t, r.Table(), row.Label)
+	}
+	require.Contains(t, l.Path.Label, "SDK publish → receipt")
+	require.Contains(t, l.Bare.Label, "bare publish → commit")
+	require.InDelta(t, float64(l.Path.P99)/float64(l.Bare.P99), l.Path.Relative, 1e-9)
+	require.Equal(t, "bare p99", l.Path.RelativeTo)
+}
+
 func TestExternalRunNeedsItsBinaries(t *testing.T) {
 	t.Parallel()
 	_, err := benchreport.RunExternal(context.Background(), benchreport.ExternalOptions{Events: 10, Bin: t.TempDir(),

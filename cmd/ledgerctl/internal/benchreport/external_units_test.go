@@ -99,6 +99,8 @@ func TestWorkerLinesDecode(t *testing.T) {
 		`{"state":"done"}`: {State: workerDone},
 		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"in_first_window":3}`: {State: workerDone,
 			Events: 3, FirstPublish: 10, LastReceipt: 20, InFirstWindow: 3},
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"latency":[[5,2],[700,1]]}`: {
+			State: workerDone, Events: 3, FirstPublish: 10, LastReceipt: 20, Latency: [][]int64{{5, 2}, {700, 1}}},
 	}
 	for line, want := range good {
 		got, err := decodeWorkerLine([]byte(line))
@@ -113,6 +115,15 @@ func TestWorkerLinesDecode(t *testing.T) {
 		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"in_first_window":4}`,
 		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"in_first_window":-1}`,
 		`{"state":"ready","in_first_window":1}`,
+		`{"state":"ready","latency":[[1,1]]}`,
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"latency":[[5,2]]}`,
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"latency":[[5,2],[5,1]]}`,
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"latency":[[7,2],[5,1]]}`,
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"latency":[[-1,2],[5,1]]}`,
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"latency":[[5,3],[1622,0]]}`,
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"latency":[[5,2],[1622,1]]}`,
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"latency":[[5,2,1],[6,1]]}`,
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"latency":[[5],[6,3]]}`,
 	} {
 		_, err := decodeWorkerLine([]byte(line))
 		require.Error(t, err, line)
@@ -121,6 +132,7 @@ func TestWorkerLinesDecode(t *testing.T) {
 
 func FuzzDecodeWorkerLine(f *testing.F) {
 	for _, s := range []string{`{"state":"ready"}`, `{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20}`,
+		`{"state":"done","events":3,"first_publish_ns":10,"last_receipt_ns":20,"latency":[[5,2],[700,1]]}`,
 		`{"state":"done","events":3,"first_publish_ns":20,"last_receipt_ns":10}`, `{"state":"ready","events":1}`, `{`, ``} {
 		f.Add([]byte(s))
 	}
@@ -137,6 +149,12 @@ func FuzzDecodeWorkerLine(f *testing.F) {
 			require.Positive(t, l.FirstPublish)
 			require.GreaterOrEqual(t, l.LastReceipt, l.FirstPublish)
 		}
+		if l.Latency != nil {
+			require.Equal(t, workerDone, l.State)
+			lat := latencies{}
+			lat.merge(l.Latency) // in range: no panic, and every event counted once
+			require.Equal(t, int64(l.Events), lat.count())
+		}
 	})
 }
 
@@ -145,11 +163,17 @@ func TestWorkerOptionsRefuseWhatCannotRun(t *testing.T) {
 	ok := WorkerOptions{NATSURL: "nats://127.0.0.1:4222", Run: "abc", Worker: 1, Workers: 2, Events: 10}
 	require.NoError(t, ok.validate())
 	for name, mod := range map[string]func(*WorkerOptions){
-		"no url":             func(o *WorkerOptions) { o.NATSURL = "" },
-		"a run id with dots": func(o *WorkerOptions) { o.Run = "a.b" },
-		"worker beyond":      func(o *WorkerOptions) { o.Worker = 2 },
-		"too many workers":   func(o *WorkerOptions) { o.Workers, o.Worker = 17, 0 },
-		"no events":          func(o *WorkerOptions) { o.Events = 0 },
+		"no url":                  func(o *WorkerOptions) { o.NATSURL = "" },
+		"a run id with dots":      func(o *WorkerOptions) { o.Run = "a.b" },
+		"worker beyond":           func(o *WorkerOptions) { o.Worker = 2 },
+		"too many workers":        func(o *WorkerOptions) { o.Workers, o.Worker = 17, 0 },
+		"no events":               func(o *WorkerOptions) { o.Events = 0 },
+		"a negative rate":         func(o *WorkerOptions) { o.Rate = -1 },
+		"bare at full speed":      func(o *WorkerOptions) { o.Bare, o.DatabaseURL = true, "postgres://x@127.0.0.1/y" },
+		"bare without a database": func(o *WorkerOptions) { o.Bare, o.Rate = true, 100 },
+		"bare and raw": func(o *WorkerOptions) {
+			o.Bare, o.Raw, o.Rate, o.DatabaseURL = true, true, 100, "postgres://x@127.0.0.1/y"
+		},
 	} {
 		o := ok
 		mod(&o)
@@ -208,4 +232,50 @@ func TestComparisonTakesTheMediansOfItsRounds(t *testing.T) {
 	table := c.Table()
 	require.Contains(t, table, "SDK / raw, median of 3 rounds: 0.95; first second / the rest, medians: SDK 0.85, raw 0.60")
 	require.Contains(t, table, "\n3        raw     20,000")
+}
+
+// A latency falls in the bucket whose upper bound is at most 1% above it,
+// and a percentile of merged histograms is over every event of them.
+func TestHistogramPercentilesAreWithinOnePercent(t *testing.T) {
+	t.Parallel()
+	for _, d := range []time.Duration{time.Nanosecond, histLowest, 11 * time.Microsecond, 3 * time.Millisecond,
+		47*time.Millisecond + 123*time.Microsecond, 99 * time.Second} {
+		top := bucketTop(bucketOf(d))
+		require.GreaterOrEqual(t, top, d, "%v", d)
+		if d > histLowest {
+			require.LessOrEqual(t, float64(top), float64(d)*histGrowth*1.000001, "%v counts in a bucket up to %v", d, top)
+		}
+	}
+	require.Equal(t, histBuckets-1, bucketOf(time.Hour), "beyond 100 s: the last bucket")
+
+	// Two workers: one saw 100 events at 1 ms, the other 98 at 2 ms and 2
+	// at 100 ms. Of the 200, the 100th is at 1 ms and the 198th at 2 ms;
+	// the slowest 2 are beyond p99.
+	var a, b histogram
+	for range 100 {
+		a.add(time.Millisecond)
+	}
+	for range 98 {
+		b.add(2 * time.Millisecond)
+	}
+	b.add(100 * time.Millisecond)
+	b.add(100 * time.Millisecond)
+	require.NoError(t, checkBuckets(a.buckets(), 100))
+	all := latencies{}
+	all.merge(a.buckets())
+	all.merge(b.buckets())
+	require.Equal(t, int64(200), all.count())
+	within := func(want, got time.Duration) {
+		t.Helper()
+		require.GreaterOrEqual(t, got, want)
+		require.LessOrEqual(t, float64(got), float64(want)*histGrowth)
+	}
+	within(time.Millisecond, all.percentile(50))
+	within(2*time.Millisecond, all.percentile(99))
+	within(100*time.Millisecond, all.percentile(100))
+	require.Zero(t, latencies{}.percentile(99))
+	row := histogramRow("x", all, time.Second)
+	require.Equal(t, 200, row.Events)
+	require.True(t, row.Latency)
+	require.Equal(t, all.percentile(99), row.P99)
 }

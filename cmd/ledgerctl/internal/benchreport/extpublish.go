@@ -50,7 +50,10 @@ func newSDKPublisher(ctx context.Context, nc *nats.Conn, o WorkerOptions, share 
 // lease's tasks; another goroutine per lease waits for the receipts in
 // publish order. Versions are the SDK's to assign (a new task's first
 // events wait for its head); each is checked once its receipt is in.
-func (p *sdkPublisher) publish(ctx context.Context, counts []int) (runTimes, error) {
+func (p *sdkPublisher) publish(ctx context.Context, counts []int, rate float64) (runTimes, error) {
+	if rate > 0 {
+		return p.paced(ctx, counts, rate)
+	}
 	byPart := map[int][]int{}
 	for i, part := range p.share.parts {
 		byPart[part] = append(byPart[part], i)
@@ -131,6 +134,73 @@ func (p *sdkPublisher) publish(ctx context.Context, counts []int) (runTimes, err
 		return runTimes{}, err
 	}
 	return times.times(), nil
+}
+
+// paced publishes at rate events a second, round robin over the share's
+// tasks as the raw publisher does, and measures each event from the call
+// to Publish to its receipt. A warm-up first publishes each task's
+// version 1 and waits for its receipt, outside the count and the timing:
+// the latencies are those of a worker whose tasks' heads it knows, the
+// steady state.
+func (p *sdkPublisher) paced(ctx context.Context, counts []int, rate float64) (runTimes, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var warm []*worker.Pending
+	for task, name := range p.share.tasks {
+		pd, err := p.leases[p.share.parts[task]].Publish(ctx, name, eventType, payload(1))
+		if err != nil {
+			return runTimes{}, fmt.Errorf("warm-up: publish %s: %w", name, err)
+		}
+		warm = append(warm, pd)
+	}
+	for _, pd := range warm {
+		if err := pd.Wait(ctx); err != nil {
+			return runTimes{}, fmt.Errorf("warm-up: receipt of %s: %w", pd.Task(), err)
+		}
+	}
+	var order []int // the tasks in publish order
+	for round, more := 0, true; more; round++ {
+		more = false
+		for task, n := range counts {
+			if round < n {
+				order, more = append(order, task), true
+			}
+		}
+	}
+	var times noteTimes
+	lat := &histogram{}
+	var wg sync.WaitGroup
+	times.published(time.Now())
+	_, err := pace(ctx, rate, len(order), func(i int) error {
+		task := order[i]
+		start := time.Now()
+		pd, err := p.leases[p.share.parts[task]].Publish(ctx, p.share.tasks[task], eventType, payload(2))
+		if err != nil {
+			return fmt.Errorf("publish %s: %w", p.share.tasks[task], err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := pd.Wait(ctx); err != nil {
+				cancel(fmt.Errorf("receipt of %s: %w", pd.Task(), err))
+				return
+			}
+			now := time.Now()
+			lat.add(now.Sub(start))
+			times.received(now)
+		}()
+		return nil
+	})
+	if err != nil {
+		cancel(err)
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return runTimes{}, err
+	}
+	rt := times.times()
+	rt.lat = lat
+	return rt, nil
 }
 
 func (p *sdkPublisher) close() {
@@ -233,14 +303,18 @@ func (p *rawPublisher) renewLoop(ctx context.Context) {
 // publish publishes the share's events round robin over its tasks, with
 // at most RawInFlight awaiting their JetStream ack, and counts the commit
 // receipts off the holder's receipt subject.
-func (p *rawPublisher) publish(ctx context.Context, counts []int) (runTimes, error) {
+func (p *rawPublisher) publish(ctx context.Context, counts []int, rate float64) (runTimes, error) {
 	total := 0
 	for _, n := range counts {
 		total += n
 	}
 	var times noteTimes
+	var lat *histogram
+	if rate > 0 {
+		lat = &histogram{}
+	}
 	var mu sync.Mutex
-	waiting := make(map[string]bool, total)
+	waiting := make(map[string]int64, total) // event id → when it was published (Unix ns)
 	received := 0
 	var refusal error
 	done := make(chan struct{})
@@ -252,10 +326,13 @@ func (p *rawPublisher) publish(ctx context.Context, counts []int) (runTimes, err
 		switch {
 		case err != nil:
 			refusal = cmp.Or(refusal, fmt.Errorf("a receipt that does not decode: %w", err))
-		case !waiting[rc.EventID]:
+		case waiting[rc.EventID] == 0:
 			return // a repeated receipt, or another run's
 		case rc.Verdict != wire.VerdictCommitted && rc.Verdict != wire.VerdictDuplicate:
 			refusal = cmp.Or(refusal, fmt.Errorf("%s version %d: %s/%s", rc.Task, rc.Version, rc.Verdict, rc.Reason))
+		}
+		if lat != nil {
+			lat.add(time.Duration(at.UnixNano() - waiting[rc.EventID]))
 		}
 		delete(waiting, rc.EventID)
 		received++
@@ -280,13 +357,25 @@ func (p *rawPublisher) publish(ctx context.Context, counts []int) (runTimes, err
 	// worker would make them; counts differ by at most one, as the
 	// source's round robin does.
 	times.published(time.Now())
-	for range total {
+	send := func(int) error {
 		m := p.src.next(1)[0]
 		mu.Lock()
-		waiting[m.Header.Get(wire.HeaderMsgID)] = true
+		waiting[m.Header.Get(wire.HeaderMsgID)] = time.Now().UnixNano()
 		mu.Unlock()
 		if _, err := p.js.PublishMsgAsync(m, jetstream.WithStallWait(ReceiptTimeout)); err != nil {
-			return runTimes{}, fmt.Errorf("publish: %w", err)
+			return fmt.Errorf("publish: %w", err)
+		}
+		return nil
+	}
+	if rate > 0 {
+		if _, err := pace(ctx, rate, total, send); err != nil {
+			return runTimes{}, err
+		}
+	} else {
+		for i := range total {
+			if err := send(i); err != nil {
+				return runTimes{}, err
+			}
 		}
 	}
 	if err := awaitAcks(ctx, p.js); err != nil {
@@ -307,7 +396,9 @@ func (p *rawPublisher) publish(ctx context.Context, counts []int) (runTimes, err
 	if refusal != nil {
 		return runTimes{}, refusal
 	}
-	return times.times(), nil
+	rt := times.times()
+	rt.lat = lat
+	return rt, nil
 }
 
 func (p *rawPublisher) close() {

@@ -17,11 +17,39 @@ func (r ExternalReport) Table() string {
 	if r.Raw {
 		kind = "raw"
 	}
-	fmt.Fprintf(&b, "deployment: nats-server, ingest, projector and %d %s worker processes, each a process of its own; "+
-		"PostgreSQL a throwaway cluster\n", r.Workers, kind)
+	if l := r.Latency; l != nil {
+		fmt.Fprintf(&b, "deployment: nats-server, ingest (no projector) and %d %s worker processes, and a bare pipeline, "+
+			"each a process of its own; PostgreSQL a throwaway cluster\n", r.Workers, kind)
+		rate := "given"
+		if l.Saturation > 0 {
+			rate = fmt.Sprintf("half the raw publishers' full-speed %s events/s", group(int64(l.Saturation+0.5)))
+		}
+		fmt.Fprintf(&b, "latency: %s events a path at %s events/s (%s), in two alternating halves\n",
+			group(int64(r.Events)), group(int64(l.Rate)), rate)
+		cells := [][]string{{"path", "events/s", "p50", "p99", "ratio"}}
+		for _, row := range []Row{l.Path, l.Bare} {
+			ratio := ""
+			if row.RelativeTo != "" {
+				ratio = fmt.Sprintf("%.2f × %s", row.Relative, row.RelativeTo)
+			}
+			cells = append(cells, []string{row.Label, group(int64(row.PerSecond + 0.5)), formatLatency(row.P50),
+				formatLatency(row.P99), ratio})
+		}
+		writeColumns(&b, cells)
+		if r.Receipt.Label == "" {
+			return b.String()
+		}
+		b.WriteString("the saturation run (raw publishers at full speed):\n")
+	} else {
+		fmt.Fprintf(&b, "deployment: nats-server, ingest, projector and %d %s worker processes, each a process of its own; "+
+			"PostgreSQL a throwaway cluster\n", r.Workers, kind)
+	}
 	fmt.Fprintf(&b, "load: %s events over %s new tasks on %d partitions, %d-byte JSON payloads\n",
 		group(int64(r.Events)), group(int64(r.Tasks)), partitions, len(payload(10)))
 	for _, row := range []Row{r.Receipt, r.Projected} {
+		if row.Label == "" {
+			continue
+		}
 		fmt.Fprintf(&b, "%s: %.2f s, %s events/s\n", row.Label, row.Elapsed.Seconds(), group(int64(row.PerSecond+0.5)))
 	}
 	if f, rest := r.FirstWindow, r.AfterFirstWindow; f.Label != "" {

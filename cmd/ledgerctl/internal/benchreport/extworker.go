@@ -36,6 +36,16 @@ type WorkerOptions struct {
 	// Raw publishes raw JetStream messages with the contract's headers
 	// instead of going through the Go SDK; default the SDK.
 	Raw bool
+	// Rate, when above 0, paces the run: the workers publish Rate events a
+	// second in all (each its share's part of it), and each measures every
+	// event's publish → receipt latency. 0 publishes at full speed.
+	Rate int
+	// Bare makes the worker the bare pipeline of a paced run instead: it
+	// publishes its events into the bare stream and consumes them itself
+	// with the set-based fenced insert into ledger_bench (DatabaseURL),
+	// which the coordinator created, and measures publish → commit.
+	Bare        bool
+	DatabaseURL string
 	// Logger receives the SDK's logs; default discards them.
 	Logger *slog.Logger
 }
@@ -52,6 +62,10 @@ func (o WorkerOptions) validate() error {
 		return fmt.Errorf("benchreport: worker: events must be at least 1, got %d", o.Events)
 	case o.Tasks < 0 || o.Tasks > MaxTasks:
 		return fmt.Errorf("benchreport: worker: tasks must be 0 (the default) to %d, got %d", MaxTasks, o.Tasks)
+	case o.Rate < 0:
+		return fmt.Errorf("benchreport: worker: rate must be 0 (full speed) or more, got %d", o.Rate)
+	case o.Bare && (o.Rate == 0 || o.Raw || o.DatabaseURL == ""):
+		return errors.New("benchreport: worker: the bare pipeline is paced (-rate), not raw, and needs a database URL")
 	}
 	return nil
 }
@@ -92,10 +106,14 @@ type workerLine struct {
 	// InFirstWindow is how many receipts arrived within FirstWindow of the
 	// first publish: the run's start, against its steady rate.
 	InFirstWindow int `json:"in_first_window,omitempty"`
+	// Latency is set by a paced run: its events' latencies as the
+	// non-empty [bucket, count] pairs of a histogram (histogram.go).
+	Latency [][]int64 `json:"latency,omitempty"`
 }
 
-// maxWorkerLine bounds a line from a worker: a line is a few dozen bytes.
-const maxWorkerLine = 4 << 10
+// maxWorkerLine bounds a line from a worker: a few dozen bytes, or with
+// latencies at most histBuckets pairs of about 20 bytes.
+const maxWorkerLine = 64 << 10
 
 // decodeWorkerLine reads a line of a worker's stdout, refusing anything a
 // worker does not write.
@@ -116,7 +134,7 @@ func decodeWorkerLine(b []byte) (workerLine, error) {
 	}
 	switch l.State {
 	case workerReady:
-		if l != (workerLine{State: workerReady}) {
+		if l.Events != 0 || l.FirstPublish != 0 || l.LastReceipt != 0 || l.InFirstWindow != 0 || l.Latency != nil {
 			return workerLine{}, errors.New("a ready line with results")
 		}
 	case workerDone:
@@ -129,6 +147,10 @@ func decodeWorkerLine(b []byte) (workerLine, error) {
 			return workerLine{}, errors.New("a done line whose last receipt is not after its first publish")
 		case l.Events == 0 && (l.FirstPublish != 0 || l.LastReceipt != 0):
 			return workerLine{}, errors.New("a done line with times but no events")
+		case l.Latency != nil:
+			if err := checkBuckets(l.Latency, l.Events); err != nil {
+				return workerLine{}, fmt.Errorf("a done line with %w", err)
+			}
 		}
 	default:
 		return workerLine{}, fmt.Errorf("a worker line of state %q", l.State)
@@ -143,7 +165,9 @@ type publisher interface {
 	// commit receipt: when the first was published and when the last
 	// receipt arrived (Unix ns), and how many receipts arrived within
 	// FirstWindow of the first publish. It fails on any other verdict.
-	publish(ctx context.Context, counts []int) (runTimes, error)
+	// With a rate above 0 it publishes that many events a second and
+	// measures each event's latency.
+	publish(ctx context.Context, counts []int, rate float64) (runTimes, error)
 	// close gives the leases back and closes the connection.
 	close()
 }
@@ -172,9 +196,12 @@ func RunWorker(ctx context.Context, o WorkerOptions, stdin io.Reader, stdout io.
 		return fmt.Errorf("benchreport: worker %d: connect: %w", o.Worker, err)
 	}
 	var p publisher
-	if o.Raw {
+	switch {
+	case o.Bare:
+		p, err = newBarePublisher(ctx, nc, o, share)
+	case o.Raw:
 		p, err = newRawPublisher(ctx, nc, o, share)
-	} else {
+	default:
 		p, err = newSDKPublisher(ctx, nc, o, share)
 	}
 	if err != nil {
@@ -191,20 +218,32 @@ func RunWorker(ctx context.Context, o WorkerOptions, stdin io.Reader, stdout io.
 	case <-ctx.Done():
 		return fmt.Errorf("benchreport: worker %d: stopped before it was told to go: %w", o.Worker, ctx.Err())
 	}
-	rt, err := p.publish(ctx, counts)
-	if err != nil {
-		return fmt.Errorf("benchreport: worker %d: %w", o.Worker, err)
-	}
 	total := 0
 	for _, n := range counts {
 		total += n
 	}
+	rt, err := p.publish(ctx, counts, o.rateOf(total))
+	if err != nil {
+		return fmt.Errorf("benchreport: worker %d: %w", o.Worker, err)
+	}
 	done := workerLine{State: workerDone, Events: total, FirstPublish: rt.first, LastReceipt: rt.last, InFirstWindow: rt.inFirst}
+	if rt.lat != nil {
+		done.Latency = rt.lat.buckets()
+	}
 	if err := enc.Encode(done); err != nil {
 		return fmt.Errorf("benchreport: worker %d: %w", o.Worker, err)
 	}
 	<-ctx.Done() // stdin ended: the coordinator has read the CPU times
 	return nil
+}
+
+// rateOf is this worker's part of the run's rate: its events' share of the
+// run's, so that the workers finish together; 0 at full speed.
+func (o WorkerOptions) rateOf(events int) float64 {
+	if o.Rate == 0 {
+		return 0
+	}
+	return float64(o.Rate) * float64(events) / float64(o.Events)
 }
 
 // readControl closes start on a "go" line and calls stop when stdin ends:
@@ -227,11 +266,13 @@ type noteTimes struct {
 	runTimes
 }
 
-// runTimes are a worker's first publish and last receipt (Unix ns), and how
-// many receipts arrived within FirstWindow of the first publish.
+// runTimes are a worker's first publish and last receipt (Unix ns), how
+// many receipts arrived within FirstWindow of the first publish, and in a
+// paced run its events' latencies.
 type runTimes struct {
 	first, last int64
 	inFirst     int
+	lat         *histogram
 }
 
 func (n *noteTimes) published(at time.Time) {

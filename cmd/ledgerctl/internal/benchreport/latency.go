@@ -9,7 +9,7 @@ import (
 
 // pace calls publish n times at rate a second, in 1 ms ticks (each tick
 // publishes what is due by then), and returns how long it took.
-func pace(ctx context.Context, rate, n int, publish func(i int) error) (time.Duration, error) {
+func pace(ctx context.Context, rate float64, n int, publish func(i int) error) (time.Duration, error) {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	start := time.Now()
@@ -19,7 +19,7 @@ func pace(ctx context.Context, rate, n int, publish func(i int) error) (time.Dur
 			return 0, ctx.Err()
 		case <-tick.C:
 		}
-		due := min(int(time.Since(start).Seconds()*float64(rate)), n)
+		due := min(int(time.Since(start).Seconds()*rate), n)
 		for ; i < due; i++ {
 			if err := publish(i); err != nil {
 				return 0, fmt.Errorf("publish: %w", err)

@@ -71,16 +71,8 @@ func startRaw(ctx context.Context, s *localstack.Stack, o Options, id string, pr
 	if r.in, err = r.js.Stream(ctx, wire.StreamIn); err != nil {
 		return nil, fmt.Errorf("benchreport: stream %s: %w", wire.StreamIn, err)
 	}
-	// The bare stream is a work queue like LEDGER_IN, otherwise with
-	// JetStream's defaults (file storage, a 2-minute duplicate window).
-	st, err := r.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: bareStream,
-		Subjects: []string{barePrefix + ".in.>"}, Retention: jetstream.WorkQueuePolicy})
-	if err != nil {
-		return nil, fmt.Errorf("benchreport: create stream %s: %w", bareStream, err)
-	}
-	if r.bareCons, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: bareDurable,
-		AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20_000}); err != nil {
-		return nil, fmt.Errorf("benchreport: create consumer %s: %w", bareDurable, err)
+	if r.bareCons, err = createBareStream(ctx, r.js); err != nil {
+		return nil, err
 	}
 	tasks := taskCount(o.Events)
 	r.full = newRawSource(wire.Subjects{}, newLoad("bench-"+id+"-in-", tasks), r.holder, [partitions]int64{})
@@ -90,6 +82,23 @@ func startRaw(ctx context.Context, s *localstack.Stack, o Options, id string, pr
 	}
 	r.bare = newRawSource(wire.Subjects{Prefix: barePrefix}, newLoad("bench-"+id+"-bare-", tasks), baselineHolder, one)
 	return r, nil
+}
+
+// createBareStream creates the bare pipeline's stream and its consumer.
+// The stream is a work queue like LEDGER_IN, otherwise with JetStream's
+// defaults (file storage, a 2-minute duplicate window).
+func createBareStream(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
+	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: bareStream,
+		Subjects: []string{barePrefix + ".in.>"}, Retention: jetstream.WorkQueuePolicy})
+	if err != nil {
+		return nil, fmt.Errorf("benchreport: create stream %s: %w", bareStream, err)
+	}
+	c, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: bareDurable,
+		AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20_000})
+	if err != nil {
+		return nil, fmt.Errorf("benchreport: create consumer %s: %w", bareDurable, err)
+	}
+	return c, nil
 }
 
 // hold takes every partition's lease for the full pipeline's events.
@@ -257,6 +266,22 @@ func (r *rawBench) bareRound(ctx context.Context, title string, n int) (float64,
 // each batch's event ids once its insert is committed.
 func (r *rawBench) runBare(ctx context.Context, n int, done *atomic.Int64, committed func([]string),
 	publish func(context.Context) error) error {
+	return bareSink{cons: r.bareCons, subj: r.bare.subj, pool: r.pool}.run(ctx, n, done, committed, publish)
+}
+
+// bareSink is the consuming end of the bare pipeline: BareConsumers
+// goroutines that fetch from the bare stream, insert with the set-based
+// fenced insert into ledger_bench and ack.
+type bareSink struct {
+	cons jetstream.Consumer
+	subj wire.Subjects
+	pool *pgxpool.Pool
+}
+
+// run consumes until n events are committed (counted in done, each batch's
+// ids passed to committed) while publish runs.
+func (b bareSink) run(ctx context.Context, n int, done *atomic.Int64, committed func([]string),
+	publish func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, BareConsumers+1)
@@ -267,7 +292,7 @@ func (r *rawBench) runBare(ctx context.Context, n int, done *atomic.Int64, commi
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := r.consumeBare(ctx, n, done, committed, &lastProgress); err != nil {
+			if err := b.consume(ctx, n, done, committed, &lastProgress); err != nil {
 				errs <- err
 				cancel()
 			}
@@ -285,8 +310,8 @@ func (r *rawBench) runBare(ctx context.Context, n int, done *atomic.Int64, commi
 	return ctx.Err()
 }
 
-// consumeBare is one consumer of the bare pipeline.
-func (r *rawBench) consumeBare(ctx context.Context, n int, done *atomic.Int64, committed func([]string),
+// consume is one consumer of the bare pipeline.
+func (b bareSink) consume(ctx context.Context, n int, done *atomic.Int64, committed func([]string),
 	lastProgress *atomic.Int64) error {
 	var batch setBatch
 	ids := make([]string, 0, BareFetch)
@@ -297,7 +322,7 @@ func (r *rawBench) consumeBare(ctx context.Context, n int, done *atomic.Int64, c
 		if time.Since(time.Unix(0, lastProgress.Load())) > ReceiptTimeout {
 			return fmt.Errorf("%d of %d events committed, none for %v", done.Load(), n, ReceiptTimeout)
 		}
-		fetched, err := r.bareCons.Fetch(BareFetch, jetstream.FetchMaxWait(5*time.Millisecond))
+		fetched, err := b.cons.Fetch(BareFetch, jetstream.FetchMaxWait(5*time.Millisecond))
 		if err != nil {
 			continue
 		}
@@ -310,7 +335,7 @@ func (r *rawBench) consumeBare(ctx context.Context, n int, done *atomic.Int64, c
 		}
 		batch, ids = setBatch{}, ids[:0]
 		for _, m := range got {
-			d, bad := r.bare.subj.DecodeInbound(m.Subject(), m.Headers(), m.Data())
+			d, bad := b.subj.DecodeInbound(m.Subject(), m.Headers(), m.Data())
 			if bad != nil {
 				return fmt.Errorf("decode %s: %w", m.Subject(), bad)
 			}
@@ -318,7 +343,7 @@ func (r *rawBench) consumeBare(ctx context.Context, n int, done *atomic.Int64, c
 				Payload: d.Payload, Holder: d.Holder, Generation: d.Generation})
 			ids = append(ids, d.ID)
 		}
-		inserted, err := batch.insert(ctx, r.pool)
+		inserted, err := batch.insert(ctx, b.pool)
 		if err != nil {
 			return fmt.Errorf("insert: %w", err)
 		}
@@ -377,7 +402,7 @@ func (r *rawBench) rawLatency(ctx context.Context, title string, n, rate int) (*
 	if err := r.nc.Flush(); err != nil {
 		return nil, 0, err
 	}
-	elapsed, err := pace(ctx, rate, n, func(int) error {
+	elapsed, err := pace(ctx, float64(rate), n, func(int) error {
 		m := r.full.next(1)[0]
 		t.sent(m.Header.Get(wire.HeaderMsgID))
 		return r.publish(m)
@@ -399,7 +424,7 @@ func (r *rawBench) bareLatency(ctx context.Context, title string, n, rate int) (
 	committed := func(ids []string) { t.arrived(time.Now().UnixNano(), ids...) }
 	err := r.runBare(ctx, n, &done, committed, func(ctx context.Context) error {
 		var err error
-		elapsed, err = pace(ctx, rate, n, func(int) error {
+		elapsed, err = pace(ctx, float64(rate), n, func(int) error {
 			m := r.bare.next(1)[0]
 			t.sent(m.Header.Get(wire.HeaderMsgID))
 			return r.publish(m)

@@ -355,7 +355,7 @@ func (p *pipeline) latency(ctx context.Context, r *Report, rate int) error {
 	})
 	defer closeAcks()
 
-	elapsed, err := pace(ctx, rate, total, func(sent int) error {
+	elapsed, err := pace(ctx, float64(rate), total, func(sent int) error {
 		task := sent % tasks
 		pd, s, err := p.publish(ctx, t, task, t.base[task]+int64(sent/tasks)+1)
 		if err != nil {

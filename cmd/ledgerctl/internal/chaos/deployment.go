@@ -32,6 +32,9 @@ type DeploymentOptions struct {
 	Dir string
 	// Progress receives the setup log; default discards.
 	Progress io.Writer
+	// NoProjector leaves the projector out: a latency run measures the
+	// path to the receipt, which the projector is not on.
+	NoProjector bool
 }
 
 // Deployment is the ledger as processes, the way it is deployed and with no
@@ -102,6 +105,10 @@ func StartDeployment(ctx context.Context, o DeploymentOptions) (_ *Deployment, e
 	if err := waitReady(ctx, ports[0], ing); err != nil {
 		return nil, err
 	}
+	if o.NoProjector {
+		r.logf("an ingest ready (no projector)")
+		return d, nil
+	}
 	r.proj = d.newProc("projector", r.bin.projector, "-database-url", r.dbURL, "-nats-url", r.natsURL,
 		"-partition-count", strconv.Itoa(parts), "-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]))
 	if err := r.proj.start(); err != nil {
@@ -145,14 +152,21 @@ func (d *Deployment) Ledgerctl() string { return d.r.bin.ledgerctl }
 func (d *Deployment) Dir() string { return d.r.dir }
 
 // Processes lists the running service processes: the nats-server, the
-// ingest and the projector. PostgreSQL's are not among them: its
-// postmaster is the parent of any backend's pg_backend_pid().
+// ingest and the projector (unless NoProjector). PostgreSQL's are not among
+// them: its postmaster is the parent of any backend's pg_backend_pid().
 func (d *Deployment) Processes() ([]DeployedProcess, error) {
 	var out []DeployedProcess
-	for _, x := range []struct {
+	procs := []struct {
 		name string
 		p    *proc
-	}{{"nats-server", d.r.nodes[0]}, {"ingest", d.r.ingests[0]}, {"projector", d.r.proj}} {
+	}{{"nats-server", d.r.nodes[0]}, {"ingest", d.r.ingests[0]}}
+	if d.r.proj != nil {
+		procs = append(procs, struct {
+			name string
+			p    *proc
+		}{"projector", d.r.proj})
+	}
+	for _, x := range procs {
 		pid, ok := x.p.pid()
 		if !ok {
 			return nil, fmt.Errorf("deployment: %s is not running (see %s)", x.name, x.p.logPath)

@@ -24,7 +24,8 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return benchWorker(ctx, args[1:], stdout, stderr)
 	}
 	f := NewFlags("ledgerctl bench", "[-only SECTIONS] [-events N] [-rounds N] [-rate N] [-duration D] [-workers N]\n"+
-		"       ledgerctl bench -external [-events N] [-tasks N] [-workers N] [-raw | -compare N] [-bin DIR] [-ingest-profile FILE]",
+		"       ledgerctl bench -external [-events N] [-tasks N] [-workers N] [-raw | -compare N] [-bin DIR] [-ingest-profile FILE]\n"+
+		"       ledgerctl bench -external -latency [-rate N] [-events N] [-workers N] [-raw] [-bin DIR]",
 		"Run the benchmark report in one process, on one machine: per-event fenced INSERT, set-based\n"+
 			"fenced insert and COPY baselines and fence.Append (baselines); raw publishers into the full\n"+
 			"ingest and into a bare pipeline in alternating rounds, with CPU time per event (pipeline);\n"+
@@ -40,11 +41,14 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"core of it carries. The ingest and projector binaries are found beside ledgerctl, or in -bin\n"+
 			"('make bench-external' builds them). -compare N runs N pairs of external runs instead, SDK then\n"+
 			"raw, each on a fresh deployment, and reports the SDK's rate over the raw publishers' and each\n"+
-			"path's first second against the rest of its run.", stderr)
+			"path's first second against the rest of its run. -latency paces the workers at -rate events/s\n"+
+			"(default half the raw publishers' full-speed rate, measured first) with no projector, and sets\n"+
+			"their publish → receipt p50 and p99 beside a bare pipeline's publish → commit at the same rate,\n"+
+			"itself a process of its own (a set-based fenced insert, nothing else).", stderr)
 	only := f.String("only", "all", "sections to run, comma-separated: baselines, pipeline, latency, sdk, projector")
 	events := f.Int("events", benchreport.EventsDefault, "events per throughput phase (and per pipeline round)")
 	rounds := f.Int("rounds", benchreport.RoundsDefault, "alternating rounds of the full and the bare pipeline")
-	rate := f.Int("rate", 0, "offered load of each latency path, events/s (0: half the full pipeline's saturation rate)")
+	rate := f.Int("rate", 0, "offered load of each latency path, events/s (0: half the full pipeline's saturation rate); with -external, needs -latency")
 	duration := f.Duration("duration", benchreport.LatencyDurationDefault, "length of each latency path")
 	workers := f.Int("workers", benchreport.WorkersDefault, "SDK workers (each holds 16/workers partitions)")
 	cpuProfile := f.String("cpuprofile", "", "write a CPU profile of the whole run (every part runs in this process) to this file")
@@ -55,6 +59,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ingestProfile := f.String("ingest-profile", "", "with -external: have the ingest write a CPU profile of its whole life to this file")
 	tasks := f.Int("tasks", 0, "with -external: new tasks the events spread over (default one per 25 events, 16 to 2,000)")
 	compare := f.Int("compare", 0, "with -external: run this many pairs of runs, SDK then raw, and compare them")
+	latency := f.Bool("latency", false, "with -external: publish at -rate and measure publish → receipt against a bare pipeline")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -71,8 +76,16 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *compare > 0 && *raw {
 			return Usagef("-compare runs both the SDK and the raw publishers: leave out -raw")
 		}
+		switch {
+		case *rate < 0:
+			return Usagef("-rate must be 0 (half the saturation rate) or more")
+		case *rate > 0 && !*latency:
+			return Usagef("-rate with -external paces a latency run: add -latency")
+		case *latency && (*compare > 0 || *ingestProfile != ""):
+			return Usagef("-latency runs on its own: leave out -compare and -ingest-profile")
+		}
 		eo := benchreport.ExternalOptions{Events: *events, Tasks: *tasks, Workers: *workers, Raw: *raw,
-			Bin: *bin, IngestProfile: *ingestProfile, Progress: stderr}
+			Bin: *bin, IngestProfile: *ingestProfile, Progress: stderr, Latency: *latency, Rate: *rate}
 		if *compare > 0 {
 			c, err := benchreport.RunExternalCompare(ctx, eo, *compare)
 			if err != nil {
@@ -127,9 +140,10 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // externalFlags refuses the flags of the in-process report with -external,
 // and the external run's without it.
 func externalFlags(f *Flags, external bool) error {
-	inProcess := map[string]bool{"only": true, "rounds": true, "rate": true, "duration": true, "cpuprofile": true,
+	inProcess := map[string]bool{"only": true, "rounds": true, "duration": true, "cpuprofile": true,
 		"memprofile": true, "database-url": true}
-	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "compare": true, "tasks": true}
+	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "compare": true, "tasks": true,
+		"latency": true}
 	var err error
 	f.Visit(func(fl *flag.Flag) {
 		switch {
@@ -146,9 +160,11 @@ func externalFlags(f *Flags, external bool) error {
 // benchWorker is one worker process of an external run ("bench worker"):
 // it speaks to its coordinator on stdin and stdout.
 func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl bench worker", "-run ID -worker N -workers N -events N [-tasks N] [-raw]",
+	f := NewFlags("ledgerctl bench worker", "-run ID -worker N -workers N -events N [-tasks N] [-raw] [-rate N] [-bare]",
 		"One worker process of 'ledgerctl bench -external', which starts it: it takes its leases, says\n"+
-			"\"ready\" on stdout, publishes its share of the events on \"go\" from stdin, and exits when stdin ends.", stderr)
+			"\"ready\" on stdout, publishes its share of the events on \"go\" from stdin, and exits when stdin ends.\n"+
+			"With -rate it publishes its share of that many events a second and reports their latencies;\n"+
+			"-bare makes it the bare pipeline of a latency run (with -database-url).", stderr)
 	var o benchreport.WorkerOptions
 	f.StringVar(&o.Run, "run", "", "the run's id")
 	f.IntVar(&o.Worker, "worker", 0, "this worker's number, 0..workers-1")
@@ -156,13 +172,15 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	f.IntVar(&o.Events, "events", 0, "the run's events, over every worker")
 	f.IntVar(&o.Tasks, "tasks", 0, "the run's new tasks (default one per 25 events, 16 to 2,000)")
 	f.BoolVar(&o.Raw, "raw", false, "raw JetStream publishes instead of the Go SDK")
+	f.IntVar(&o.Rate, "rate", 0, "the run's events a second over every worker (0: full speed)")
+	f.BoolVar(&o.Bare, "bare", false, "be the bare pipeline of a latency run")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
 	if f.NArg() > 0 {
 		return Usagef("unexpected argument %q", f.Arg(0))
 	}
-	o.NATSURL = f.Conn.NATSURL
+	o.NATSURL, o.DatabaseURL = f.Conn.NATSURL, f.Conn.DatabaseURL
 	return benchreport.RunWorker(ctx, o, os.Stdin, stdout)
 }
 

@@ -18,6 +18,10 @@ func TestBenchExternalRefusesTheFlagsOfTheOtherMode(t *testing.T) {
 		{"-raw"},
 		{"-bin", "bin"},
 		{"-ingest-profile", "ingest.pprof"},
+		{"-latency"},
+		{"-external", "-rate", "1000"},
+		{"-external", "-latency", "-rate", "-1"},
+		{"-external", "-latency", "-compare", "2"},
 	} {
 		r := run(t, append([]string{"bench"}, args...)...)
 		require.Equal(t, 2, r.code, "%v is a usage error; stderr: %s", args, r.stderr)
@@ -29,4 +33,9 @@ func TestBenchWorkerRefusesWhatCannotRun(t *testing.T) {
 	r := run(t, "bench", "worker", "-run", "a.b", "-workers", "2", "-worker", "1", "-events", "10")
 	require.NotEqual(t, 0, r.code)
 	require.Contains(t, r.stderr, "run id")
+
+	r = run(t, "bench", "worker", "-run", "ab", "-workers", "1", "-worker", "0", "-events", "10", "-bare", "-rate", "100",
+		"-database-url", "")
+	require.NotEqual(t, 0, r.code)
+	require.Contains(t, r.stderr, "database URL")
 }
