@@ -198,6 +198,9 @@ type batch struct {
 	// instead of FOR KEY SHARE. It is set once the batch is found to record
 	// a rejection.
 	exclusive bool
+	// careful keeps the batch off the fast path (fast.go): set once a
+	// prediction of its outcome missed.
+	careful bool
 	// canon holds the canonical form of payloads compared so far.
 	canon map[int][]byte
 }

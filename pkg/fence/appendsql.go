@@ -17,7 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// appendOnce runs one attempt of the batch: read, decide, write.
+// appendOnce runs one attempt of the batch: read, decide, write; or, when
+// the outcome can be predicted (fast.go), all three in one round trip.
 func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -25,20 +26,32 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 	}
 	defer endTx(ctx, conn)
 
-	p, err := s.decide(ctx, conn, b, res)
-	if err != nil {
-		return err
+	p, fast := s.predict(b, res)
+	if fast {
+		s.fastAppends.Add(1)
+	} else {
+		if p, err = s.decide(ctx, conn, b, res); err != nil {
+			return err
+		}
+		if s.beforeWrite != nil {
+			s.beforeWrite()
+		}
 	}
-	if s.beforeWrite != nil {
-		s.beforeWrite()
-	}
-	// Round trip 2: the fenced insert, the rejections and COMMIT.
-	inserted, err := s.write(ctx, conn, b, p, res)
+	// Round trip 2 (or the only one): the fenced insert, the rejections
+	// and COMMIT.
+	inserted, err := s.write(ctx, conn, b, p, res, fast)
 	if err != nil {
 		// Whether COMMIT happened may be unknown (the connection broke):
 		// the heads this batch would have moved are read again next time.
 		s.forgetHeads(b)
-		if sqlState(err) == sqlStateFenceCheck {
+		switch {
+		case fast && missedPrediction(err):
+			// A lease, head, id or recorded verdict is not as predicted:
+			// nothing was written; decide the batch from the database.
+			b.careful = true
+			s.missedPredictions.Add(1)
+			return errRetryBatch
+		case sqlState(err) == sqlStateFenceCheck:
 			// A lease expired between the read and the insert: the fence
 			// held, and the next attempt reads the lease as expired.
 			return errRetryBatch
@@ -191,14 +204,9 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 		}
 	}
 	if !s.unfenced {
-		rows, _ := br.Query()
-		var p int
-		var l leaseState
-		if _, err := pgx.ForEachRow(rows, []any{&p, &l.holder, &l.gen, &l.valid}, func() error {
-			st.leases[p] = l
-			return nil
-		}); err != nil {
-			return st, fmt.Errorf("lock leases: %w", err)
+		var err error
+		if st.leases, err = readLeases(br); err != nil {
+			return st, err
 		}
 	}
 	if len(tasks) > 0 {
@@ -227,9 +235,25 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 	if err := br.Close(); err != nil {
 		return st, err
 	}
+	s.last.note(st.leases, &st.horizon)
 	var err error
 	st.existing, err = s.readExisting(ctx, conn, b, st.heads, st.horizon)
 	return st, err
+}
+
+// readLeases reads the result of the lease lock: each partition's lease.
+func readLeases(br pgx.BatchResults) (map[int]leaseState, error) {
+	leases := map[int]leaseState{}
+	rows, _ := br.Query()
+	var p int
+	var l leaseState
+	if _, err := pgx.ForEachRow(rows, []any{&p, &l.holder, &l.gen, &l.valid}, func() error {
+		leases[p] = l
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("lock leases: %w", err)
+	}
+	return leases, nil
 }
 
 // sqlHeads is the statement the append reads heads with.
@@ -288,11 +312,15 @@ func (s *Store) readExisting(ctx context.Context, conn *pgxpool.Conn, b *batch, 
 }
 
 // write sends, in one pipelined round trip, the fenced insert of the
-// batch's commits, its rejections and COMMIT, and returns the inserted rows
+// batch's commits, its rejections and COMMIT (after BEGIN, the lease lock
+// and the recorded-verdict check on the fast path), and returns the inserted rows
 // by event id. An error means the transaction did not commit, or (an error
 // from the connection itself) that it is unknown whether it did.
-func (s *Store) write(ctx context.Context, conn *pgxpool.Conn, b *batch, p plan, res []Result) (map[string]*Committed, error) {
+func (s *Store) write(ctx context.Context, conn *pgxpool.Conn, b *batch, p plan, res []Result, fast bool) (map[string]*Committed, error) {
 	pb := &pgx.Batch{}
+	if fast {
+		s.queueFastReads(pb, b)
+	}
 	if len(p.commits) > 0 {
 		queueInsert(pb, b, p.commits, s.insertSQL())
 	}
@@ -303,6 +331,11 @@ func (s *Store) write(ctx context.Context, conn *pgxpool.Conn, b *batch, p plan,
 	br := conn.SendBatch(ctx, pb)
 	defer br.Close()
 
+	if fast {
+		if err := s.readFastReads(br); err != nil {
+			return nil, err
+		}
+	}
 	var out map[string]*Committed
 	if len(p.commits) > 0 {
 		var err error

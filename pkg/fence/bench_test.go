@@ -17,20 +17,28 @@ import (
 // BenchmarkAppend measures Append on one connection's worth of calls, with
 // every check in place: 16 partitions, ~200-byte JSON payloads, 1000 tasks
 // advancing one version per event; with fresh, every event is the first of
-// a task new to the ledger (a worker starting on new work). It reports
+// a task new to the ledger (a worker starting on new work); careful keeps
+// every append off the one-round-trip fast path (fast.go). It reports
 // events/s.
 func BenchmarkAppend(b *testing.B) {
 	for _, c := range []struct {
-		size  int
-		fresh bool
-	}{{1, false}, {100, false}, {1000, false}, {1000, true}} {
+		size           int
+		fresh, careful bool
+	}{{1, false, false}, {1, false, true}, {100, false, false}, {100, false, true}, {1000, false, false},
+		{1000, false, true}, {1000, true, false}} {
 		size := c.size
 		name := fmt.Sprintf("batch=%d", size)
 		if c.fresh {
 			name += "/fresh"
 		}
+		if c.careful {
+			name += "/careful"
+		}
 		b.Run(name, func(b *testing.B) {
 			s, _ := newStore(b, fence.Config{})
+			if c.careful {
+				s = fence.WithoutFastPath(s)
+			}
 			ctx := context.Background()
 			const partitions, tasks = 16, 1000
 			leases := make([]fence.Lease, partitions)

@@ -174,6 +174,19 @@
 // rows planned and raises, which aborts the transaction, and the batch runs
 // again.
 //
+// Most batches need no reading first: a worker sends its tasks' next
+// versions under the lease it holds. When every task's head is cached and
+// every event carries the holder and generation the store last read under
+// the lease lock, and the batch so predicted is all commits, the append
+// sends everything in one round trip: BEGIN, the timeouts, the lease lock,
+// ledger.unrecorded_check on the recorded verdicts (migration 00008), the
+// fenced insert and COMMIT. What the careful path would have read is
+// checked where it stands, under the same locks: the fence
+// (ledger.fence_check), the heads (ledger.heads_check), the ids (their
+// unique key and ledger.ids_check) and the recorded verdicts. A miss raises
+// before COMMIT, nothing is written, and the batch is decided again the
+// careful way.
+//
 // # Growth
 //
 // The cost of an append does not grow with the ledger's age. What an

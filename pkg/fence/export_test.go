@@ -95,3 +95,17 @@ const (
 	SQLTaskHeads         = sqlTaskHeads
 	SQLTaskHeadsArchived = sqlTaskHeadsArchived
 )
+
+// WithoutFastPath returns a copy of s whose appends always read before they
+// write: the careful path alone, for benchmarks and negative controls.
+func WithoutFastPath(s *Store) *Store {
+	c := *s
+	c.noFast = true
+	return &c
+}
+
+// FastAttempts returns how many append attempts of s (and its copies) took
+// the fast path, and how many of them missed their prediction.
+func FastAttempts(s *Store) (fast, missed int64) {
+	return s.fastAppends.Load(), s.missedPredictions.Load()
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,6 +42,14 @@ type Store struct {
 	noPartitionKeeping bool
 	// parts keeps partitions of ledger.events ready ahead of the appends.
 	parts *partitionKeeper
+	// last is what appends last read under the lease locks, which the fast
+	// path predicts from; noFast, set only by the package's tests, keeps
+	// every append on the careful path.
+	last   *lastRead
+	noFast bool
+	// fastAppends and missedPredictions count the attempts that took the
+	// fast path, and those of them whose prediction missed.
+	fastAppends, missedPredictions *atomic.Int64
 }
 
 // buildUnfenced is set only in a build with the tag ledger_nofence
@@ -53,7 +62,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, cfg: cfg, unfenced: buildUnfenced, parts: &partitionKeeper{pool: pool}}
+	s := &Store{pool: pool, cfg: cfg, unfenced: buildUnfenced, parts: &partitionKeeper{pool: pool}, last: &lastRead{},
+		fastAppends: &atomic.Int64{}, missedPredictions: &atomic.Int64{}}
 	if cfg.HeadCacheSize > 0 {
 		s.heads = newHeadCache(cfg.HeadCacheSize)
 	}

@@ -1,0 +1,142 @@
+package fence
+
+// The one-round-trip append. A worker's batches are almost always its
+// tasks' next versions under leases it holds: their outcome can be
+// predicted from what this process already knows, and the reads that
+// decide it need not come back before the write goes out. The prediction
+// is checked inside the transaction, where the careful path would read:
+// the lease lock and the fence predicate (ledger.fence_check), the heads
+// (ledger.heads_check), the ids (unique keys, ledger.ids_check) and the
+// recorded verdicts (ledger.unrecorded_check, migration 00008). Any miss
+// raises before COMMIT, and the batch is decided again the careful way.
+
+import (
+	"sync"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+)
+
+// sqlStateUnrecorded is raised by ledger.unrecorded_check (migration 00008).
+const sqlStateUnrecorded = "LF002" // the ledger's own
+
+// sqlAppendUnrecorded fails the transaction when any of the batch's event
+// ids has a recorded verdict.
+const sqlAppendUnrecorded = `
+SELECT ledger.unrecorded_check(count(*)) FROM ledger.rejections WHERE event_id = ANY($1::text[])`
+
+// lastRead is what this process last read under the lease locks: each
+// partition's lease and the archive horizon. A prediction made from it is
+// only a guess, which the transaction checks.
+type lastRead struct {
+	mu      sync.Mutex
+	leases  map[int]leaseState
+	horizon horizon
+	read    bool // horizon was read at least once
+}
+
+// note records leases, and the horizon unless z is nil, as an append read
+// them.
+func (r *lastRead) note(leases map[int]leaseState, z *horizon) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leases == nil {
+		r.leases = map[int]leaseState{}
+	}
+	for p, l := range leases {
+		r.leases[p] = l
+	}
+	if z != nil {
+		r.horizon, r.read = *z, true
+	}
+}
+
+// predict decides the batch from the leases and horizon this process last
+// read and the heads it cached, and reports whether every valid event then
+// commits (or repeats another event of the batch). Only then may the batch
+// take the fast path; res is overwritten by whichever path runs.
+func (s *Store) predict(b *batch, res []Result) (plan, bool) {
+	if s.heads == nil || s.unfenced || s.noFast || s.beforeWrite != nil || b.careful || b.fullLookup || b.exclusive {
+		return plan{}, false
+	}
+	st := state{leases: map[int]leaseState{}, heads: map[string]taskHead{}, existing: make([]existing, len(b.order))}
+	s.last.mu.Lock()
+	ok := s.last.read
+	st.horizon = s.last.horizon
+	for _, i := range b.order {
+		e := &b.events[i]
+		l, seen := s.last.leases[e.Partition]
+		if !seen || !l.valid || l.holder != e.Holder || l.gen != e.Generation {
+			ok = false
+			break
+		}
+		st.leases[e.Partition] = l
+	}
+	s.last.mu.Unlock()
+	if !ok {
+		return plan{}, false
+	}
+	tasks := make([]string, 0, len(b.order))
+	for _, i := range b.order {
+		tasks = append(tasks, b.events[i].Task)
+	}
+	if missing := s.heads.lookup(tasks, st.heads); len(missing) > 0 {
+		return plan{}, false
+	}
+	p, err := s.classify(b, st, res)
+	if err != nil || p.unchecked || len(p.rejects) > 0 || len(p.commits)+len(p.follows) != len(b.order) {
+		return plan{}, false
+	}
+	return p, true
+}
+
+// queueFastReads queues what the fast path sends ahead of its insert:
+// BEGIN, the transaction's bounds, the lease lock and the check that no id
+// has a recorded verdict.
+func (s *Store) queueFastReads(pb *pgx.Batch, b *batch) {
+	seenP, seenID := map[int]bool{}, map[string]bool{}
+	var partitions []int32
+	var ids []string
+	for _, i := range b.order {
+		e := &b.events[i]
+		if !seenP[e.Partition] {
+			seenP[e.Partition] = true
+			partitions = append(partitions, int32(e.Partition))
+		}
+		if !seenID[e.ID] {
+			seenID[e.ID] = true
+			ids = append(ids, e.ID)
+		}
+	}
+	pb.Queue("begin")
+	pb.Queue(sqlSetTimeouts, ms(s.cfg.StatementTimeout), ms(s.cfg.IdleInTransactionTimeout))
+	pb.Queue(sqlAppendLockLeases, partitions)
+	pb.Queue(sqlAppendUnrecorded, ids)
+}
+
+// readFastReads reads the results of queueFastReads, and remembers the
+// leases it locked.
+func (s *Store) readFastReads(br pgx.BatchResults) error {
+	for range 2 { // begin, timeouts
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	leases, err := readLeases(br)
+	if err != nil {
+		return err
+	}
+	s.last.note(leases, nil)
+	_, err = br.Exec()
+	return err
+}
+
+// missedPrediction reports whether err is a check of the fast path failing:
+// the batch is to be decided again from what the database holds.
+func missedPrediction(err error) bool {
+	switch sqlState(err) {
+	case sqlStateFenceCheck, sqlStateUnrecorded, pgerrcode.UniqueViolation:
+		return true
+	}
+	return false
+}
