@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: test vet bench bench-external bench-compare demo build fuzz chaos failover
+.PHONY: test vet bench bench-external bench-compare bench-latency demo build fuzz chaos failover
 
 # demo: the whole ledger in one process (NATS embedded; PostgreSQL from
 # DATABASE_URL, or a throwaway cluster), playing the two seed stories.
@@ -62,6 +62,16 @@ COMPARE_FLAGS ?= -compare 3 -events 200000
 bench-compare:
 	$(GO) build -o bin/ ./cmd/...
 	bin/ledgerctl bench -external $(COMPARE_FLAGS)
+
+# bench-latency: publish → receipt p50/p99 in the deployment's shape, the
+# raw publishers and then the SDK paced at half the raw full-speed rate, each
+# beside a bare pipeline process at the same rate (docs/benchmarks.md,
+# "Latency in the deployment's shape"). LATENCY_FLAGS passes flags.
+LATENCY_FLAGS ?= -events 100000
+bench-latency:
+	$(GO) build -o bin/ ./cmd/...
+	bin/ledgerctl bench -external -latency -raw $(LATENCY_FLAGS)
+	bin/ledgerctl bench -external -latency $(LATENCY_FLAGS)
 
 vet:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done

@@ -47,6 +47,11 @@ type ExternalOptions struct {
 	// Progress receives the setup steps and a progress line; default
 	// os.Stderr.
 	Progress io.Writer
+	// Warmup is how many events raw publishers send over tasks of their own
+	// before the measured run starts, and the projector folds, so that the
+	// run measures a worker starting on a running ledger, not the services'
+	// own first second; default WarmupDefault, -1 none.
+	Warmup int
 	// Latency makes RunExternal a latency run (latencyRun): the workers
 	// publish at Rate events a second, and each event's time to its receipt
 	// is set beside the bare pipeline's publish → commit at the same rate.
@@ -61,6 +66,7 @@ func (o ExternalOptions) WithDefaults() ExternalOptions {
 	o.Events = cmp.Or(o.Events, EventsDefault)
 	o.Tasks = cmp.Or(o.Tasks, taskCount(o.Events))
 	o.Workers = cmp.Or(o.Workers, WorkersDefault)
+	o.Warmup = cmp.Or(o.Warmup, WarmupDefault)
 	if o.Progress == nil {
 		o.Progress = os.Stderr
 	}
@@ -75,6 +81,8 @@ func (o ExternalOptions) validate() error {
 		return fmt.Errorf("benchreport: tasks must be 1..%d, got %d", MaxTasks, o.Tasks)
 	case o.Workers < 1 || o.Workers > partitions:
 		return fmt.Errorf("benchreport: workers must be 1..%d (one partition each at least), got %d", partitions, o.Workers)
+	case o.Warmup < -1:
+		return fmt.Errorf("benchreport: warm-up must be -1 (none), 0 (the default) or more events, got %d", o.Warmup)
 	case o.Rate < 0:
 		return fmt.Errorf("benchreport: rate must be 0 (half the saturation rate) or more, got %d", o.Rate)
 	case o.Rate > 0 && !o.Latency:
@@ -115,8 +123,11 @@ type ExternalReport struct {
 	Machine Machine `json:"machine"`
 	// Events, Workers, Raw and Tasks are the load: Events events over
 	// Tasks new tasks, published by Workers processes, raw or SDK.
-	Events  int  `json:"events"`
-	Tasks   int  `json:"tasks"`
+	Events int `json:"events"`
+	Tasks  int `json:"tasks"`
+	// Warmup is how many events of other tasks went through the ledger
+	// before the run (0: none).
+	Warmup  int  `json:"warmup,omitempty"`
 	Workers int  `json:"workers"`
 	Raw     bool `json:"raw,omitempty"`
 	// Receipt is from the first publish to the last commit receipt;
@@ -248,6 +259,10 @@ type component struct {
 func (e *external) run(ctx context.Context) (ExternalReport, error) {
 	r := ExternalReport{Machine: machine(ctx, e.d.Pool(), true), Events: e.o.Events, Tasks: e.o.Tasks,
 		Workers: e.o.Workers, Raw: e.o.Raw}
+	var err error
+	if r.Warmup, err = e.warmUp(ctx); err != nil {
+		return r, err
+	}
 	comps, err := e.components(ctx)
 	if err != nil {
 		return r, err

@@ -76,7 +76,7 @@ func TestExternalRunReportsEveryComponentsCPUPerEvent(t *testing.T) {
 	// 5,000 events: CPU time is counted in 10 ms ticks, and each component
 	// must spend a few on them.
 	c, err := benchreport.RunExternalCompare(ctx, benchreport.ExternalOptions{Events: 5000, Tasks: 300, Workers: 1, Bin: bin,
-		IngestProfile: profile, Progress: &progress}, 1)
+		IngestProfile: profile, Warmup: 1000, Progress: &progress}, 1)
 	if errors.Is(err, pgtemp.ErrNotInstalled) {
 		t.Skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed: ", err)
 	}
@@ -93,6 +93,8 @@ func TestExternalRunReportsEveryComponentsCPUPerEvent(t *testing.T) {
 		require.Equal(t, "on", r.Machine.SynchronousCommit)
 		require.Equal(t, 5000, r.Receipt.Events, name)
 		require.Equal(t, 300, r.Tasks, name)
+		require.Equal(t, 1000, r.Warmup, "%s: the ledger warmed up with 1,000 events first", name)
+		require.Contains(t, r.Table(), "warmed up first with 1,000 events of other tasks", name)
 		require.Positive(t, r.Receipt.PerSecond, name)
 		require.Equal(t, 5000, r.Projected.Events, name)
 		require.Positive(t, r.Projected.PerSecond, name)
@@ -137,7 +139,7 @@ func TestExternalLatencyRunSetsTheSDKBesideTheBarePipeline(t *testing.T) {
 	defer cancel()
 	var progress ledgertest.Buffer
 	r, err := benchreport.RunExternal(ctx, benchreport.ExternalOptions{Events: 4000, Tasks: 200, Workers: 2, Bin: bin,
-		Latency: true, Progress: &progress})
+		Latency: true, Warmup: -1, Progress: &progress})
 	if errors.Is(err, pgtemp.ErrNotInstalled) {
 		t.Skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed: ", err)
 	}
@@ -146,6 +148,7 @@ func TestExternalLatencyRunSetsTheSDKBesideTheBarePipeline(t *testing.T) {
 	l := r.Latency
 	require.NotNil(t, l)
 	require.Equal(t, 4000, r.Receipt.Events, "the saturation run")
+	require.Zero(t, r.Warmup, "no warm-up asked for")
 	require.InDelta(t, r.Receipt.PerSecond, l.Saturation, 1e-9)
 	require.Equal(t, max(int(l.Saturation/2), 1), l.Rate)
 	var names []string

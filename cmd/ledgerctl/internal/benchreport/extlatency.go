@@ -19,7 +19,7 @@ import (
 // Events each, as the in-process report's latency section does, so that a
 // drift of the machine weighs on both. Without a rate it first measures the
 // raw publishers' full-speed rate (a throughput run, whose rows the report
-// keeps) and offers half.
+// keeps) and offers half. Either way the ledger is warmed up first.
 func (e *external) latencyRun(ctx context.Context) (ExternalReport, error) {
 	r := ExternalReport{Machine: machine(ctx, e.d.Pool(), true), Events: e.o.Events, Tasks: e.o.Tasks,
 		Workers: e.o.Workers, Raw: e.o.Raw}
@@ -35,6 +35,13 @@ func (e *external) latencyRun(ctx context.Context) (ExternalReport, error) {
 		lat.Saturation = sr.Receipt.PerSecond
 		lat.Rate = max(int(lat.Saturation/2), 1)
 		e.prog.say("saturation: %s events/s (raw); latency at %s events/s", group(int64(lat.Saturation+0.5)), group(int64(lat.Rate)))
+		r.Warmup = sr.Warmup
+	} else {
+		n, err := e.warmUp(ctx) // the saturation run warms up otherwise
+		if err != nil {
+			return r, err
+		}
+		r.Warmup = n
 	}
 	drop, err := createScratch(ctx, e.d.Pool())
 	if err != nil {

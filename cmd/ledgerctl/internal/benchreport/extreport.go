@@ -44,8 +44,8 @@ func (r ExternalReport) Table() string {
 		fmt.Fprintf(&b, "deployment: nats-server, ingest, projector and %d %s worker processes, each a process of its own; "+
 			"PostgreSQL a throwaway cluster\n", r.Workers, kind)
 	}
-	fmt.Fprintf(&b, "load: %s events over %s new tasks on %d partitions, %d-byte JSON payloads\n",
-		group(int64(r.Events)), group(int64(r.Tasks)), partitions, len(payload(10)))
+	fmt.Fprintf(&b, "load: %s events over %s new tasks on %d partitions, %d-byte JSON payloads%s\n",
+		group(int64(r.Events)), group(int64(r.Tasks)), partitions, len(payload(10)), warmupNote(r.Warmup))
 	for _, row := range []Row{r.Receipt, r.Projected} {
 		if row.Label == "" {
 			continue
@@ -73,6 +73,14 @@ func (r ExternalReport) Table() string {
 		fmt.Fprintf(&b, "ingest CPU profile (its whole life): %s (go tool pprof -top <bin>/ingest %s)\n", r.IngestProfile, r.IngestProfile)
 	}
 	return b.String()
+}
+
+// warmupNote says how the ledger was warmed up before the run.
+func warmupNote(n int) string {
+	if n <= 0 {
+		return "; no warm-up: the services' own first second is in the run"
+	}
+	return fmt.Sprintf("; the ledger warmed up first with %s events of other tasks", group(int64(n)))
 }
 
 // Print writes Table to w.

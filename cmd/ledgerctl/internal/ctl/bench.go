@@ -24,7 +24,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return benchWorker(ctx, args[1:], stdout, stderr)
 	}
 	f := NewFlags("ledgerctl bench", "[-only SECTIONS] [-events N] [-rounds N] [-rate N] [-duration D] [-workers N]\n"+
-		"       ledgerctl bench -external [-events N] [-tasks N] [-workers N] [-raw | -compare N] [-bin DIR] [-ingest-profile FILE]\n"+
+		"       ledgerctl bench -external [-events N] [-tasks N] [-workers N] [-warmup N] [-raw | -compare N] [-bin DIR] [-ingest-profile FILE]\n"+
 		"       ledgerctl bench -external -latency [-rate N] [-events N] [-workers N] [-raw] [-bin DIR]",
 		"Run the benchmark report in one process, on one machine: per-event fenced INSERT, set-based\n"+
 			"fenced insert and COPY baselines and fence.Append (baselines); raw publishers into the full\n"+
@@ -59,6 +59,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ingestProfile := f.String("ingest-profile", "", "with -external: have the ingest write a CPU profile of its whole life to this file")
 	tasks := f.Int("tasks", 0, "with -external: new tasks the events spread over (default one per 25 events, 16 to 2,000)")
 	compare := f.Int("compare", 0, "with -external: run this many pairs of runs, SDK then raw, and compare them")
+	warmup := f.Int("warmup", benchreport.WarmupDefault, "with -external: events of other tasks sent through the ledger before the run (0: none)")
 	latency := f.Bool("latency", false, "with -external: publish at -rate and measure publish → receipt against a bare pipeline")
 	if err := f.Parse(args); err != nil {
 		return err
@@ -79,13 +80,18 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		switch {
 		case *rate < 0:
 			return Usagef("-rate must be 0 (half the saturation rate) or more")
+		case *warmup < 0:
+			return Usagef("-warmup must be 0 (none) or more events")
 		case *rate > 0 && !*latency:
 			return Usagef("-rate with -external paces a latency run: add -latency")
 		case *latency && (*compare > 0 || *ingestProfile != ""):
 			return Usagef("-latency runs on its own: leave out -compare and -ingest-profile")
 		}
 		eo := benchreport.ExternalOptions{Events: *events, Tasks: *tasks, Workers: *workers, Raw: *raw,
-			Bin: *bin, IngestProfile: *ingestProfile, Progress: stderr, Latency: *latency, Rate: *rate}
+			Bin: *bin, IngestProfile: *ingestProfile, Progress: stderr, Latency: *latency, Rate: *rate, Warmup: *warmup}
+		if *warmup == 0 {
+			eo.Warmup = -1
+		}
 		if *compare > 0 {
 			c, err := benchreport.RunExternalCompare(ctx, eo, *compare)
 			if err != nil {
@@ -143,7 +149,7 @@ func externalFlags(f *Flags, external bool) error {
 	inProcess := map[string]bool{"only": true, "rounds": true, "duration": true, "cpuprofile": true,
 		"memprofile": true, "database-url": true}
 	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "compare": true, "tasks": true,
-		"latency": true}
+		"latency": true, "warmup": true}
 	var err error
 	f.Visit(func(fl *flag.Flag) {
 		switch {

@@ -22,6 +22,8 @@ func TestBenchExternalRefusesTheFlagsOfTheOtherMode(t *testing.T) {
 		{"-external", "-rate", "1000"},
 		{"-external", "-latency", "-rate", "-1"},
 		{"-external", "-latency", "-compare", "2"},
+		{"-external", "-warmup", "-5"},
+		{"-warmup", "100"},
 	} {
 		r := run(t, append([]string{"bench"}, args...)...)
 		require.Equal(t, 2, r.code, "%v is a usage error; stderr: %s", args, r.stderr)
