@@ -3,7 +3,6 @@ package benchreport
 import (
 	"context"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -91,41 +90,25 @@ func (e *external) latencyRun(ctx context.Context) (ExternalReport, error) {
 // events at its rate; their latencies are added to into. It returns how
 // long the phase took, from the first publish to the last receipt.
 func (e *external) paced(ctx context.Context, sp workerSpec, into latencies) (time.Duration, error) {
-	ws, err := e.startWorkers(ctx, sp)
-	defer ws.stop()
-	if err != nil {
-		return 0, err
-	}
 	what := "publishers"
 	if sp.bare {
 		what = "bare pipeline"
 	}
-	var got int64
-	for _, w := range ws {
-		if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
-			return 0, fmt.Errorf("start worker %d: %w", w.n, err)
-		}
-	}
 	e.prog.say("latency: %s, %s events at %s/s", what, group(int64(sp.events)), group(int64(sp.rate)))
+	lines, err := e.runWorkers(ctx, sp)
+	if err != nil {
+		return 0, err
+	}
 	var first, last int64
-	for _, w := range ws {
-		res := w.result()
-		if res.err != nil {
-			return 0, res.err
-		}
-		l := res.line
+	for i, l := range lines {
 		if l.Latency == nil && l.Events > 0 {
-			return 0, fmt.Errorf("worker %d measured no latency", w.n)
+			return 0, fmt.Errorf("worker %d measured no latency", i)
 		}
 		into.merge(l.Latency)
-		got += int64(l.Events)
 		if l.Events > 0 {
 			first = minNonZero(first, l.FirstPublish)
 			last = max(last, l.LastReceipt)
 		}
-	}
-	if got != int64(sp.events) {
-		return 0, fmt.Errorf("the workers published %d events, %d were asked for", got, sp.events)
 	}
 	return time.Duration(last - first), nil
 }

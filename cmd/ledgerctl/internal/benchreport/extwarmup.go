@@ -22,32 +22,14 @@ func (e *external) warmUp(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	sp := workerSpec{id: runID(), workers: e.o.Workers, events: e.o.Warmup, tasks: taskCount(e.o.Warmup), raw: true}
-	ws, err := e.startWorkers(ctx, sp)
-	defer ws.stop()
-	if err != nil {
+	e.prog.say("warm-up: %s events over other tasks", group(int64(sp.events)))
+	if _, err := e.runWorkers(ctx, sp); err != nil {
 		return 0, fmt.Errorf("benchreport: warm-up: %w", err)
 	}
-	e.prog.say("warm-up: %s events over other tasks", group(int64(sp.events)))
-	for _, w := range ws {
-		if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
-			return 0, fmt.Errorf("benchreport: warm-up: start worker %d: %w", w.n, err)
-		}
-	}
-	got := 0
-	for _, w := range ws {
-		res := w.result()
-		if res.err != nil {
-			return 0, fmt.Errorf("benchreport: warm-up: %w", res.err)
-		}
-		got += res.line.Events
-	}
-	if got != sp.events {
-		return 0, fmt.Errorf("benchreport: warm-up: the workers published %d events, %d were asked for", got, sp.events)
-	}
 	if e.o.Latency { // no projector
-		return got, nil
+		return sp.events, nil
 	}
-	return got, e.projectorIdle(ctx)
+	return sp.events, e.projectorIdle(ctx)
 }
 
 // projectorIdle waits until the projector's consumer has nothing pending:
@@ -84,4 +66,34 @@ func (e *external) projectorIdle(ctx context.Context) error {
 		case <-time.After(projectorPoll):
 		}
 	}
+}
+
+// runWorkers starts the spec's worker processes, tells them to go once all
+// hold their leases, and returns their done lines, having checked that
+// they published the spec's events in all.
+func (e *external) runWorkers(ctx context.Context, sp workerSpec) ([]workerLine, error) {
+	ws, err := e.startWorkers(ctx, sp)
+	defer ws.stop()
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range ws {
+		if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
+			return nil, fmt.Errorf("start worker %d: %w", w.n, err)
+		}
+	}
+	lines := make([]workerLine, 0, len(ws))
+	got := 0
+	for _, w := range ws {
+		res := w.result()
+		if res.err != nil {
+			return nil, res.err
+		}
+		lines = append(lines, res.line)
+		got += res.line.Events
+	}
+	if got != sp.events {
+		return nil, fmt.Errorf("the workers published %d events, %d were asked for", got, sp.events)
+	}
+	return lines, nil
 }
