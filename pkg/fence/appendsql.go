@@ -144,24 +144,7 @@ func (s *Store) decide(ctx context.Context, conn *pgxpool.Conn, b *batch, res []
 // begins the transaction unless step is txContinue), then reads the
 // existing rows the batch may collide with (usually none).
 func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, step txStep) (state, error) {
-	var partitions []int32
-	var tasks, ids []string
-	seenP, seenT, seenID := map[int]bool{}, map[string]bool{}, map[string]bool{}
-	for _, i := range b.order {
-		e := &b.events[i]
-		if !seenP[e.Partition] {
-			seenP[e.Partition] = true
-			partitions = append(partitions, int32(e.Partition))
-		}
-		if !seenT[e.Task] {
-			seenT[e.Task] = true
-			tasks = append(tasks, e.Task)
-		}
-		if !seenID[e.ID] {
-			seenID[e.ID] = true
-			ids = append(ids, e.ID)
-		}
-	}
+	partitions, tasks, ids := b.keys()
 
 	st := state{heads: make(map[string]taskHead, len(tasks)), leases: make(map[int]leaseState, len(partitions)),
 		recorded: map[string]recorded{}}
@@ -239,6 +222,28 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 	var err error
 	st.existing, err = s.readExisting(ctx, conn, b, st.heads, st.horizon)
 	return st, err
+}
+
+// keys are the batch's distinct partitions, tasks and event ids, in the
+// batch's order.
+func (b *batch) keys() (partitions []int32, tasks, ids []string) {
+	seenP, seenT, seenID := map[int]bool{}, map[string]bool{}, map[string]bool{}
+	for _, i := range b.order {
+		e := &b.events[i]
+		if !seenP[e.Partition] {
+			seenP[e.Partition] = true
+			partitions = append(partitions, int32(e.Partition))
+		}
+		if !seenT[e.Task] {
+			seenT[e.Task] = true
+			tasks = append(tasks, e.Task)
+		}
+		if !seenID[e.ID] {
+			seenID[e.ID] = true
+			ids = append(ids, e.ID)
+		}
+	}
+	return partitions, tasks, ids
 }
 
 // readLeases reads the result of the lease lock: each partition's lease.

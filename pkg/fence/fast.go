@@ -76,10 +76,7 @@ func (s *Store) predict(b *batch, res []Result) (plan, bool) {
 	if !ok {
 		return plan{}, false
 	}
-	tasks := make([]string, 0, len(b.order))
-	for _, i := range b.order {
-		tasks = append(tasks, b.events[i].Task)
-	}
+	_, tasks, _ := b.keys()
 	if missing := s.heads.lookup(tasks, st.heads); len(missing) > 0 {
 		return plan{}, false
 	}
@@ -94,20 +91,7 @@ func (s *Store) predict(b *batch, res []Result) (plan, bool) {
 // BEGIN, the transaction's bounds, the lease lock and the check that no id
 // has a recorded verdict.
 func (s *Store) queueFastReads(pb *pgx.Batch, b *batch) {
-	seenP, seenID := map[int]bool{}, map[string]bool{}
-	var partitions []int32
-	var ids []string
-	for _, i := range b.order {
-		e := &b.events[i]
-		if !seenP[e.Partition] {
-			seenP[e.Partition] = true
-			partitions = append(partitions, int32(e.Partition))
-		}
-		if !seenID[e.ID] {
-			seenID[e.ID] = true
-			ids = append(ids, e.ID)
-		}
-	}
+	partitions, _, ids := b.keys()
 	pb.Queue("begin")
 	pb.Queue(sqlSetTimeouts, ms(s.cfg.StatementTimeout), ms(s.cfg.IdleInTransactionTimeout))
 	pb.Queue(sqlAppendLockLeases, partitions)
