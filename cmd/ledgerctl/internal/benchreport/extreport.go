@@ -66,9 +66,12 @@ func (r ExternalReport) Table() string {
 			formatMicros(c.PerEvent), carries})
 	}
 	writeColumns(&b, cells)
-	fmt.Fprintf(&b, "CPU time from /proc/<pid>/stat (10 ms ticks) over the window from the first publish to the last receipt "+
-		"and the projector's last ack; load average %s before, %s after, on %d CPUs\n",
-		formatLoad(r.LoadBefore), formatLoad(r.LoadAfter), r.Machine.CPUs)
+	until := "the last receipt and the projector's last ack"
+	if r.Projected.Label == "" {
+		until = "the last receipt"
+	}
+	fmt.Fprintf(&b, "CPU time from /proc/<pid>/stat (10 ms ticks) over the window from the first publish to %s; "+
+		"load average %s before, %s after, on %d CPUs\n", until, formatLoad(r.LoadBefore), formatLoad(r.LoadAfter), r.Machine.CPUs)
 	if r.IngestProfile != "" {
 		fmt.Fprintf(&b, "ingest CPU profile (its whole life): %s (go tool pprof -top <bin>/ingest %s)\n", r.IngestProfile, r.IngestProfile)
 	}
