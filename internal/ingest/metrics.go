@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -45,6 +46,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Grants that replaced an earlier lease (an expired one, or the holder's own earlier incarnation): every grant of generation 2 and above.",
 		}),
 	}
+}
+
+// watchAppends exposes the store's fast-path counts (fence.Store.FastPath)
+// as counters read at each scrape.
+func watchAppends(reg prometheus.Registerer, store *fence.Store) {
+	f := promauto.With(reg)
+	f.NewCounterFunc(prometheus.CounterOpts{
+		Name: "ledger_ingest_fast_appends_total",
+		Help: "Append attempts sent in one round trip, their outcome predicted from cached heads and leases.",
+	}, func() float64 { a, _ := store.FastPath(); return float64(a) })
+	f.NewCounterFunc(prometheus.CounterOpts{
+		Name: "ledger_ingest_fast_append_misses_total",
+		Help: "Of those, the ones whose prediction missed (a zombie's batch, an id with a recorded verdict, a head moved elsewhere): decided again from the database.",
+	}, func() float64 { _, m := store.FastPath(); return float64(m) })
 }
 
 func (m *metrics) verdict(v wire.Verdict, reason string) {

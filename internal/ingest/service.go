@@ -112,6 +112,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ingest: jetstream: %w", err)
 	}
+	if d.Registerer != nil {
+		watchAppends(d.Registerer, d.Store)
+	}
 	return &Service{cfg: cfg, nc: d.NC, js: js, store: d.Store, log: d.Logger,
 		subjects: wire.Subjects{Prefix: cfg.Prefix}, metrics: newMetrics(d.Registerer),
 		held: newHeldSet(), waiting: newWaitingSet(), stopping: make(chan struct{})}, nil

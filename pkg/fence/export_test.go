@@ -103,9 +103,3 @@ func WithoutFastPath(s *Store) *Store {
 	c.noFast = true
 	return &c
 }
-
-// FastAttempts returns how many append attempts of s (and its copies) took
-// the fast path, and how many of them missed their prediction.
-func FastAttempts(s *Store) (fast, missed int64) {
-	return s.fastAppends.Load(), s.missedPredictions.Load()
-}

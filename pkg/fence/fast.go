@@ -115,6 +115,16 @@ func (s *Store) readFastReads(br pgx.BatchResults) error {
 	return err
 }
 
+// FastPath reports how many append attempts of this store (and of the
+// copies tests make of it) took the one-round-trip path, and how many of
+// those missed their prediction and were decided again the careful way: a
+// zombie's batch, an id with a recorded verdict, a head another process
+// moved. A high share of misses means the fast path costs a round trip
+// more than it saves.
+func (s *Store) FastPath() (attempts, missed int64) {
+	return s.fastAppends.Load(), s.missedPredictions.Load()
+}
+
 // missedPrediction reports whether err is a check of the fast path failing:
 // the batch is to be decided again from what the database holds.
 func missedPrediction(err error) bool {

@@ -25,7 +25,7 @@ func TestPredictedBatchCommitsOnTheFastPath(t *testing.T) {
 		require.NoError(t, err)
 		// The first batch reads: no head is cached, no lease was read.
 		require.Equal(t, wire.VerdictCommitted, appendOne(t, s, ev(l, "fast-1", 1, "step")).Verdict)
-		fast, _ := fence.FastAttempts(s)
+		fast, _ := s.FastPath()
 		require.Zero(t, fast, "nothing to predict from yet")
 
 		// Versions 3 and 2, out of order: the append commits them in order.
@@ -37,7 +37,7 @@ func TestPredictedBatchCommitsOnTheFastPath(t *testing.T) {
 		require.Equal(t, l.Generation, res[1].CurrentGeneration)
 		require.Equal(t, 3, countRows(t, db, `SELECT count(*) FROM ledger.events WHERE task_id = 'fast-1'`))
 		require.Equal(t, 3, countRows(t, db, `SELECT version FROM ledger.heads WHERE task_id = 'fast-1'`))
-		fast, missed := fence.FastAttempts(s)
+		fast, missed := s.FastPath()
 		if careful {
 			require.Zero(t, fast)
 		} else {
@@ -71,7 +71,7 @@ func TestZombieOnTheFastPathIsDecidedFromTheDatabase(t *testing.T) {
 	require.Equal(t, wire.VerdictStale, r.Verdict)
 	require.Equal(t, wire.ReasonSuperseded, r.Reason)
 	require.Equal(t, b.Generation, r.CurrentGeneration)
-	fast, missed := fence.FastAttempts(s)
+	fast, missed := s.FastPath()
 	require.Equal(t, int64(1), fast, "the zombie's batch was predicted to commit")
 	require.Equal(t, int64(1), missed)
 	require.Equal(t, 0, countRows(t, db, `SELECT count(*) FROM ledger.events WHERE event_id = $1`, late.ID))
