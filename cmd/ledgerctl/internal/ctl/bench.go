@@ -25,7 +25,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	f := NewFlags("ledgerctl bench", "[-only SECTIONS] [-events N] [-rounds N] [-rate N] [-duration D] [-workers N]\n"+
 		"       ledgerctl bench -external [-events N] [-tasks N] [-workers N] [-warmup N] [-raw | -compare N] [-bin DIR] [-ingest-profile FILE]\n"+
-		"       ledgerctl bench -external -latency [-rate N] [-events N] [-workers N] [-raw] [-bin DIR]",
+		"       ledgerctl bench -external -latency [-rate N] [-events N] [-workers N] [-warmup N] [-raw] [-bin DIR]",
 		"Run the benchmark report in one process, on one machine: per-event fenced INSERT, set-based\n"+
 			"fenced insert and COPY baselines and fence.Append (baselines); raw publishers into the full\n"+
 			"ingest and into a bare pipeline in alternating rounds, with CPU time per event (pipeline);\n"+
@@ -41,7 +41,8 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"core of it carries. The ingest and projector binaries are found beside ledgerctl, or in -bin\n"+
 			"('make bench-external' builds them). -compare N runs N pairs of external runs instead, SDK then\n"+
 			"raw, each on a fresh deployment, and reports the SDK's rate over the raw publishers' and each\n"+
-			"path's first second against the rest of its run. -latency paces the workers at -rate events/s\n"+
+			"path's first second against the rest of its run. Each run first sends -warmup events of other\n"+
+			"tasks through the ledger, so it measures workers joining a running ledger. -latency paces the workers at -rate events/s\n"+
 			"(default half the raw publishers' full-speed rate, measured first) with no projector, and sets\n"+
 			"their publish → receipt p50 and p99 beside a bare pipeline's publish → commit at the same rate,\n"+
 			"itself a process of its own (a set-based fenced insert, nothing else).", stderr)
