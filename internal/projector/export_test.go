@@ -21,3 +21,7 @@ func (s *Service) Prepare(ctx context.Context) (jetstream.Consumer, error) {
 
 // Turn handles one batch as the run loop does.
 func (s *Service) Turn(ctx context.Context, batch []jetstream.Msg) { s.turn(ctx, batch) }
+
+// WrapBucket replaces, after Prepare, the bucket s reads and writes
+// projections through with wrap's result.
+func (s *Service) WrapBucket(wrap func(jetstream.KeyValue) jetstream.KeyValue) { s.kv = wrap(s.kv) }

@@ -43,7 +43,7 @@ func (s *Service) refetch(ctx context.Context, changed map[string]projection.Sta
 		return
 	}
 	for _, ev := range events {
-		_ = s.offer(ctx, ev, changed) // a task due for a re-fetch is resident: nothing to load
+		_ = s.offer(ctx, ev, changed, nil) // a task due for a re-fetch is resident: nothing to load
 	}
 	s.reportArchivedRefetch(ctx, due, events)
 	s.metrics.refetches.Add(float64(len(due)))
@@ -148,7 +148,7 @@ func (s *Service) resumeGaps(ctx context.Context) error {
 		if _, loaded := s.engine.State(task); loaded {
 			continue
 		}
-		if _, err := s.load(ctx, task); err != nil {
+		if _, err := s.load(ctx, task, nil); err != nil {
 			return fmt.Errorf("projector: resume gap of %s: %w", task, err)
 		}
 		if st, _ := s.engine.State(task); st.Gap != nil {

@@ -2,15 +2,18 @@ package projector_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -233,4 +236,68 @@ func (h slowHandler) Handle(ctx context.Context, r slog.Record) error {
 		time.Sleep(h.delay)
 	}
 	return h.Handler.Handle(ctx, r)
+}
+
+// slowReads is a bucket whose reads take a while, and which records how
+// many were in flight at once.
+type slowReads struct {
+	jetstream.KeyValue
+	inFlight, most atomic.Int32
+	reads          atomic.Int32
+}
+
+func (b *slowReads) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	n := b.inFlight.Add(1)
+	defer b.inFlight.Add(-1)
+	for m := b.most.Load(); n > m && !b.most.CompareAndSwap(m, n); m = b.most.Load() {
+	}
+	b.reads.Add(1)
+	time.Sleep(20 * time.Millisecond)
+	return b.KeyValue.Get(ctx, key)
+}
+
+// A batch of new tasks reads their values from the bucket side by side, not
+// one round trip after another, and folds each from what was read: a task
+// with a stored value resumes from it, a new one starts empty.
+func TestNewTasksOfABatchAreReadTogether(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const tasks = 20
+	var evs []committed
+	for k := range tasks {
+		evs = append(evs, e.commit(3, fmt.Sprintf("new-%d", k), []string{"x", "y"}, []string{`{"a":1}`, `{"b":2}`})...)
+	}
+	p := e.newProjector(projector.Config{}, nil)
+	ctx := context.Background()
+	cons, err := p.Prepare(ctx)
+	require.NoError(t, err)
+	slow := &slowReads{}
+	p.WrapBucket(func(kv jetstream.KeyValue) jetstream.KeyValue { slow.KeyValue = kv; return slow })
+
+	// Version 1 of every task, then (a fresh projector, nothing resident)
+	// version 2 of every task: the second batch resumes each from its value.
+	for k := range tasks {
+		e.publishLog(evs[2*k])
+	}
+	p.Turn(ctx, fetch(t, cons, tasks))
+	require.EqualValues(t, tasks, slow.reads.Load(), "each new task's value was read once")
+	require.Greater(t, slow.most.Load(), int32(1), "the reads of one batch ran side by side")
+
+	q := e.newProjector(projector.Config{}, nil)
+	cons2, err := q.Prepare(ctx)
+	require.NoError(t, err)
+	slow2 := &slowReads{}
+	q.WrapBucket(func(kv jetstream.KeyValue) jetstream.KeyValue { slow2.KeyValue = kv; return slow2 })
+	for k := range tasks {
+		e.publishLog(evs[2*k+1])
+	}
+	q.Turn(ctx, fetch(t, cons2, tasks))
+	require.Greater(t, slow2.most.Load(), int32(1))
+	for k := range tasks {
+		task := fmt.Sprintf("new-%d", k)
+		st, ok := e.state(task)
+		require.True(t, ok, task)
+		require.EqualValues(t, 2, st.Version, "%s resumed from its stored version 1", task)
+		jsonEq(t, json.RawMessage(`{"a":1,"b":2}`), st.Data, task)
+	}
 }

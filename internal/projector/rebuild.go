@@ -426,7 +426,7 @@ func (r *rebuild) offer(ctx context.Context, ev projection.Event, changed map[st
 	s := r.s
 	if _, ok := s.engine.State(ev.Task); !ok {
 		if r.seen[ev.Task] {
-			if _, err := s.load(ctx, ev.Task); err != nil {
+			if _, err := s.load(ctx, ev.Task, nil); err != nil {
 				return fmt.Errorf("projector: rebuild: load %s: %w", ev.Task, err)
 			}
 		} else {
@@ -438,7 +438,7 @@ func (r *rebuild) offer(ctx context.Context, ev projection.Event, changed map[st
 			}
 		}
 	}
-	if err := s.offer(ctx, ev, changed); err != nil {
+	if err := s.offer(ctx, ev, changed, nil); err != nil {
 		return fmt.Errorf("projector: rebuild: %w", err)
 	}
 	return nil

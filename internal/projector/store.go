@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,17 +17,18 @@ import (
 )
 
 // load makes a task resident with its latest state: the one the bucket
-// refused if it is held, else its stored value, else an empty state. A value
-// stored without its data has the data folded again from PostgreSQL, and so
-// has a value that is not a projection of its task: rewrite reports that
-// the loaded state must then be written over it.
-func (s *Service) load(ctx context.Context, task string) (rewrite bool, err error) {
+// refused if it is held, else its stored value (as read holds it, when it
+// was read ahead), else an empty state. A value stored without its data has
+// the data folded again from PostgreSQL, and so has a value that is not a
+// projection of its task: rewrite reports that the loaded state must then
+// be written over it.
+func (s *Service) load(ctx context.Context, task string, read readAhead) (rewrite bool, err error) {
 	if h := s.held[task]; h != nil {
 		return false, s.engine.Load(h.st)
 	}
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	st, rev, err := s.readStored(ctx, task)
+	st, rev, err := s.readStored(ctx, task, read)
 	if err != nil {
 		return false, err
 	}
@@ -45,12 +47,16 @@ func (s *Service) load(ctx context.Context, task string) (rewrite bool, err erro
 	return rewrite, nil
 }
 
-// readStored reads a task's value and its revision: an empty state at
+// readStored reads a task's value and its revision (or takes what read
+// holds of it): an empty state at
 // revision 0 if there is none, a state Engine.Load refuses if the value is
 // not a projection of the task, and the data folded again from PostgreSQL
 // if the value was stored without it.
-func (s *Service) readStored(ctx context.Context, task string) (projection.State, uint64, error) {
-	entry, err := s.kv.Get(ctx, task)
+func (s *Service) readStored(ctx context.Context, task string, read readAhead) (projection.State, uint64, error) {
+	entry, err := read.take(task)
+	if entry == nil && err == nil {
+		entry, err = s.kv.Get(ctx, task)
+	}
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return projection.State{Task: task}, 0, nil
@@ -222,4 +228,75 @@ func (s *Service) stored(st projection.State, without bool) {
 	if without {
 		s.metrics.withoutData.Inc()
 	}
+}
+
+// readAheadMax bounds the bucket reads a batch makes at once.
+const readAheadMax = 16
+
+// readAhead holds, per task, the bucket's answer for a task the engine did
+// not hold when the batch began: its entry, or the read's error
+// (jetstream.ErrKeyNotFound for a task the bucket has no value of).
+type readAhead map[string]readResult
+
+type readResult struct {
+	entry jetstream.KeyValueEntry
+	err   error
+}
+
+// take hands out the answer read ahead for task, once: a later load of it
+// (the task evicted and met again) reads anew. Neither is set when nothing
+// was read ahead.
+func (r readAhead) take(task string) (jetstream.KeyValueEntry, error) {
+	res, ok := r[task]
+	if !ok {
+		return nil, nil
+	}
+	delete(r, task)
+	if res.err == nil && res.entry == nil {
+		return nil, errors.New("projector: a read ahead returned neither a value nor an error")
+	}
+	return res.entry, res.err
+}
+
+// readAhead reads, up to readAheadMax at a time, the bucket values of the
+// batch's tasks that the engine does not hold and that are not held back:
+// each would otherwise cost the batch a round trip of its own, one after
+// another (a burst of new tasks is a burst of them). Only this loop writes
+// the tasks of its partitions, and only after the batch is offered, so what
+// is read here is what a read at the task's first event would see.
+func (s *Service) readAhead(ctx context.Context, events []projection.Event) readAhead {
+	var tasks []string
+	seen := map[string]bool{}
+	for _, ev := range events {
+		if ev.Task == "" || seen[ev.Task] || s.held[ev.Task] != nil {
+			continue
+		}
+		seen[ev.Task] = true
+		if _, resident := s.engine.State(ev.Task); !resident {
+			tasks = append(tasks, ev.Task)
+		}
+	}
+	if len(tasks) < 2 {
+		return nil // one read: load makes it
+	}
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	results := make([]readResult, len(tasks))
+	sem := make(chan struct{}, readAheadMax)
+	var wg sync.WaitGroup
+	for i, task := range tasks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			entry, err := s.kv.Get(ctx, task)
+			results[i] = readResult{entry, err}
+		}()
+	}
+	wg.Wait()
+	read := make(readAhead, len(tasks))
+	for i, task := range tasks {
+		read[task] = results[i]
+	}
+	return read
 }

@@ -71,6 +71,8 @@ func (s *Service) turn(ctx context.Context, batch []jetstream.Msg) {
 func (s *Service) offerBatch(ctx context.Context, batch []jetstream.Msg, changed map[string]projection.State) (
 	offered []projection.Event, newest time.Time) {
 	offered = make([]projection.Event, len(batch))
+	events := make([]projection.Event, len(batch))
+	times := make([]time.Time, len(batch))
 	for i, m := range batch {
 		ev, committedAt, err := decodeLog(s.subj, m.Subject(), m.Headers(), m.Data())
 		if err != nil {
@@ -81,7 +83,15 @@ func (s *Service) offerBatch(ctx context.Context, batch []jetstream.Msg, changed
 			_ = m.Term()
 			continue
 		}
-		if err := s.offer(ctx, ev, changed); err != nil {
+		events[i], times[i] = ev, committedAt
+	}
+	read := s.readAhead(ctx, events)
+	for i, m := range batch {
+		ev, committedAt := events[i], times[i]
+		if ev.Task == "" { // terminated above
+			continue
+		}
+		if err := s.offer(ctx, ev, changed, read); err != nil {
 			s.log.Warn("loading a projection failed; the event is redelivered", slog.String("task", ev.Task),
 				slog.Int64("version", ev.Version), slog.String("error", err.Error()))
 			_ = m.NakWithDelay(s.redeliveryDelay(m))
@@ -113,13 +123,14 @@ func eventOf(c *wire.LogCopy) projection.Event {
 		Type: c.Type, Payload: c.Payload}
 }
 
-// offer gives one event to the engine, loading the task the first time, and
-// records the task's new state if it changed. It fails only if the task
-// could not be loaded: then the event was not offered at all.
-func (s *Service) offer(ctx context.Context, ev projection.Event, changed map[string]projection.State) error {
+// offer gives one event to the engine, loading the task the first time
+// (from what read holds of it, if anything), and records the task's new
+// state if it changed. It fails only if the task could not be loaded: then
+// the event was not offered at all.
+func (s *Service) offer(ctx context.Context, ev projection.Event, changed map[string]projection.State, read readAhead) error {
 	res, err := s.engine.Offer(ev)
 	if errors.Is(err, projection.ErrNotLoaded) {
-		rewrite, err := s.load(ctx, ev.Task)
+		rewrite, err := s.load(ctx, ev.Task, read)
 		if err != nil {
 			s.metrics.loadFailures.Inc()
 			return err
