@@ -44,16 +44,22 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 		// Whether COMMIT happened may be unknown (the connection broke):
 		// the heads this batch would have moved are read again next time.
 		s.forgetHeads(b)
-		switch {
-		case fast && missedPrediction(err):
+		if fast && missedPrediction(err) {
 			// A lease, head, id or recorded verdict is not as predicted:
-			// nothing was written; decide the batch from the database.
+			// nothing was written; the batch is decided from the database,
+			// as Append retries such an error for either path.
 			b.careful = true
 			s.missedPredictions.Add(1)
+		}
+		switch sqlState(err) {
+		case sqlStateFenceCheck:
+			// A lease expired between the read and the insert (or, on the
+			// fast path, is not the one predicted): the fence held, and the
+			// next attempt reads the lease as it is.
 			return errRetryBatch
-		case sqlState(err) == sqlStateFenceCheck:
-			// A lease expired between the read and the insert: the fence
-			// held, and the next attempt reads the lease as expired.
+		case sqlStateUnrecorded:
+			// An id of the batch has a recorded verdict: the next attempt
+			// reads it and repeats it.
 			return errRetryBatch
 		}
 		return err
