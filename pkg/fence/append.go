@@ -201,8 +201,16 @@ type batch struct {
 	// careful keeps the batch off the fast path (fast.go): set once a
 	// prediction of its outcome missed.
 	careful bool
+	// keyCache holds keys(), the batch's distinct partitions, tasks and ids.
+	keyCache *batchKeys
 	// canon holds the canonical form of payloads compared so far.
 	canon map[int][]byte
+}
+
+// batchKeys are a batch's distinct partitions, tasks and event ids.
+type batchKeys struct {
+	partitions []int32
+	tasks, ids []string
 }
 
 func (s *Store) prepare(events []Event, res []Result) *batch {

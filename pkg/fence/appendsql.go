@@ -231,8 +231,13 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 }
 
 // keys are the batch's distinct partitions, tasks and event ids, in the
-// batch's order.
+// batch's order; worked out once for every attempt (isolate, which takes
+// events out of the batch, clears them).
 func (b *batch) keys() (partitions []int32, tasks, ids []string) {
+	if k := b.keyCache; k != nil {
+		return k.partitions, k.tasks, k.ids
+	}
+	defer func() { b.keyCache = &batchKeys{partitions, tasks, ids} }()
 	seenP, seenT, seenID := map[int]bool{}, map[string]bool{}, map[string]bool{}
 	for _, i := range b.order {
 		e := &b.events[i]
@@ -502,7 +507,7 @@ func (s *Store) isolate(ctx context.Context, b *batch, res []Result) (int, error
 		}
 		keep = append(keep, i)
 	}
-	b.order = keep
+	b.order, b.keyCache = keep, nil
 	return len(bad), nil
 }
 
