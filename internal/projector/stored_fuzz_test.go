@@ -15,14 +15,7 @@ import (
 // refuses it as ErrInvalidState (which load answers by folding the task again
 // from PostgreSQL), and it encodes back to a value that decodes the same.
 func FuzzStoredState(f *testing.F) {
-	at := time.Date(2026, 3, 1, 12, 0, 0, 5, time.UTC)
-	st := projection.State{Task: "t", Partition: 3, Version: 4, Status: "running", Data: json.RawMessage(`{"a":[1,{"b":null}]}`),
-		Seq: 99, UpdatedAt: at, Gap: &projection.GapInfo{NextVersion: 5, Buffered: 2, Since: at}}
-	for _, seed := range []any{st, st.WithoutData(), projection.State{Task: "t"}} {
-		b, err := json.Marshal(seed)
-		require.NoError(f, err)
-		f.Add("t", b)
-	}
+	addStateSeeds(f, `{"a":[1,{"b":null}]}`)
 	for _, seed := range []string{``, `null`, `[]`, `{"task":"t","version":-7}`, `{"task":"u","version":1}`,
 		`{"task":"t","version":1,"data":{"a":}`, `{"task":"t","version":2,"data_too_large":-1}`,
 		`{"task":"t","updated_at":"yesterday"}`, `{"task":"t","gap":{"next_version":"x"}}`, "{\"task\":\"t\",\"status\":\"\xff\"}"} {
@@ -47,4 +40,18 @@ func FuzzStoredState(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, string(b), string(b2))
 	})
+}
+
+// addStateSeeds seeds a target of (task, value) with task "t"'s values: a
+// state with data, gap and every field, the same without its data, and an
+// empty state.
+func addStateSeeds(f *testing.F, data string) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 5, time.UTC)
+	st := projection.State{Task: "t", Partition: 3, Version: 4, Status: "running", Data: json.RawMessage(data),
+		Seq: 99, UpdatedAt: at, Gap: &projection.GapInfo{NextVersion: 5, Buffered: 2, Since: at}}
+	for _, seed := range []any{st, st.WithoutData(), projection.State{Task: "t"}} {
+		b, err := json.Marshal(seed)
+		require.NoError(f, err)
+		f.Add("t", b)
+	}
 }
