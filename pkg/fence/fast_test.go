@@ -2,6 +2,10 @@ package fence_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -79,4 +83,141 @@ func TestZombieOnTheFastPathIsDecidedFromTheDatabase(t *testing.T) {
 
 	// The standby's version 2 commits.
 	require.Equal(t, wire.VerdictCommitted, appendOne(t, other, ev(b, "zombie-1", 2, "step")).Verdict)
+}
+
+// The fast path decides as the careful path does. Two ledgers get the same
+// random batches of what workers send: next versions, copies of earlier
+// events (committed or rejected), other content under a used id or version,
+// versions ahead (some with their gap window closed), and a zombie's
+// events after a takeover. One store may predict, the other always reads
+// first; every event must get the same verdict, and the two ledgers must
+// end with the same rows in the same order (not at the same seqs: an insert
+// the fast path's checks roll back burns its seqs, as docs/contract.md §7
+// allows).
+func TestFastPathDecidesAsTheCarefulPath(t *testing.T) {
+	t.Parallel()
+	cfg := fence.Config{MaxAhead: 8}
+	fast, dbF := newStore(t, cfg)
+	slow, dbC := newStore(t, cfg)
+	careful := fence.WithoutFastPath(slow)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(15, 2026))
+
+	const partitions, tasks = 2, 6
+	holders := []string{"worker-a.1", "worker-b.1"}
+	var cur [partitions]fence.Lease // the partition's holder now
+	var prev [partitions]fence.Lease
+	for p := range partitions {
+		l, err := fast.Acquire(ctx, p, holders[0], longTTL)
+		require.NoError(t, err)
+		l2, err := careful.Acquire(ctx, p, holders[0], longTTL)
+		require.NoError(t, err)
+		require.Equal(t, l.Generation, l2.Generation)
+		cur[p], prev[p] = l, l
+	}
+	heads := map[string]int64{}
+	var history []fence.Event
+	mint := func(l fence.Lease, task string, v int64) fence.Event {
+		return fence.Event{ID: newID(), Partition: l.Partition, Task: task, Version: v, Type: "step",
+			Payload: []byte(fmt.Sprintf(`{"v":%d,"r":%d}`, v, rng.IntN(3))), Holder: l.Holder, Generation: l.Generation}
+	}
+	for round := range 160 {
+		zombie := -1
+		if round%17 == 16 { // a takeover: the old holder becomes a zombie
+			p := rng.IntN(partitions)
+			zombie = p
+			next := holders[(slices.Index(holders, cur[p].Holder)+1)%len(holders)]
+			expire(t, dbF, p)
+			expire(t, dbC, p)
+			l, err := fast.TakeOver(ctx, p, next, cur[p].Generation, longTTL)
+			require.NoError(t, err)
+			l2, err := careful.TakeOver(ctx, p, next, cur[p].Generation, longTTL)
+			require.NoError(t, err)
+			require.Equal(t, l.Generation, l2.Generation)
+			prev[p], cur[p] = cur[p], l
+		}
+		var batch []fence.Event
+		clean := round%2 == 0        // mostly next versions, as a worker sends: what the fast path predicts
+		planned := maps.Clone(heads) // the next versions this batch gives out
+		size := 1 + rng.IntN(10)
+		if zombie >= 0 {
+			// The zombie's next versions alone, as the fast store last
+			// saw its lease: predicted to commit, refused by the fence.
+			for k := zombie; k < tasks && len(batch) < 3; k += partitions {
+				task := fmt.Sprintf("task-%d", k)
+				batch = append(batch, mint(prev[zombie], task, heads[task]+1))
+			}
+			size = 0
+		}
+		for range size {
+			k := rng.IntN(tasks)
+			task, p := fmt.Sprintf("task-%d", k), k%partitions
+			var e fence.Event
+			switch n := rng.IntN(20); {
+			case clean && n < 2 && resentable(history, planned, cur) >= 0:
+				// an earlier event that did not commit (ahead then, judged
+				// gap, or waiting), sent again now that it is next
+				e = history[resentable(history, planned, cur)]
+				planned[e.Task] = e.Version
+			case clean && n == 2: // the zombie's next version
+				e = mint(prev[p], task, planned[task]+1)
+			case clean || n < 11 || len(history) == 0: // the next version
+				e = mint(cur[p], task, planned[task]+1)
+				planned[task]++
+			case n < 14: // a copy of an earlier event, whatever became of it
+				e = history[rng.IntN(len(history))]
+			case n < 15: // an earlier id, other content
+				e = history[rng.IntN(len(history))]
+				e.Payload = []byte(`{"other":true}`)
+			case n < 16: // a version already taken, other content
+				e = mint(cur[p], task, max(heads[task], 1))
+			case n < 18: // ahead, sometimes with its window closed
+				e = mint(cur[p], task, heads[task]+2+int64(rng.IntN(10)))
+				e.Final = rng.IntN(2) == 0
+			default: // the zombie's next version
+				e = mint(prev[p], task, heads[task]+1)
+			}
+			batch = append(batch, e)
+		}
+		history = append(history, batch...)
+		got, err := fast.Append(ctx, batch)
+		require.NoError(t, err)
+		want, err := careful.Append(ctx, batch)
+		require.NoError(t, err)
+		for i := range batch {
+			g, w := got[i], want[i]
+			require.Equal(t, []any{w.Verdict, w.Reason, w.Repeat, w.Seq > 0, w.CurrentGeneration},
+				[]any{g.Verdict, g.Reason, g.Repeat, g.Seq > 0, g.CurrentGeneration},
+				"round %d, event %d (%s v%d by %s/%d)", round, i, batch[i].Task, batch[i].Version, batch[i].Holder, batch[i].Generation)
+			if w.Verdict == wire.VerdictCommitted {
+				heads[batch[i].Task] = max(heads[batch[i].Task], batch[i].Version)
+			}
+		}
+	}
+	for _, q := range []string{
+		`SELECT string_agg(concat_ws(' ', event_id, task_id, version, holder, generation), ',' ORDER BY seq) FROM ledger.events`,
+		`SELECT string_agg(concat_ws(' ', event_id, verdict, reason), ',' ORDER BY id) FROM ledger.rejections`,
+		`SELECT string_agg(concat_ws(' ', task_id, partition, version, type), ',' ORDER BY task_id) FROM ledger.heads`,
+	} {
+		var a, b string
+		require.NoError(t, dbF.Pool.QueryRow(ctx, q).Scan(&a))
+		require.NoError(t, dbC.Pool.QueryRow(ctx, q).Scan(&b))
+		require.Equal(t, b, a, q)
+	}
+	attempts, missed := fast.FastPath()
+	t.Logf("fast path: %d attempts, %d missed", attempts, missed)
+	require.Positive(t, attempts, "the workload took the fast path")
+	require.Positive(t, missed, "and missed with it")
+}
+
+// resentable is the position in history of an event by a current holder
+// whose version is now its task's next, or -1.
+func resentable(history []fence.Event, next map[string]int64, cur [2]fence.Lease) int {
+	for i, e := range history {
+		l := cur[e.Partition]
+		if e.Version == next[e.Task]+1 && e.Holder == l.Holder && e.Generation == l.Generation {
+			return i
+		}
+	}
+	return -1
 }
