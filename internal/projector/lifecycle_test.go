@@ -3,6 +3,7 @@ package projector_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -244,9 +245,13 @@ type slowReads struct {
 	jetstream.KeyValue
 	inFlight, most atomic.Int32
 	reads          atomic.Int32
+	fail           atomic.Pointer[string] // a key whose reads fail
 }
 
 func (b *slowReads) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if f := b.fail.Load(); f != nil && *f == key {
+		return nil, errors.New("the bucket read failed")
+	}
 	n := b.inFlight.Add(1)
 	defer b.inFlight.Add(-1)
 	for m := b.most.Load(); n > m && !b.most.CompareAndSwap(m, n); m = b.most.Load() {
@@ -300,4 +305,38 @@ func TestNewTasksOfABatchAreReadTogether(t *testing.T) {
 		require.EqualValues(t, 2, st.Version, "%s resumed from its stored version 1", task)
 		jsonEq(t, json.RawMessage(`{"a":1,"b":2}`), st.Data, task)
 	}
+}
+
+// One failed read of a batch read together holds back that task's event
+// alone: it is redelivered, the batch's other tasks are projected, and once
+// the read succeeds the task is projected too.
+func TestFailedReadAheadRedeliversOnlyItsTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var evs []committed
+	for k := range 4 {
+		evs = append(evs, e.commit(3, fmt.Sprintf("rd-%d", k), []string{"x"}, []string{`{"a":1}`})...)
+	}
+	p := e.newProjector(projector.Config{RetryMin: 10 * time.Millisecond, RetryMax: 10 * time.Millisecond}, nil)
+	ctx := context.Background()
+	cons, err := p.Prepare(ctx)
+	require.NoError(t, err)
+	slow := &slowReads{}
+	bad := "rd-2"
+	slow.fail.Store(&bad)
+	p.WrapBucket(func(kv jetstream.KeyValue) jetstream.KeyValue { slow.KeyValue = kv; return slow })
+	for _, c := range evs {
+		e.publishLog(c)
+	}
+	p.Turn(ctx, fetch(t, cons, len(evs)))
+	for k := range 4 {
+		_, ok := e.state(fmt.Sprintf("rd-%d", k))
+		require.Equal(t, k != 2, ok, "rd-%d", k)
+	}
+	slow.fail.Store(nil)
+	again := fetch(t, cons, 1) // rd-2's event, handed back
+	p.Turn(ctx, again)
+	st, ok := e.state("rd-2")
+	require.True(t, ok)
+	require.EqualValues(t, 1, st.Version)
 }
