@@ -7,6 +7,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -24,6 +25,11 @@ type Options struct {
 	Prefix string
 	// Replicas is the replica count of every stream; default 1 (3 in a cluster).
 	Replicas int
+	// Partitions, when set, makes LEDGER_IN store only the subjects of
+	// partitions 0..Partitions-1, so every stored event belongs to one
+	// partition's consumer (the ingest sets it). Zero keeps the subjects
+	// LEDGER_IN already has, or <prefix>.in.> for a new stream.
+	Partitions int
 }
 
 func (o Options) withDefaults() Options {
@@ -80,11 +86,37 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) error {
 		if err != nil {
 			return err
 		}
+		if name == wire.StreamIn {
+			if cfg.Subjects, err = inSubjects(ctx, js, o); err != nil {
+				return err
+			}
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("streams: apply %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// inSubjects are LEDGER_IN's subjects: one per partition, or (Partitions
+// unset) those it has.
+func inSubjects(ctx context.Context, js jetstream.JetStream, o Options) ([]string, error) {
+	subj := wire.Subjects{Prefix: o.withDefaults().Prefix}
+	if o.Partitions > 0 {
+		out := make([]string, o.Partitions)
+		for p := range out {
+			out[p] = subj.InPartition(p)
+		}
+		return out, nil
+	}
+	st, err := js.Stream(ctx, wire.StreamIn)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return []string{subj.InAll()}, nil
+	case err != nil:
+		return nil, fmt.Errorf("streams: read %s: %w", wire.StreamIn, err)
+	}
+	return st.CachedInfo().Config.Subjects, nil
 }
 
 // bucketFiles maps each bucket's name to the file that defines it.

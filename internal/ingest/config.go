@@ -37,9 +37,17 @@ const (
 	NotYetDelayMinDefault = 10 * time.Millisecond
 	NotYetDelayMaxDefault = time.Second
 	// MaxWaitingPerPrincipalDefault is how many of one principal's events
-	// may wait here for an earlier version at once: 4096, four times the
-	// SDK's in-flight limit per lease.
+	// may wait in memory here for an earlier version at once: 4096, four
+	// times the SDK's in-flight limit per lease.
 	MaxWaitingPerPrincipalDefault = 4096
+	// ClaimTTLDefault is how long an ingest's claim on a partition lasts
+	// without a heartbeat: 3 s. An ingest beats every ClaimTTL/3; when one
+	// dies or stalls, another takes its partitions over about this long
+	// after its last beat.
+	ClaimTTLDefault = 3 * time.Second
+	// MaxPartitions is the most partitions an ingest decides: 4096. Each
+	// has a JetStream consumer of its own, and LEDGER_IN a subject.
+	MaxPartitions = 4096
 	// StopTimeoutDefault bounds how long Stop waits for batches in hand: 10 s.
 	StopTimeoutDefault = 10 * time.Second
 )
@@ -89,9 +97,16 @@ type Config struct {
 	AckWait time.Duration
 	// MaxWaitingPerPrincipal caps one principal's events (all its
 	// instances together: instances are free within a principal) waiting
-	// here for an earlier version; beyond it an event ahead of its head is
-	// judged gap (too_many_waiting) at once. Default 4096.
+	// in memory here for an earlier version; beyond it an event ahead of
+	// its head is handed back to JetStream and offered again later, never
+	// judged for it. Default 4096.
 	MaxWaitingPerPrincipal int
+	// ClaimTTL is how long this ingest's claims on its partitions last
+	// without a heartbeat; default 3 s.
+	ClaimTTL time.Duration
+	// Owner names this process in ledger.ingest_claims; default
+	// host:pid:random, new for every process.
+	Owner string
 	// PublishTimeout bounds the wait for a copy's publish ack before the
 	// copy is published again; default 5 s.
 	PublishTimeout time.Duration
@@ -115,10 +130,6 @@ type hooks struct {
 	noKeepAlive bool
 	// dropCopy keeps the copies it returns true for from being sent.
 	dropCopy func(m *nats.Msg) bool
-	// noWaitingCap switches off MaxWaitingPerPrincipal.
-	noWaitingCap bool
-	// blockingRoute makes route wait for room in its lane for ever.
-	blockingRoute bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -139,6 +150,7 @@ func (c Config) WithDefaults() Config {
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
 	c.MaxWaitingPerPrincipal = cmp.Or(c.MaxWaitingPerPrincipal, MaxWaitingPerPrincipalDefault)
+	c.ClaimTTL = cmp.Or(c.ClaimTTL, ClaimTTLDefault)
 	return c
 }
 
@@ -160,8 +172,13 @@ func (c Config) validate() error {
 		return fmt.Errorf("ingest: a minimum delay is above its maximum")
 	case c.AckWait < 100*time.Millisecond:
 		return fmt.Errorf("ingest: ack wait must be at least 100ms, got %v", c.AckWait)
+	case c.ClaimTTL < 300*time.Millisecond:
+		return fmt.Errorf("ingest: claim TTL must be at least 300ms, got %v", c.ClaimTTL)
 	case c.MaxWaitingPerPrincipal < 1:
 		return fmt.Errorf("ingest: max waiting per principal must be at least 1, got %d", c.MaxWaitingPerPrincipal)
 	}
 	return nil
 }
+
+// owner is the id this process claims partitions under.
+func (c Config) owner() string { return cmp.Or(c.Owner, ownerID()) }

@@ -22,6 +22,13 @@ type inbound struct {
 	published time.Time
 	// received is when this process was handed the message.
 	received time.Time
+	// part is the partition whose consumer delivered the message: the
+	// claim it is decided under, whatever its subject says.
+	part int
+	// parkedAt is when it was first parked to wait for an earlier
+	// version, and retryAt when it is offered again if nothing moves its
+	// task's head before; zero while it is not parked.
+	parkedAt, retryAt time.Time
 }
 
 // decode reads the message into in's event (wire.DecodeInbound), or gives

@@ -23,17 +23,22 @@ type TestHooks struct {
 	// DropCopy, when it returns true, keeps a copy from being sent: its
 	// publish ack never comes, as if the publish was lost.
 	DropCopy func(m *nats.Msg) bool
-	// NoWaitingCap switches off MaxWaitingPerPrincipal.
-	NoWaitingCap bool
-	// BlockingRoute makes route wait for room in its lane as long as it
-	// takes, as it did before lanes could be stuck.
-	BlockingRoute bool
 }
 
 // WithTestHooks returns cfg with the given test seams.
 func WithTestHooks(cfg Config, h TestHooks) Config {
 	cfg.hooks = &hooks{afterPublish: h.AfterPublish, beforeAppend: h.BeforeAppend,
-		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy,
-		noWaitingCap: h.NoWaitingCap, blockingRoute: h.BlockingRoute}
+		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy}
 	return cfg
+}
+
+// Waiting is how many events wait in s's memory for an earlier version.
+func Waiting(s *Service) int {
+	s.parked.mu.Lock()
+	defer s.parked.mu.Unlock()
+	n := 0
+	for _, k := range s.parked.by {
+		n += k
+	}
+	return n
 }

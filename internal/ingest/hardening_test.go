@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -263,11 +264,13 @@ func TestDeadLetterDoesNotCarryForgedLedgerHeaders(t *testing.T) {
 	require.Empty(t, h.Values(wire.HeaderCurrentGeneration))
 }
 
-// One holder floods the ledger with events far ahead of their heads. Those
-// beyond MaxAhead, and those beyond the holder's cap of waiting events, are
-// judged at once; only the capped number waits for the window, and another
-// holder's event commits meanwhile.
-func TestGapFloodIsBounded(t *testing.T) {
+// One holder floods the ledger with events ahead of their heads. A version
+// beyond MaxAhead is judged at once; the others are never judged for the
+// flood: at most the holder's cap of them wait in memory, the rest go back
+// to JetStream and come again later. Another holder's event commits
+// meanwhile, and once the missing versions arrive every waiting event
+// commits.
+func TestGapFloodIsBoundedAndJudgesNothing(t *testing.T) {
 	t.Parallel()
 	e := newBareEnv(t)
 	e.svc, _ = e.startIngestOn(ingest.Config{MaxWaitingPerPrincipal: 4, GapWindow: time.Minute, Lanes: 1}, e.store)
@@ -283,10 +286,13 @@ func TestGapFloodIsBounded(t *testing.T) {
 	require.Equal(t, wire.VerdictGap, r.Verdict)
 	require.Equal(t, wire.ReasonTooFarAhead, r.Reason)
 
+	ev := func(i int, v int64) event {
+		return event{id: newID(), partition: 5, task: fmt.Sprintf("ahead-%d", i), holder: "flooder.1", generation: lf.Generation,
+			version: v, typ: "step", payload: `{}`}
+	}
 	var ids []string
 	for i := range 40 {
-		x := event{id: newID(), partition: 5, task: fmt.Sprintf("ahead-%d", i), holder: "flooder.1", generation: lf.Generation,
-			version: 2, typ: "step", payload: `{}`}
+		x := ev(i, 2)
 		ids = append(ids, x.id)
 		e.msgAsync(x)
 	}
@@ -295,17 +301,22 @@ func TestGapFloodIsBounded(t *testing.T) {
 	e.publish(ok)
 	require.Equal(t, wire.VerdictCommitted, receiptFor(t, honest, ok.id).Verdict)
 
-	// All but the capped few are judged well within the minute's window.
-	require.Eventually(t, func() bool { return flood.count() >= 1+40-4 }, 20*time.Second, 20*time.Millisecond,
-		"the flood's events beyond the cap were not judged at once")
-	flood.mu.Lock()
-	defer flood.mu.Unlock()
-	for _, id := range ids {
-		for _, r := range flood.byID[id] {
-			require.Equal(t, wire.VerdictGap, r.Verdict)
-			require.Equal(t, wire.ReasonTooManyWaiting, r.Reason)
-		}
+	require.Eventually(t, func() bool { return ingest.Waiting(e.svc) == 4 }, 10*time.Second, 10*time.Millisecond,
+		"the holder's cap of early events should wait in memory")
+	time.Sleep(time.Second)
+	require.LessOrEqual(t, ingest.Waiting(e.svc), 4)
+	require.Equal(t, 1, flood.count(), "only the version beyond MaxAhead may be judged")
+
+	for i := range 40 {
+		x := ev(i, 1)
+		ids = append(ids, x.id)
+		e.msgAsync(x)
 	}
+	e.waitAsync()
+	for _, id := range ids {
+		require.Equal(t, wire.VerdictCommitted, receiptFor(t, flood, id).Verdict)
+	}
+	require.Zero(t, e.count(`SELECT count(*) FROM ledger.rejections WHERE reason <> 'too_far_ahead'`))
 }
 
 // A batch's log copy whose publish is lost is published again; the next
@@ -399,4 +410,38 @@ func TestLargeEventsMakeShortBatches(t *testing.T) {
 		}
 	}
 	require.LessOrEqual(t, largest, 4.0, "a batch took more than 4 events of 64 KiB under a 256 KiB bound (%d batches)", h.GetSampleCount())
+}
+
+// Several ingests share the partitions: one that joins takes its share
+// from the others, and when one stops the others take its partitions over.
+// Every partition is decided by exactly one ingest at a time.
+func TestPartitionsSpreadOverIngestsAndMoveWhenOneStops(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	cfg := ingest.Config{ClaimTTL: 600 * time.Millisecond}
+	a, _ := e.startIngestOn(cfg, e.store)
+	require.Len(t, a.Partitions(), 16, "alone, an ingest decides every partition")
+	b, _ := e.startIngestOn(cfg, e.store)
+	require.Eventually(t, func() bool { return len(a.Partitions()) == 8 && len(b.Partitions()) == 8 }, 10*time.Second,
+		20*time.Millisecond, "a=%v b=%v", a.Partitions(), b.Partitions())
+	require.Empty(t, intersect(a.Partitions(), b.Partitions()))
+
+	b.Stop()
+	require.Eventually(t, func() bool { return len(a.Partitions()) == 16 }, 10*time.Second, 20*time.Millisecond,
+		"a=%v", a.Partitions())
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(3, "worker-a.1", 120000)
+	x := event{id: newID(), partition: 3, task: "moved", holder: "worker-a.1", generation: l.Generation, version: 1, typ: "step", payload: `{}`}
+	e.publish(x)
+	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, x.id).Verdict)
+}
+
+func intersect(a, b []int) []int {
+	var out []int
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }

@@ -13,25 +13,44 @@ import (
 // slow publish). Only a process that stops sending them (crashed, paused,
 // cut off) lets its messages go to another ingest, after AckWait.
 type heldSet struct {
-	mu   sync.Mutex
-	msgs map[*inbound]struct{}
+	mu     sync.Mutex
+	msgs   map[*inbound]struct{}
+	byPart map[int]int
 	// off is a test seam: progress acks are not sent.
 	off bool
 }
 
-func newHeldSet() *heldSet { return &heldSet{msgs: map[*inbound]struct{}{}} }
+func newHeldSet() *heldSet { return &heldSet{msgs: map[*inbound]struct{}{}, byPart: map[int]int{}} }
 
 func (h *heldSet) add(in *inbound) {
 	h.mu.Lock()
-	h.msgs[in] = struct{}{}
+	if _, ok := h.msgs[in]; !ok {
+		h.msgs[in] = struct{}{}
+		h.byPart[in.part]++
+	}
 	h.mu.Unlock()
 }
 
-// release forgets in: it was acked, or handed back.
-func (h *heldSet) release(in *inbound) {
+// release forgets in: it was acked, or handed back. It is false if in was
+// not held (another path released it first).
+func (h *heldSet) release(in *inbound) bool {
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.msgs[in]; !ok {
+		return false
+	}
 	delete(h.msgs, in)
-	h.mu.Unlock()
+	if h.byPart[in.part]--; h.byPart[in.part] == 0 {
+		delete(h.byPart, in.part)
+	}
+	return true
+}
+
+// count is how many messages of partition p are held.
+func (h *heldSet) count(p int) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.byPart[p]
 }
 
 func (h *heldSet) len() int {

@@ -199,15 +199,21 @@ func TestMalformedMessagesAreDeadLetteredAndIngestKeepsCommitting(t *testing.T) 
 		{"repeated header", mutate(func(m *nats.Msg) { m.Header.Add(wire.HeaderVersion, "2") }), wire.ReasonRepeatedHeader},
 		{"non-JSON body", mutate(func(m *nats.Msg) { m.Data = []byte("{not json") }), wire.ReasonBadPayload},
 		{"oversized body", mutate(func(m *nats.Msg) { m.Data = []byte(`"` + strings.Repeat("x", wire.MaxPayloadDefault) + `"`) }), wire.ReasonPayloadTooLarge},
-		{"subject missing the task", mutate(func(m *nats.Msg) { m.Subject = "ledger.in.worker-a.1.0" }), wire.ReasonBadSubject},
-		{"subject with a bad partition", mutate(func(m *nats.Msg) { m.Subject = "ledger.in.worker-a.1.x.bad" }), wire.ReasonBadSubject},
-		{"subject without an instance", mutate(func(m *nats.Msg) { m.Subject = "ledger.in.worker-a.0.bad" }), wire.ReasonBadSubject},
-		{"partition out of range", mutate(func(m *nats.Msg) { m.Subject = "ledger.in.worker-a.1.99.bad" }), wire.ReasonBadPartition},
+		{"task id too long", mutate(func(m *nats.Msg) { m.Subject = "ledger.in.worker-a.1.0." + strings.Repeat("t", 129) }), wire.ReasonBadSubject},
 		{"wrong partition for a pinned task", func() *nats.Msg {
 			ev := good("pinned", 2)
 			ev.partition = 1
 			return e.msg(ev)
 		}(), wire.ReasonWrongPartition},
+	}
+	// LEDGER_IN stores only the subjects of the deployment's partitions:
+	// a publish to any other is refused at once, so nothing sits in the
+	// stream without a consumer to judge it.
+	for _, subject := range []string{"ledger.in.worker-a.1.0", "ledger.in.worker-a.1.x.bad", "ledger.in.worker-a.0.bad",
+		"ledger.in.worker-a.1.99.bad", "ledger.in.worker-a.1.01.bad", "ledger.in.worker-a.1.0.bad.more"} {
+		m := mutate(func(m *nats.Msg) { m.Subject = subject })
+		_, err := e.js.PublishMsg(context.Background(), m)
+		require.ErrorIs(t, err, jetstream.ErrNoStreamResponse, subject)
 	}
 	seqs := make([]uint64, len(cases))
 	for i, c := range cases {

@@ -19,6 +19,7 @@ type metrics struct {
 	retries   *prometheus.CounterVec
 	leaseOps  *prometheus.CounterVec
 	takeovers prometheus.Counter
+	claims    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -44,6 +45,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		takeovers: f.NewCounter(prometheus.CounterOpts{
 			Name: "ledger_lease_takeovers_total",
 			Help: "Grants that replaced an earlier lease (an expired one, or the holder's own earlier incarnation): every grant of generation 2 and above.",
+		}),
+		claims: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ledger_ingest_partitions", Help: "Partitions this ingest decides now (its claims).",
 		}),
 	}
 }

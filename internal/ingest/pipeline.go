@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,24 +40,34 @@ func (s *Service) runLane(l *lane) {
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	tick := time.NewTicker(s.cfg.NotYetDelayMin)
+	defer tick.Stop()
 	for {
 		var first *inbound
-		select {
-		case first = <-ch:
-		case <-s.stopping:
-			// Finish what is queued; Stop hands back whatever comes later.
+		if len(l.ready) > 0 {
+			first, l.ready = l.ready[0], l.ready[1:]
+		} else {
 			select {
 			case first = <-ch:
-			default:
-				return
+			case now := <-tick.C:
+				l.due(now)
+				continue
+			case <-s.stopping:
+				// Finish what is queued; Stop hands back whatever comes later.
+				select {
+				case first = <-ch:
+				default:
+					return
+				}
 			}
 		}
 		b := batcher{max: s.cfg.BatchSize, maxBytes: s.cfg.MaxBatchBytes, batch: make([]*inbound, 0, s.cfg.BatchSize)}
 		b.add(first)
-		b.drain(ch)
-		if len(ch) < cap(ch)/2 {
-			l.stuck.Store(false)
+		for len(l.ready) > 0 && !b.full() {
+			b.add(l.ready[0])
+			l.ready = l.ready[1:]
 		}
+		b.drain(ch)
 		// Linger only when the lane was idle: a backlog already makes a
 		// batch, and waiting would only add to its latency.
 		if len(b.batch) == 1 {
@@ -81,7 +90,7 @@ func (s *Service) runLane(l *lane) {
 				}
 			}
 		}
-		if cb := s.commit(b.batch); cb != nil {
+		if cb := s.commit(l, b.batch); cb != nil {
 			done <- cb
 		}
 	}
@@ -93,9 +102,12 @@ type lane struct {
 	// stored is, per task, the highest version whose LEDGER_LOG copy this
 	// lane stored; only the lane's finisher uses it.
 	stored map[string]int64
-	// stuck is set when a route waited too long for room in ch; until
-	// the lane drains, its new messages are handed back.
-	stuck atomic.Bool
+	// parked holds, per task, the events waiting for an earlier version,
+	// by version; ready, those offered again before the channel's. Only
+	// the lane's own loop uses them (park.go).
+	parked  map[string][]*inbound
+	nParked int
+	ready   []*inbound
 }
 
 // batcher gathers one batch: up to max messages, and no more once their
@@ -134,7 +146,8 @@ const finishQueue = 4
 // committedBatch is a batch whose outcomes are durable in Postgres and whose
 // LEDGER_LOG / LEDGER_DLQ copies are to be stored.
 type committedBatch struct {
-	batch   []*inbound
+	batch   []*inbound // the events with a verdict: receipts and acks
+	size    int        // the events the batch began with
 	logged  []*fence.Committed // the events whose copies out begins with, in commit order
 	out     []*nats.Msg
 	started time.Time
@@ -146,10 +159,10 @@ type committedBatch struct {
 // then send receipts, and only then ack the inbound messages (finish). A
 // crash anywhere before the ack redelivers the message, and every step is
 // idempotent.
-func (s *Service) commit(batch []*inbound) *committedBatch {
+func (s *Service) commit(l *lane, batch []*inbound) *committedBatch {
 	ctx := s.workCtx
-	cb := &committedBatch{batch: batch, started: time.Now()}
-	events := make([]fence.Event, 0, len(batch))
+	cb := &committedBatch{size: len(batch), started: time.Now()}
+	batch = s.ownedOnly(batch)
 	pos := make([]int, 0, len(batch))
 	for i, in := range batch {
 		if decode(in, s.subjects) {
@@ -160,23 +173,40 @@ func (s *Service) commit(batch []*inbound) *committedBatch {
 	if h := s.cfg.hooks; h != nil && h.beforeAppend != nil {
 		h.beforeAppend(ctx)
 	}
-	for _, i := range pos {
-		events = append(events, batch[i].event)
-	}
-	if len(events) > 0 {
-		results, ok := s.appendWithRetry(ctx, events)
-		if !ok {
+	for len(pos) > 0 {
+		events := make([]fence.Event, len(pos))
+		parts := make([]int, 0, 4)
+		for k, i := range pos {
+			events[k] = batch[i].event
+			if !slices.Contains(parts, batch[i].part) {
+				parts = append(parts, batch[i].part)
+			}
+		}
+		claims, _ := s.claims.epochs(parts)
+		results, err := s.appendWithRetry(ctx, claims, events)
+		if errors.Is(err, fence.ErrNotClaimed) {
+			// Another ingest took a partition of the batch over: learn
+			// which, and decide the rest.
+			s.beat()
+			batch = s.ownedOnly(batch)
+			pos = pos[:0]
+			for i, in := range batch {
+				if in.subjectOK && in.result.Verdict == "" {
+					pos = append(pos, i)
+				}
+			}
+			continue
+		}
+		if err != nil {
 			s.abandon(batch)
 			return nil
 		}
 		for k, i := range pos {
 			batch[i].result = results[k]
 		}
-		if !s.capWaiting(ctx, batch, pos, cb.started) {
-			s.abandon(batch)
-			return nil
-		}
+		break
 	}
+	s.settleWaiting(l, batch, cb.started)
 	// Log copies go out in commit order (a batch may hold a task's v2
 	// before its v1; the fence commits v1 first), dead letters after them.
 	var copies []*fence.Committed
@@ -184,11 +214,13 @@ func (s *Service) commit(batch []*inbound) *committedBatch {
 	for _, in := range batch {
 		switch in.result.Verdict {
 		case fence.NotYet:
+			continue
 		case wire.VerdictCommitted, wire.VerdictDuplicate:
 			copies = append(copies, in.result.Committed)
 		default:
 			letters = append(letters, s.deadLetter(in))
 		}
+		cb.batch = append(cb.batch, in)
 	}
 	slices.SortFunc(copies, func(a, b *fence.Committed) int { return cmp.Compare(a.Seq, b.Seq) })
 	cb.logged = copies
@@ -197,6 +229,46 @@ func (s *Service) commit(batch []*inbound) *committedBatch {
 	}
 	cb.out = append(cb.out, letters...)
 	return cb
+}
+
+// ownedOnly returns the events of batch whose partition this process still
+// decides; the others are handed back, for their partition's new owner.
+func (s *Service) ownedOnly(batch []*inbound) []*inbound {
+	keep := batch[:0]
+	for _, in := range batch {
+		if s.claims.owns(in.part) {
+			keep = append(keep, in)
+			continue
+		}
+		s.unpark(in)
+		if s.held.release(in) {
+			_ = in.msg.Nak()
+		}
+	}
+	return keep
+}
+
+// settleWaiting parks the batch's events that are not yet due and offers
+// again the waiting events its commits made due. An event whose principal
+// has too many waiting already is handed back for redelivery later.
+func (s *Service) settleWaiting(l *lane, batch []*inbound, now time.Time) {
+	heads := map[string]int64{}
+	for _, in := range batch {
+		if in.result.Verdict == fence.NotYet {
+			if !s.park(l, in, now) {
+				s.held.release(in)
+				_ = in.msg.NakWithDelay(s.notYetDelay(in, now))
+			}
+			continue
+		}
+		s.unpark(in)
+		if c := in.result.Committed; c != nil && c.Version > heads[c.Task] {
+			heads[c.Task] = c.Version
+		}
+	}
+	for task, head := range heads {
+		l.wake(task, head)
+	}
 }
 
 // markFinal decides which events of the batch may be judged gap if their
@@ -229,42 +301,6 @@ func (s *Service) markFinal(ctx context.Context, batch []*inbound, pos []int, no
 		}()
 	}
 	wg.Wait()
-}
-
-// capWaiting counts the batch's "not yet" events against their principals'
-// MaxWaitingPerPrincipal, and appends again, judged at once (gap,
-// too_many_waiting), the ones beyond it. It is false if the service stopped
-// before that second append was done.
-func (s *Service) capWaiting(ctx context.Context, batch []*inbound, pos []int, now time.Time) bool {
-	if h := s.cfg.hooks; h != nil && h.noWaitingCap {
-		return true
-	}
-	var over []int
-	for _, i := range pos {
-		in := batch[i]
-		if in.result.Verdict != fence.NotYet {
-			continue
-		}
-		if !s.waiting.reserve(wire.Principal(in.event.Holder), in.sourceSeq, s.cfg.MaxWaitingPerPrincipal, now.Add(s.cfg.NotYetDelayMax+s.cfg.AckWait)) {
-			in.event.Final, in.event.GapReason = true, wire.ReasonTooManyWaiting
-			over = append(over, i)
-		}
-	}
-	if len(over) == 0 {
-		return true
-	}
-	events := make([]fence.Event, len(over))
-	for k, i := range over {
-		events[k] = batch[i].event
-	}
-	results, ok := s.appendWithRetry(ctx, events)
-	if !ok {
-		return false
-	}
-	for k, i := range over {
-		batch[i].result = results[k]
-	}
-	return true
 }
 
 // earlierPending reports whether LEDGER_IN holds a message of in's task,
@@ -306,12 +342,9 @@ func (s *Service) finish(l *lane, cb *committedBatch) {
 	if h := s.cfg.hooks; h != nil && h.afterPublish != nil && !h.afterPublish() {
 		return // a simulated crash: nothing acked
 	}
-	now := time.Now()
 	for _, in := range cb.batch {
-		s.held.release(in)
-		if in.result.Verdict == fence.NotYet {
-			_ = in.msg.NakWithDelay(s.notYetDelay(in, now))
-			continue
+		if !s.held.release(in) {
+			continue // its partition was handed over meanwhile
 		}
 		s.sendReceipt(in)
 		if err := in.msg.Ack(); err != nil {
@@ -320,27 +353,37 @@ func (s *Service) finish(l *lane, cb *committedBatch) {
 		}
 		s.metrics.verdict(in.result.Verdict, in.result.Reason)
 	}
-	s.metrics.batch(len(cb.batch), time.Since(cb.started))
+	s.metrics.batch(cb.size, time.Since(cb.started))
 }
 
-// appendWithRetry calls fence.Append until it succeeds or the service stops.
-// A failure is never a verdict: the batch stays in hand, its messages kept
-// from redelivery by progress acks, while the database is away.
-func (s *Service) appendWithRetry(ctx context.Context, events []fence.Event) ([]fence.Result, bool) {
+// appendWithRetry appends under claims until it succeeds, the service
+// stops (an error), or a claim is found gone (fence.ErrNotClaimed). A
+// failure is never a verdict: the batch stays in hand, its messages kept
+// from redelivery by progress acks, while the database is away. Each run
+// of failures is logged once, with its cause, and once more when it ends.
+func (s *Service) appendWithRetry(ctx context.Context, claims *fence.Claims, events []fence.Event) ([]fence.Result, error) {
 	delay := s.cfg.RetryMin
+	var failedSince time.Time
 	for attempt := 1; ; attempt++ {
-		res, err := s.store.Append(ctx, events)
-		if err == nil {
-			return res, true
+		res, err := s.store.AppendClaimed(ctx, claims, events)
+		if err == nil || errors.Is(err, fence.ErrNotClaimed) {
+			if !failedSince.IsZero() {
+				s.log.Info("fenced append works again", slog.Int("attempts", attempt),
+					slog.String("after", time.Since(failedSince).Round(time.Millisecond).String()))
+			}
+			return res, err
 		}
 		if ctx.Err() != nil {
-			return nil, false
+			return nil, ctx.Err()
 		}
 		s.metrics.retry("append")
-		s.log.Warn("fenced append failed; retrying", slog.Int("events", len(events)), slog.Int("attempt", attempt),
-			slog.Bool("transient", fence.IsTransient(err)), slog.String("backoff", delay.String()), slog.String("error", err.Error()))
+		if failedSince.IsZero() {
+			failedSince = time.Now()
+			s.log.Warn("fenced append failed; retrying until it works", slog.Int("events", len(events)),
+				slog.Bool("transient", fence.IsTransient(err)), slog.String("error", err.Error()))
+		}
 		if !s.sleep(ctx, delay) {
-			return nil, false
+			return nil, ctx.Err()
 		}
 		delay = min(delay*2, s.cfg.RetryMax)
 	}

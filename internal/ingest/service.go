@@ -72,15 +72,15 @@ type Service struct {
 
 	lanes      []*lane
 	held       *heldSet
+	claims     *claims
 	inStream   jetstream.Stream
 	logStream  jetstream.Stream
-	waiting    *waitingSet
+	parked     *parkedCount
 	stopping   chan struct{} // closed when Stop begins
 	stopOnce   sync.Once
 	wg         sync.WaitGroup
 	workCtx    context.Context
 	cancelWork context.CancelFunc
-	consume    jetstream.ConsumeContext
 	letterMax  int // the largest dead letter the server and LEDGER_DLQ take
 	svc        micro.Service
 	copies     *copier
@@ -105,6 +105,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if d.NC == nil || d.Store == nil {
 		return nil, errors.New("ingest: a NATS connection and a fence store are required")
 	}
+	if n := d.Store.Partitions(); n > MaxPartitions {
+		return nil, fmt.Errorf("ingest: %d partitions; an ingest decides at most %d (one JetStream consumer each)", n, MaxPartitions)
+	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
@@ -117,25 +120,18 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	return &Service{cfg: cfg, nc: d.NC, js: js, store: d.Store, log: d.Logger,
 		subjects: wire.Subjects{Prefix: cfg.Prefix}, metrics: newMetrics(d.Registerer),
-		held: newHeldSet(), waiting: newWaitingSet(), stopping: make(chan struct{})}, nil
+		held: newHeldSet(), parked: &parkedCount{by: map[string]int{}}, stopping: make(chan struct{})}, nil
 }
 
-// Start applies the streams and the consumer, starts the lease service and
-// begins consuming. It returns once all of that is running.
+// Start applies the streams, starts the lease service and takes this
+// process's share of the partitions (claims.go). It returns once all of
+// that is running.
 func (s *Service) Start(ctx context.Context) error {
-	opts := streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Replicas}
+	opts := streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Replicas, Partitions: s.store.Partitions()}
 	if err := streams.Apply(ctx, s.js, opts); err != nil {
 		return err
 	}
-	ccfg, err := streams.Consumer("ingest", opts)
-	if err != nil {
-		return err
-	}
-	ccfg.AckWait = s.cfg.AckWait
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, wire.StreamIn, ccfg)
-	if err != nil {
-		return fmt.Errorf("ingest: consumer: %w", err)
-	}
+	var err error
 	if s.inStream, err = s.js.Stream(ctx, wire.StreamIn); err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", wire.StreamIn, err)
 	}
@@ -173,52 +169,34 @@ func (s *Service) Start(ctx context.Context) error {
 
 	s.lanes = make([]*lane, s.cfg.Lanes)
 	for i := range s.lanes {
-		s.lanes[i] = &lane{ch: make(chan *inbound, s.cfg.BatchSize), stored: map[string]int64{}}
+		s.lanes[i] = &lane{ch: make(chan *inbound, s.cfg.BatchSize), stored: map[string]int64{}, parked: map[string][]*inbound{}}
 		s.wg.Add(1)
 		go s.runLane(s.lanes[i])
 	}
 	s.held.off = s.cfg.hooks != nil && s.cfg.hooks.noKeepAlive
 	go s.held.keepAlive(s.cfg.AckWait/3, s.stopping)
-	s.consume, err = cons.Consume(s.route,
-		jetstream.PullMaxMessages(min(2*s.cfg.BatchSize*s.cfg.Lanes, 4000)),
-		// A pull that expires every 5 s (heartbeats every 2.5 s) is found
-		// dead within about 5 s when its consumer's leader moves; with the
-		// default 30 s expiry the ingest stood still for up to 30 s after a
-		// node was lost. Idle, it costs a pull request every 5 s.
-		jetstream.PullExpiry(pullExpiry),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			s.log.Warn("consume", slog.String("error", err.Error()))
-		}))
-	if err != nil {
-		s.Stop()
-		return fmt.Errorf("ingest: consume: %w", err)
-	}
-	s.log.Info("ingest started", slog.String("prefix", s.cfg.Prefix), slog.Int("lanes", s.cfg.Lanes),
-		slog.Int("batch_size", s.cfg.BatchSize), slog.String("gap_window", s.cfg.GapWindow.String()))
+	s.claims = &claims{owner: s.cfg.owner(), runs: map[int]*partRun{}}
+	s.beat()
+	s.wg.Add(1)
+	go s.runClaims()
+	s.log.Info("ingest started", slog.String("prefix", s.cfg.Prefix), slog.String("owner", s.claims.owner),
+		slog.Int("lanes", s.cfg.Lanes), slog.Int("batch_size", s.cfg.BatchSize), slog.String("gap_window", s.cfg.GapWindow.String()),
+		slog.Any("partitions", s.claims.owned()))
 	return nil
 }
 
-// route hands a message to the lane of its partition, so that one
-// partition's events are appended in arrival order. From then on the
-// message is held: it gets progress acks until it is acked or handed back.
-//
-// A lane that stays full (its database is away, say) would block this
-// callback, and the messages JetStream has already sent behind it would sit
-// in the client's buffer without progress acks until AckWait handed them to
-// another ingest. So a route that waits AckWait/4 for room marks the lane
-// stuck, and while it is stuck the lane's messages are handed back at once
-// for another ingest (or this one, later) to take. Once Stop has begun,
-// every message is handed back.
-func (s *Service) route(m jetstream.Msg) {
-	in := &inbound{msg: m, received: time.Now()}
+// route hands a message of partition p to the lane of its partition, so
+// that one partition's events are appended in stream order. From then on
+// the message is held: it gets progress acks until it is acked or handed
+// back. A full lane makes route wait: the partition's consumer then stops
+// delivering, which is the backpressure, and nothing leaves its order.
+// Once Stop has begun, every message is handed back.
+func (s *Service) route(m jetstream.Msg, p int) {
+	in := &inbound{msg: m, received: time.Now(), part: p}
 	if meta, err := m.Metadata(); err == nil {
 		in.sourceSeq, in.delivered, in.published = meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp
 	}
-	s.waiting.back(in.sourceSeq)
-	l := s.lanes[0]
-	if _, p, _, err := s.subjects.ParseIn(m.Subject()); err == nil {
-		l = s.lanes[p%len(s.lanes)]
-	}
+	l := s.lanes[p%len(s.lanes)]
 	select {
 	case <-s.stopping:
 		_ = m.Nak()
@@ -228,35 +206,11 @@ func (s *Service) route(m jetstream.Msg) {
 	s.held.add(in)
 	select {
 	case l.ch <- in:
-		return
-	default:
-	}
-	if h := s.cfg.hooks; h != nil && h.blockingRoute {
-		select {
-		case l.ch <- in:
-		case <-s.stopping:
-			s.held.release(in)
+	case <-s.stopping:
+		if s.held.release(in) {
 			_ = m.Nak()
 		}
-		return
 	}
-	if !l.stuck.Load() {
-		t := time.NewTimer(s.cfg.AckWait / 4)
-		defer t.Stop()
-		select {
-		case l.ch <- in:
-			return
-		case <-s.stopping:
-			s.held.release(in)
-			_ = m.Nak()
-			return
-		case <-t.C:
-			l.stuck.Store(true)
-			s.log.Warn("a lane stays full; handing its new messages back until it drains")
-		}
-	}
-	s.held.release(in)
-	_ = m.NakWithDelay(s.cfg.NotYetDelayMax)
 }
 
 // Stop stops fetching, finishes the batches in hand and stops the lease
@@ -273,12 +227,25 @@ func (s *Service) Stop() {
 	deadline := time.NewTimer(s.cfg.StopTimeout)
 	defer deadline.Stop()
 	close(s.stopping)
-	if s.consume != nil {
-		s.consume.Drain()
-		select {
-		case <-s.consume.Closed():
-		case <-deadline.C:
-			deadline.Reset(0)
+	if s.claims != nil {
+		// No beat starts or stops a partition from here on.
+		s.claims.beatMu.Lock()
+		defer s.claims.beatMu.Unlock()
+		s.claims.mu.Lock()
+		runs := make([]*partRun, 0, len(s.claims.runs))
+		for _, r := range s.claims.runs {
+			runs = append(runs, r)
+		}
+		s.claims.mu.Unlock()
+		for _, r := range runs {
+			r.consume.Drain()
+		}
+		for _, r := range runs {
+			select {
+			case <-r.consume.Closed():
+			case <-deadline.C:
+				deadline.Reset(0)
+			}
 		}
 	}
 	done := make(chan struct{})
@@ -298,6 +265,9 @@ func (s *Service) Stop() {
 		s.held.release(in)
 		_ = in.msg.Nak()
 	}
+	if s.claims != nil {
+		s.leave()
+	}
 	if s.svc != nil {
 		_ = s.svc.Stop()
 	}
@@ -310,14 +280,21 @@ func (s *Service) Stop() {
 	s.log.Info("ingest stopped")
 }
 
-// CheckConsumer reports whether the ingest consumer exists and this process
-// is consuming from it; it is a readiness check.
-func (s *Service) CheckConsumer(ctx context.Context) error {
-	if s.consume == nil {
-		return errors.New("not consuming")
+// CheckConsumer reports whether this process takes part in deciding the
+// partitions: its heartbeat reached the database within the claim TTL. An
+// ingest that holds no partition (more ingests than partitions) is ready
+// too: it stands by. It is a readiness check.
+func (s *Service) CheckConsumer(context.Context) error {
+	if s.claims == nil {
+		return errors.New("not started")
 	}
-	if _, err := s.js.Consumer(ctx, wire.StreamIn, "ingest"); err != nil {
-		return fmt.Errorf("ingest consumer: %w", err)
+	return s.claimsBeaten()
+}
+
+// Partitions lists the partitions this process decides now.
+func (s *Service) Partitions() []int {
+	if s.claims == nil {
+		return nil
 	}
-	return nil
+	return s.claims.owned()
 }

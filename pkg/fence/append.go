@@ -84,8 +84,14 @@ var errRetryBatch = errors.New("fence: batch raced, retrying")
 // unknown whether it was: running the batch again is always safe, as every
 // event is idempotent); IsTransient tells whether to retry.
 func (s *Store) Append(ctx context.Context, events []Event) ([]Result, error) {
+	return s.appendBatch(ctx, nil, events)
+}
+
+// appendBatch is Append, under claims when c is not nil (AppendClaimed).
+func (s *Store) appendBatch(ctx context.Context, c *Claims, events []Event) ([]Result, error) {
 	res := make([]Result, len(events))
 	b := s.prepare(events, res)
+	b.claims = c
 	if len(b.order) == 0 {
 		return res, nil
 	}
@@ -102,6 +108,8 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Result, error) {
 		}
 		code := sqlState(err)
 		switch {
+		case code == sqlStateClaimCheck:
+			return nil, fmt.Errorf("%w: append %d events: %w", ErrNotClaimed, len(events), err)
 		case errors.Is(err, errRetryBatch):
 		case code == pgerrcode.UniqueViolation:
 			// An event hit a stored key the optimistic read did not look up
@@ -201,6 +209,9 @@ type batch struct {
 	// careful keeps the batch off the fast path (fast.go): set once a
 	// prediction of its outcome missed.
 	careful bool
+	// claims, when set, are the ingest claims the batch is appended under
+	// (AppendClaimed).
+	claims *Claims
 	// keyCache holds keys(), the batch's distinct partitions, tasks and ids.
 	keyCache *batchKeys
 	// canon holds the canonical form of payloads compared so far.

@@ -172,6 +172,9 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 		}
 		pb.Queue(lock, partitions)
 	}
+	if step != txContinue {
+		queueClaimCheck(pb, b)
+	}
 	if len(tasks) > 0 {
 		pb.Queue(s.sqlHeads(), tasks)
 	}
@@ -195,6 +198,11 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 	if !s.unfenced {
 		var err error
 		if st.leases, err = readLeases(br); err != nil {
+			return st, err
+		}
+	}
+	if step != txContinue {
+		if err := readClaimCheck(br, b); err != nil {
 			return st, err
 		}
 	}
@@ -348,7 +356,7 @@ func (s *Store) write(ctx context.Context, conn *pgxpool.Conn, b *batch, p plan,
 	defer br.Close()
 
 	if fast {
-		if err := s.readFastReads(br); err != nil {
+		if err := s.readFastReads(br, b); err != nil {
 			return nil, err
 		}
 	}

@@ -95,12 +95,13 @@ func (s *Store) queueFastReads(pb *pgx.Batch, b *batch) {
 	pb.Queue("begin")
 	pb.Queue(sqlSetTimeouts, ms(s.cfg.StatementTimeout), ms(s.cfg.IdleInTransactionTimeout))
 	pb.Queue(sqlAppendLockLeases, partitions)
+	queueClaimCheck(pb, b)
 	pb.Queue(sqlAppendUnrecorded, ids)
 }
 
 // readFastReads reads the results of queueFastReads, and remembers the
 // leases it locked.
-func (s *Store) readFastReads(br pgx.BatchResults) error {
+func (s *Store) readFastReads(br pgx.BatchResults, b *batch) error {
 	for range 2 { // begin, timeouts
 		if _, err := br.Exec(); err != nil {
 			return err
@@ -111,6 +112,9 @@ func (s *Store) readFastReads(br pgx.BatchResults) error {
 		return err
 	}
 	s.last.note(leases, nil)
+	if err := readClaimCheck(br, b); err != nil {
+		return err
+	}
 	_, err = br.Exec()
 	return err
 }

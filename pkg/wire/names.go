@@ -108,6 +108,12 @@ func (s Subjects) InTask(partition int, task string) string {
 	return s.p() + ".in.*.*." + strconv.Itoa(partition) + "." + task
 }
 
+// InPartition is the filter of partition's events in LEDGER_IN, from any
+// holder: <prefix>.in.*.*.<partition>.*.
+func (s Subjects) InPartition(partition int) string {
+	return s.p() + ".in.*.*." + strconv.Itoa(partition) + ".*"
+}
+
 // InPrincipal is the filter of every inbound subject of one principal:
 // what a worker of that principal may publish to.
 func (s Subjects) InPrincipal(principal string) string { return s.p() + ".in." + principal + ".>" }

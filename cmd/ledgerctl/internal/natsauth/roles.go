@@ -142,11 +142,16 @@ func (l Layout) Permissions(role, name string) (Permissions, error) {
 		pub := append([]string{"$JS.API.INFO"}, streamAPI(wire.StreamIn, wire.StreamLog, wire.StreamDLQ)...)
 		pub = append(pub, msgGetAPI(wire.StreamIn, wire.StreamLog)...)
 		pub = append(pub,
-			"$JS.API.CONSUMER.CREATE."+wire.StreamIn+".ingest",
-			"$JS.API.CONSUMER.CREATE."+wire.StreamIn+".ingest.>",
-			"$JS.API.CONSUMER.INFO."+wire.StreamIn+".ingest",
-			"$JS.API.CONSUMER.MSG.NEXT."+wire.StreamIn+".ingest",
-			"$JS.ACK."+wire.StreamIn+".ingest.>",
+			// One consumer per partition, named ingest-<partition>-<epoch>
+			// (a new one per claim), and the shared one of earlier versions
+			// to delete.
+			"$JS.API.CONSUMER.CREATE."+wire.StreamIn+".*",
+			"$JS.API.CONSUMER.CREATE."+wire.StreamIn+".*.>",
+			"$JS.API.CONSUMER.INFO."+wire.StreamIn+".*",
+			"$JS.API.CONSUMER.DELETE."+wire.StreamIn+".*",
+			"$JS.API.CONSUMER.NAMES."+wire.StreamIn,
+			"$JS.API.CONSUMER.MSG.NEXT."+wire.StreamIn+".*",
+			"$JS.ACK."+wire.StreamIn+".>",
 			l.p("log.>"), l.p("dlq.>"), l.p("receipt.>"))
 		sub := []string{
 			l.p("lease.acquire.*.*"), l.p("lease.renew.*.*"), l.p("lease.release.*.*"),
