@@ -146,8 +146,8 @@ const finishQueue = 4
 // committedBatch is a batch whose outcomes are durable in Postgres and whose
 // LEDGER_LOG / LEDGER_DLQ copies are to be stored.
 type committedBatch struct {
-	batch   []*inbound // the events with a verdict: receipts and acks
-	size    int        // the events the batch began with
+	batch   []*inbound         // the events with a verdict: receipts and acks
+	size    int                // the events the batch began with
 	logged  []*fence.Committed // the events whose copies out begins with, in commit order
 	out     []*nats.Msg
 	started time.Time
