@@ -91,7 +91,7 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Result, error) {
 func (s *Store) appendBatch(ctx context.Context, c *Claims, events []Event) ([]Result, error) {
 	res := make([]Result, len(events))
 	b := s.prepare(events, res)
-	b.claims = c
+	b.claims, b.noClaimCheck = c, s.noClaimCheck
 	if len(b.order) == 0 {
 		return res, nil
 	}
@@ -211,7 +211,8 @@ type batch struct {
 	careful bool
 	// claims, when set, are the ingest claims the batch is appended under
 	// (AppendClaimed).
-	claims *Claims
+	claims       *Claims
+	noClaimCheck bool
 	// keyCache holds keys(), the batch's distinct partitions, tasks and ids.
 	keyCache *batchKeys
 	// canon holds the canonical form of payloads compared so far.

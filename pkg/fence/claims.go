@@ -107,7 +107,7 @@ func (s *Store) AppendClaimed(ctx context.Context, c *Claims, events []Event) ([
 
 // queueClaimCheck queues the check of the batch's claims, if it has any.
 func queueClaimCheck(pb *pgx.Batch, b *batch) {
-	if b.claims == nil {
+	if b.claims == nil || b.noClaimCheck {
 		return
 	}
 	partitions, _, _ := b.keys()
@@ -120,7 +120,7 @@ func queueClaimCheck(pb *pgx.Batch, b *batch) {
 
 // readClaimCheck reads its result.
 func readClaimCheck(br pgx.BatchResults, b *batch) error {
-	if b.claims == nil {
+	if b.claims == nil || b.noClaimCheck {
 		return nil
 	}
 	if _, err := br.Exec(); err != nil {

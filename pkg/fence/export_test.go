@@ -103,3 +103,12 @@ func WithoutFastPath(s *Store) *Store {
 	c.noFast = true
 	return &c
 }
+
+// WithoutClaimCheck returns a copy of s whose appends do not check the
+// ingest claims they are made under: the negative control of the test
+// that an ingest that lost a partition commits nothing for it.
+func WithoutClaimCheck(s *Store) *Store {
+	c := *s
+	c.noClaimCheck = true
+	return &c
+}

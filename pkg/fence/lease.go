@@ -47,6 +47,9 @@ type Store struct {
 	// every append on the careful path.
 	last   *lastRead
 	noFast bool
+	// noClaimCheck, set only by the package's tests, appends without
+	// checking the ingest claims: the negative control of claims_test.go.
+	noClaimCheck bool
 	// fastAppends and missedPredictions count the attempts that took the
 	// fast path, and those of them whose prediction missed.
 	fastAppends, missedPredictions *atomic.Int64
