@@ -36,6 +36,8 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.BatchWait, "batch-wait", connect.EnvDuration("LEDGER_BATCH_WAIT", ingest.BatchWaitDefault), "how long a batch waits to fill (env LEDGER_BATCH_WAIT)")
 	fs.DurationVar(&cfg.GapWindow, "gap-window", connect.EnvDuration("LEDGER_GAP_WINDOW", ingest.GapWindowDefault), "how long an early version waits for the missing ones (env LEDGER_GAP_WINDOW)")
 	fs.IntVar(&cfg.Lanes, "lanes", connect.EnvInt("LEDGER_LANES", ingest.LanesDefault()), "batches processed at once; default one per CPU, 2 to 8 (env LEDGER_LANES)")
+	fs.DurationVar(&cfg.ClaimTTL, "claim-ttl", connect.EnvDuration("LEDGER_CLAIM_TTL", ingest.ClaimTTLDefault), "how long this ingest's claims on its partitions last without a heartbeat; another ingest takes over about this long after it dies (env LEDGER_CLAIM_TTL)")
+	fs.IntVar(&cfg.MaxWaitingPerPrincipal, "max-waiting", connect.EnvInt("LEDGER_MAX_WAITING", ingest.MaxWaitingPerPrincipalDefault), "events of one principal that may wait in memory for an earlier version; beyond it they go back to LEDGER_IN for later (env LEDGER_MAX_WAITING)")
 	fs.IntVar(&cfg.Replicas, "replicas", connect.EnvInt("LEDGER_REPLICAS", 1), "stream replicas: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
 	migrate := fs.Bool("migrate", true, "apply database migrations at start")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file, from start until it exits on SIGTERM or SIGINT (for measurement: ledgerctl bench -external); default none")

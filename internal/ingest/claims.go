@@ -122,7 +122,7 @@ func (s *Service) beat() {
 	// An ingest cut off from NATS cannot serve its partitions: it stops
 	// renewing, and another ingest takes them over once the claims expire.
 	connected := s.nc.IsConnected()
-	v, err := s.store.IngestHeartbeat(ctx, c.owner, s.cfg.ClaimTTL, connected)
+	v, err := s.store.IngestHeartbeat(ctx, c.owner, s.cfg.ClaimTTL, connected, c.owned())
 	if err != nil {
 		if !c.failing && s.workCtx.Err() == nil {
 			s.log.Warn("ingest heartbeat failed; the partitions keep running until another ingest takes them over",

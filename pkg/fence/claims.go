@@ -56,15 +56,15 @@ SELECT ledger.claim_check((SELECT count(*) FROM (
     JOIN unnest($1::int[], $2::bigint[]) AS w(p, e) ON c.partition = w.p AND c.epoch = w.e
     WHERE c.owner = $3 FOR KEY SHARE OF c) held), cardinality($1::int[]))`
 
-	// sqlIngestHeartbeat keeps owner a member and its claims alive, expired
-	// or not: a claim nobody took over is still this ingest's to decide.
+	// sqlIngestMember keeps owner a member; sqlIngestRenewClaims keeps the
+	// claims it names alive.
 	sqlIngestMember = `
 INSERT INTO ledger.ingest_members (owner, expires_at, joined_at)
 VALUES ($1, clock_timestamp() + $2::bigint * interval '1 millisecond', clock_timestamp())
 ON CONFLICT (owner) DO UPDATE SET expires_at = excluded.expires_at`
 	sqlIngestRenewClaims = `
 UPDATE ledger.ingest_claims SET expires_at = clock_timestamp() + $2::bigint * interval '1 millisecond'
-WHERE owner = $1`
+WHERE owner = $1 AND partition = ANY($3::int[])`
 	sqlIngestForget = `
 DELETE FROM ledger.ingest_members WHERE expires_at < clock_timestamp() - interval '1 hour'`
 	sqlIngestCount = `
@@ -88,12 +88,13 @@ WHERE partition = $1 AND epoch = $4 RETURNING epoch`
 
 	// sqlClaimRelease expires a claim now and keeps its epoch; the next
 	// claim raises it.
+	// A released claim has no owner, so nobody's heartbeat renews it.
 	sqlClaimRelease = `
-UPDATE ledger.ingest_claims SET expires_at = clock_timestamp()
+UPDATE ledger.ingest_claims SET expires_at = clock_timestamp(), owner = ''
 WHERE partition = $1 AND owner = $2 AND epoch = $3`
 	sqlIngestLeave = `
 WITH gone AS (DELETE FROM ledger.ingest_members WHERE owner = $1)
-UPDATE ledger.ingest_claims SET expires_at = clock_timestamp() WHERE owner = $1`
+UPDATE ledger.ingest_claims SET expires_at = clock_timestamp(), owner = '' WHERE owner = $1`
 )
 
 // AppendClaimed is Append made under an ingest's claims: the transaction
@@ -131,16 +132,22 @@ func readClaimCheck(br pgx.BatchResults, b *batch) error {
 
 // IngestHeartbeat keeps owner among the live ingests and its claims alive
 // for ttl, and reads how many ingests are alive and every partition's
-// claim. An ingest calls it every ttl/3. With renew false it only reads:
-// an ingest that cannot serve its partitions (its NATS connection is down)
+// claim. An ingest calls it every ttl/3 with the partitions it decides:
+// only their claims are renewed, expired or not (a claim nobody took over
+// is still this ingest's to decide). With renew false it only reads: an
+// ingest that cannot serve its partitions (its NATS connection is down)
 // lets its claims expire, for another to take over.
-func (s *Store) IngestHeartbeat(ctx context.Context, owner string, ttl time.Duration, renew bool) (IngestView, error) {
+func (s *Store) IngestHeartbeat(ctx context.Context, owner string, ttl time.Duration, renew bool, partitions []int) (IngestView, error) {
 	v := IngestView{Claims: map[int]Claim{}}
 	pb := &pgx.Batch{}
 	writes := 0
 	if renew {
+		parts := make([]int32, len(partitions))
+		for i, p := range partitions {
+			parts[i] = int32(p)
+		}
 		pb.Queue(sqlIngestMember, owner, ttl.Milliseconds())
-		pb.Queue(sqlIngestRenewClaims, owner, ttl.Milliseconds())
+		pb.Queue(sqlIngestRenewClaims, owner, ttl.Milliseconds(), parts)
 		pb.Queue(sqlIngestForget)
 		writes = 3
 	}

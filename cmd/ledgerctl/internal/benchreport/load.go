@@ -61,6 +61,24 @@ func (l *load) events(n int, holder string, gens [partitions]int64) []fence.Even
 	return out
 }
 
+// hotLoad is one task on each partition: every event of a phase on 16
+// tasks, so each task takes hundreds of versions a second.
+func hotLoad(prefix string) *load {
+	l := &load{index: map[string]int{}}
+	have := map[int]bool{}
+	for i := 0; len(have) < partitions; i++ {
+		task := prefix + strconv.Itoa(i)
+		p := wire.PartitionOf(task, partitions)
+		if have[p] {
+			continue
+		}
+		have[p] = true
+		l.index[task] = len(l.tasks)
+		l.tasks, l.parts = append(l.tasks, task), append(l.parts, p)
+	}
+	return l
+}
+
 // runID is a short random id that keeps one run's tasks and holders apart
 // from any earlier run's on the same database.
 func runID() string { return strings.ToLower(rand.Text()[:8]) }

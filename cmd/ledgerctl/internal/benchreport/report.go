@@ -19,6 +19,7 @@ const (
 	LabelFenceAppend    = "fence.Append (1000/batch, all checks)"
 	LabelFullPipeline   = "pipeline: raw → ingest (LOG copy, receipt), median"
 	LabelBarePipeline   = "pipeline: raw → bare (one set-based insert), median"
+	LabelHotPipeline    = "pipeline: raw → ingest, one hot task a partition, median"
 	LabelSDKKV          = "pipeline: SDK → ingest → projector KV"
 	LabelCatchUp        = "projector: LEDGER_LOG → KV (catch-up)"
 	LabelLogRead        = "raw read of the same LEDGER_LOG messages"
@@ -75,8 +76,13 @@ type Report struct {
 	// alternating rounds of Events events: medians of the rounds' rates,
 	// FullPipeline.Relative the median of the per-round ratios full/bare,
 	// and the machine's CPU time per event (medians).
-	FullPipeline   Row     `json:"full_pipeline,omitzero"`
-	BarePipeline   Row     `json:"bare_pipeline,omitzero"`
+	FullPipeline Row `json:"full_pipeline,omitzero"`
+	BarePipeline Row `json:"bare_pipeline,omitzero"`
+	// HotPipeline is the full pipeline again with every event on one task
+	// of each partition (hundreds of versions a second per task, each
+	// task's versions pipelined in order), in rounds alternating with the
+	// many-tasks load; Relative is the median per-round ratio to it.
+	HotPipeline    Row     `json:"hot_pipeline,omitzero"`
 	PipelineRounds []Round `json:"pipeline_rounds,omitempty"`
 	// ProjectorBacklog is how many LEDGER_LOG messages the projector
 	// found waiting when it started again after the raw pipelines: every
@@ -201,7 +207,7 @@ func (m Machine) String() string {
 // Rows returns the measured rows in table order.
 func (r Report) Rows() []Row {
 	all := []Row{r.PerEventInsert, r.SetInsert, r.Copy, r.SchemaInsert, r.FenceAppend,
-		r.FullPipeline, r.BarePipeline,
+		r.FullPipeline, r.BarePipeline, r.HotPipeline,
 		r.SDKReceipt, r.SDKFirstSecond, r.SDKSteady, r.SDKKV,
 		r.LatencyRaw, r.LatencySDKAck, r.LatencySDKReceipt, r.LatencySDKKV, r.LatencyBare,
 		r.CatchUp, r.LogRead, r.Rebuild, r.EventsRead}
@@ -331,7 +337,7 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 func (r *Report) ratios() {
 	if base := r.SetInsert.PerSecond; base > 0 {
 		for _, row := range []*Row{&r.PerEventInsert, &r.SetInsert, &r.Copy, &r.SchemaInsert, &r.FenceAppend, &r.FullPipeline,
-			&r.BarePipeline, &r.SDKReceipt, &r.SDKFirstSecond, &r.SDKSteady, &r.SDKKV} {
+			&r.BarePipeline, &r.HotPipeline, &r.SDKReceipt, &r.SDKFirstSecond, &r.SDKSteady, &r.SDKKV} {
 			if row.Label != "" {
 				row.Ratio = row.PerSecond / base
 			}

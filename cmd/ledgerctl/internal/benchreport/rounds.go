@@ -101,6 +101,37 @@ func (r *rawBench) pipeline(ctx context.Context, rep *Report) error {
 		rep.CPURatio = float64(s.bareCPU) / float64(s.fullCPU)
 	}
 	rep.Saturation = s.full
+	return r.hotPipeline(ctx, rep)
+}
+
+// hotPipeline runs Rounds alternating rounds of the hot load and the
+// many-tasks load through the full pipeline: a hot task is a normal task
+// when their ratio stays near 1.
+func (r *rawBench) hotPipeline(ctx context.Context, rep *Report) error {
+	n := r.o.Events
+	round := func(src *rawSource, name string) measureFn {
+		return func(ctx context.Context, i int) (float64, time.Duration, error) {
+			if err := r.leases.renew(ctx); err != nil {
+				return 0, 0, err
+			}
+			return r.fullRoundOf(ctx, src, fmt.Sprintf("hot tasks round %d/%d: %s", i+1, r.o.Rounds, name), n)
+		}
+	}
+	say := func(i int, rd Round) {
+		r.prog.say("hot tasks round %d/%d: hot %s events/s, many tasks %s events/s, hot/many %.2f",
+			i+1, r.o.Rounds, group(int64(rd.Full)), group(int64(rd.Bare)), rd.Ratio())
+	}
+	rounds, err := alternate(ctx, r.o.Rounds, round(r.hot, "16 tasks"), round(r.full, "many tasks"), say)
+	if err != nil {
+		return fmt.Errorf("benchreport: hot tasks: %w", err)
+	}
+	if err := r.checkCommitted(ctx); err != nil {
+		return fmt.Errorf("benchreport: hot tasks: %w", err)
+	}
+	s := summarize(rounds)
+	total := n * len(rounds)
+	rep.HotPipeline = Row{Label: LabelHotPipeline, Events: total, Elapsed: elapsedAt(total, s.full), PerSecond: s.full,
+		Rounds: len(rounds), Relative: s.ratio, RelativeTo: "many tasks, median by round", CPUPerEvent: s.fullCPU}
 	return nil
 }
 

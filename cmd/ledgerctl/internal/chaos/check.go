@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/flowness/ledger/pkg/canonjson"
 	"github.com/flowness/ledger/pkg/projection"
@@ -87,6 +88,10 @@ type Report struct {
 	// ZombieSends is how many sends the writers made after noticing they
 	// had been paused, with a generation they no longer trusted.
 	ZombieSends int
+	// ReceiptP50 and ReceiptP99 are percentiles of the time from an
+	// event's first publish to its first receipt, over the events that got
+	// one.
+	ReceiptP50, ReceiptP99 time.Duration
 }
 
 // Total is the number of violations.
@@ -108,6 +113,7 @@ type send struct {
 	first  Record // its first pub
 	writer *WriterLog
 	ackT   int64 // first ack, 0 if none
+	rcptT  int64 // first receipt, 0 if none
 }
 
 // grantAck is a grant as the writer that got it logged it.
@@ -135,6 +141,7 @@ func Check(h *History) *Report {
 	c := &checker{h: h, r: &Report{Counts: map[ViolationKind]int{}, Rejections: map[string]int{}},
 		sends: map[string]*send{}, grants: map[int][]grantAck{}, maxGen: map[int][]int64{}, rows: map[string]*EventRow{}}
 	c.index()
+	c.receiptLatency()
 	c.lostAndVerdicts()
 	c.staleCommits()
 	c.dense()
@@ -147,6 +154,22 @@ func Check(h *History) *Report {
 		return slices.Index(Kinds, c.r.Violations[i].Kind) < slices.Index(Kinds, c.r.Violations[j].Kind)
 	})
 	return c.r
+}
+
+// receiptLatency sets the report's receipt percentiles.
+func (c *checker) receiptLatency() {
+	var d []int64
+	for _, s := range c.sends {
+		if s.rcptT != 0 {
+			d = append(d, s.rcptT-s.first.T)
+		}
+	}
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	at := func(q float64) time.Duration { return time.Duration(d[min(len(d)-1, int(q*float64(len(d))))]) }
+	c.r.ReceiptP50, c.r.ReceiptP99 = at(0.50), at(0.99)
 }
 
 func (c *checker) index() {
@@ -162,6 +185,10 @@ func (c *checker) index() {
 				}
 				if rec.Zombie {
 					c.r.ZombieSends++
+				}
+			case KindReceipt:
+				if s := c.sends[rec.ID]; s != nil && s.rcptT == 0 {
+					s.rcptT = rec.T
 				}
 			case KindAck:
 				if s := c.sends[rec.ID]; s != nil && s.ackT == 0 {

@@ -316,7 +316,23 @@ func TestViolationsArePrintedWithTheirHistory(t *testing.T) {
 
 	line := SummaryLine(90*time.Second, r, []FaultCount{{FaultSigstop, 3}, {FaultPGRestart, 1}}, 0)
 	assert.Equal(t, fmt.Sprintf("chaos: 1m30s events=5 commits=4 rejections={stale:1 gap:0 conflict:0 invalid:0} grants=2 "+
-		"stale_sends=2 faults={sigstop:3 pg_restart:1} exits=0 violations=%d", r.Total()), line)
+		"stale_sends=2 receipt_p50=0s receipt_p99=0s faults={sigstop:3 pg_restart:1} exits=0 violations=%d", r.Total()), line)
 	assert.Equal(t, fmt.Sprintf("chaos check: events=5 commits=4 rejections={stale:1 gap:0 conflict:0 invalid:0} grants=2 "+
-		"stale_sends=2 violations=%d", r.Total()), CheckLine(r))
+		"stale_sends=2 receipt_p50=0s receipt_p99=0s violations=%d", r.Total()), CheckLine(r))
+}
+
+// The receipt percentiles are taken from each event's first publish to its
+// first receipt.
+func TestReceiptPercentilesAreFromFirstPublishToFirstReceipt(t *testing.T) {
+	t.Parallel()
+	s := takeover(t)
+	for i, ms := range []int64{10, 20, 30, 40, 500} {
+		id := fmt.Sprintf("r%d", i)
+		s.send("w-b", id, "t1", int64(10+i), 2, 3000, true)
+		s.log("w-b", Record{Kind: KindReceipt, T: s.at(3000 + ms), ID: id})
+		s.log("w-b", Record{Kind: KindReceipt, T: s.at(9000), ID: id}) // a second receipt does not count
+	}
+	r := Check(s.h)
+	require.Equal(t, 30*time.Millisecond, r.ReceiptP50)
+	require.Equal(t, 500*time.Millisecond, r.ReceiptP99)
 }

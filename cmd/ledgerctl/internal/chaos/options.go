@@ -20,11 +20,14 @@ const (
 	// WritersDefault is the number of writers per partition, each the
 	// others' standby: 2.
 	WritersDefault = 2
-	// TasksDefault is the number of tasks per partition: 64. A holder
-	// writes them in turn, so at the default rate a new holder needs over a
-	// second to write each once; until it has, a zombie's next version of
-	// a task is free, and only the fence refuses it.
-	TasksDefault = 64
+	// TasksDefault is the number of tasks per partition: 10. At the
+	// default rate each task takes 30 versions a second: hot tasks, the
+	// shape that once turned two ingests' in-order events into gaps.
+	TasksDefault = 10
+	// RateDefault is the events per second of a holding writer in a run:
+	// 300, so one principal sends 1,200 a second over the default four
+	// partitions.
+	RateDefault = 300
 	// IngestsDefault is the number of ingest processes: 2.
 	IngestsDefault = 2
 	// SigstopEveryDefault is the mean time between two SIGSTOPs of a
@@ -70,11 +73,11 @@ type Options struct {
 	Partitions int
 	// Writers is the number of writers per partition; default 2.
 	Writers int
-	// Tasks is the number of tasks per partition; default 64.
+	// Tasks is the number of tasks per partition; default 10.
 	Tasks int
 	// TTL is the writers' lease TTL; default 1 s.
 	TTL time.Duration
-	// Rate is the events per second of a holding writer; default 50.
+	// Rate is the events per second of a holding writer; default 300.
 	Rate float64
 	// Zombie is how long a woken writer keeps publishing with its old
 	// generation; default 300 ms, Off for not at all.
@@ -164,7 +167,7 @@ func (o Options) WithDefaults() Options {
 	o.Tasks = cmp.Or(o.Tasks, TasksDefault)
 	o.Ingests = cmp.Or(o.Ingests, IngestsDefault)
 	o.Principal = cmp.Or(o.Principal, PrincipalDefault)
-	o.Rate = cmp.Or(o.Rate, WriterRateDefault)
+	o.Rate = cmp.Or(o.Rate, RateDefault)
 	o.Show = cmp.Or(o.Show, ShowDefault)
 	// Not cmp.Or: comparing interfaces panics on a writer whose type is
 	// not comparable.

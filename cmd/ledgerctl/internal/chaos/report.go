@@ -63,7 +63,8 @@ func writeCounts(b *strings.Builder, r *Report) {
 		}
 		fmt.Fprintf(b, "%s:%d", v, r.Rejections[string(v)])
 	}
-	fmt.Fprintf(b, "} grants=%d stale_sends=%d", r.Grants, r.StaleSends)
+	fmt.Fprintf(b, "} grants=%d stale_sends=%d receipt_p50=%s receipt_p99=%s", r.Grants, r.StaleSends,
+		r.ReceiptP50.Round(time.Millisecond), r.ReceiptP99.Round(time.Millisecond))
 }
 
 // PrintViolations writes the count of every kind and, for the first show

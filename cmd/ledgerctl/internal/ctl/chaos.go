@@ -61,7 +61,7 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.IntVar(&o.Writers, "writers", chaos.WritersDefault, "writers per partition, each the others' standby")
 	f.IntVar(&o.Tasks, "tasks", chaos.TasksDefault, "tasks per partition")
 	f.DurationVar(&o.TTL, "ttl", chaos.WriterTTLDefault, "the writers' lease TTL (also the ingests' -lease-ttl)")
-	f.Float64Var(&o.Rate, "rate", chaos.WriterRateDefault, "events per second of a writer while it holds its lease")
+	f.Float64Var(&o.Rate, "rate", chaos.RateDefault, "events per second of a writer while it holds its lease")
 	f.DurationVar(&o.Zombie, "zombie", chaos.ZombieDefault, "how long a writer that was paused keeps publishing with its old generation")
 	f.DurationVar(&o.SigstopEvery, "sigstop-every", chaos.SigstopEveryDefault, "mean time between SIGSTOPs of a writer (1.25-2 TTLs each); 0: none")
 	f.DurationVar(&o.KillIngestEvery, "kill-ingest-every", chaos.KillIngestEveryDefault, "mean time between kill -9 of an ingest; 0: none")

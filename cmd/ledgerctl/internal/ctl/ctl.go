@@ -35,6 +35,7 @@ var commands = map[string]Command{
 	"migrate": {Migrate, "[-check]", "apply the database migrations (safe to repeat)"},
 	"streams": {Streams, "apply [-replicas N]", "create or update the streams LEDGER_IN, LEDGER_LOG and LEDGER_DLQ"},
 	"leases":  {Leases, "[-partition N]", "list the partitions' leases: holder, generation, time left"},
+	"claims":  {Claims, "", "list which ingest decides each partition, and its claim's epoch"},
 	"task":    {Task, "<id>", "show a task's committed events, rejections and projection"},
 	"dlq":     {DLQ, "list|replay [flags]", "list dead letters, or re-submit them for a fresh verdict"},
 	"tail":    {Tail, "[-since-seq N | -new] [-n N]", "follow the committed log (LEDGER_LOG)"},

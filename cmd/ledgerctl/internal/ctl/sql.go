@@ -12,6 +12,13 @@ import (
 // always parameters. Times left are computed by the database clock, the one
 // that decides expiry.
 const (
+	// sqlClaims lists the ingests' claims on the partitions.
+	sqlClaims = `
+WITH now AS (SELECT clock_timestamp() AS t)
+SELECT c.partition, c.owner, c.epoch, c.expires_at > now.t,
+       floor(extract(epoch FROM c.expires_at - now.t) * 1000)::bigint, c.claimed_at
+FROM ledger.ingest_claims c CROSS JOIN now ORDER BY c.partition`
+
 	// sqlLeases lists the leases, all of them or the one of partition $1.
 	sqlLeases = `
 WITH now AS (SELECT clock_timestamp() AS t)

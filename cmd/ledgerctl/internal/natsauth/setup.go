@@ -17,8 +17,10 @@ const (
 	MaxFileDefault = 100 << 30
 	// MaxStreamsDefault is the account's stream count: 16.
 	MaxStreamsDefault = 16
-	// MaxConsumersDefault is the account's consumer count: 64.
-	MaxConsumersDefault = 64
+	// MaxConsumersDefault is the account's consumer count: 256. The ingest
+	// has one consumer per partition (N, 16 by default), a projector one per
+	// partition set; raise it for more than about 200 partitions.
+	MaxConsumersDefault = 256
 )
 
 // Limits are the LEDGER account's JetStream limits: what its streams and
