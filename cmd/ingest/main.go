@@ -39,6 +39,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.ClaimTTL, "claim-ttl", connect.EnvDuration("LEDGER_CLAIM_TTL", ingest.ClaimTTLDefault), "how long this ingest's claims on its partitions last without a heartbeat; another ingest takes over about this long after it dies (env LEDGER_CLAIM_TTL)")
 	fs.IntVar(&cfg.MaxWaitingPerPrincipal, "max-waiting", connect.EnvInt("LEDGER_MAX_WAITING", ingest.MaxWaitingPerPrincipalDefault), "events of one principal that may wait in memory for an earlier version; beyond it they go back to LEDGER_IN for later (env LEDGER_MAX_WAITING)")
 	fs.IntVar(&cfg.Replicas, "replicas", connect.EnvInt("LEDGER_REPLICAS", 1), "stream replicas: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
+	durability := fs.String("require-durability", connect.Env("LEDGER_REQUIRE_DURABILITY", "none"), "refuse to start, and be unready, while PostgreSQL offers less: none, local (fsync and synchronous_commit on) or sync (synchronous replication too); below sync the ingest warns at start (env LEDGER_REQUIRE_DURABILITY)")
 	migrate := fs.Bool("migrate", true, "apply database migrations at start")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file, from start until it exits on SIGTERM or SIGINT (for measurement: ledgerctl bench -external); default none")
 	if ok, err := svcf.Parse(fs, args); !ok {
@@ -53,6 +54,7 @@ func run(args []string) error {
 		// stop too.
 		defer stop()
 	}
+	cfg.RequireDurability = fence.DurabilityLevel(*durability)
 	log, conn := svcf.Log, &svcf.Conn
 	cfg.Prefix = svcf.Prefix
 	conn.Name = "ledger-ingest"
@@ -94,5 +96,6 @@ func run(args []string) error {
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
-	return admin.ServeUntilDone(ctx, svcf.AdminAddr, reg, admin.ServiceChecks(pool, nc, svc.CheckConsumer), svc.Stop, log)
+	return admin.ServeUntilDone(ctx, svcf.AdminAddr, reg, append(admin.ServiceChecks(pool, nc, svc.CheckConsumer),
+		admin.Check{Name: "durability", Func: svc.CheckDurability}), svc.Stop, log)
 }

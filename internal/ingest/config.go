@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -26,9 +28,10 @@ const (
 	// task's head waits for the missing versions before its gap verdict: 30 s.
 	GapWindowDefault = 30 * time.Second
 	// RetryMinDefault and RetryMaxDefault bound the backoff of transient
-	// failures (database or NATS unavailable): 100 ms doubling to 5 s.
+	// failures (database or NATS unavailable): 100 ms doubling to 1 s, so
+	// commits resume within about a second of the database coming back.
 	RetryMinDefault = 100 * time.Millisecond
-	RetryMaxDefault = 5 * time.Second
+	RetryMaxDefault = time.Second
 	// NotYetDelayMinDefault is the first redelivery delay of a "not yet"
 	// event: 10 ms, doubling to NotYetDelayMaxDefault, 1 s. The missing
 	// version is usually in flight in another batch or process, so the
@@ -107,6 +110,12 @@ type Config struct {
 	// Owner names this process in ledger.ingest_claims; default
 	// host:pid:random, new for every process.
 	Owner string
+	// RequireDurability refuses to start, and fails readiness, while the
+	// database offers less (fence.DurabilityLocal: fsync and
+	// synchronous_commit on; fence.DurabilitySync: synchronous
+	// replication too). Default none: below sync, the ingest starts and
+	// warns.
+	RequireDurability fence.DurabilityLevel
 	// PublishTimeout bounds the wait for a copy's publish ack before the
 	// copy is published again; default 5 s.
 	PublishTimeout time.Duration
@@ -151,6 +160,7 @@ func (c Config) WithDefaults() Config {
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
 	c.MaxWaitingPerPrincipal = cmp.Or(c.MaxWaitingPerPrincipal, MaxWaitingPerPrincipalDefault)
 	c.ClaimTTL = cmp.Or(c.ClaimTTL, ClaimTTLDefault)
+	c.RequireDurability = cmp.Or(c.RequireDurability, fence.DurabilityNone)
 	return c
 }
 
@@ -172,6 +182,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("ingest: a minimum delay is above its maximum")
 	case c.AckWait < 100*time.Millisecond:
 		return fmt.Errorf("ingest: ack wait must be at least 100ms, got %v", c.AckWait)
+	case !slices.Contains([]fence.DurabilityLevel{fence.DurabilityNone, fence.DurabilityLocal, fence.DurabilitySync}, c.RequireDurability):
+		return fmt.Errorf("ingest: required durability must be none, local or sync, got %q", c.RequireDurability)
 	case c.ClaimTTL < 300*time.Millisecond:
 		return fmt.Errorf("ingest: claim TTL must be at least 300ms, got %v", c.ClaimTTL)
 	case c.MaxWaitingPerPrincipal < 1:

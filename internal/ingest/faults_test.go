@@ -145,11 +145,10 @@ func TestClusterNodeLossLosesNoAcknowledgedEvent(t *testing.T) {
 			if info, err := s.Info(context.Background()); err == nil {
 				t.Logf("LEDGER_IN state: %+v leader=%v", info.State, info.Cluster)
 			}
-			if c, err := s.Consumer(context.Background(), "ingest"); err == nil {
-				if ci, err := c.Info(context.Background()); err == nil {
-					t.Logf("consumer: delivered=%+v ackfloor=%+v pending=%d ackpending=%d redelivered=%d waiting=%d cluster=%+v",
-						ci.Delivered, ci.AckFloor, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Cluster)
-				}
+			list := s.ListConsumers(context.Background())
+			for ci := range list.Info() {
+				t.Logf("consumer %s: delivered=%+v ackfloor=%+v pending=%d ackpending=%d redelivered=%d waiting=%d cluster=%+v",
+					ci.Name, ci.Delivered, ci.AckFloor, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Cluster)
 			}
 		}
 		t.FailNow()

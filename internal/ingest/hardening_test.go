@@ -445,3 +445,23 @@ func intersect(a, b []int) []int {
 	}
 	return out
 }
+
+// An ingest told to require synchronous replication refuses to start on a
+// database without it, and says why; one that requires a local durable
+// commit starts on the same database.
+func TestIngestRefusesADatabaseBelowTheRequiredDurability(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	d, err := e.store.ReadDurability(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, fence.DurabilityLocal, d.Level, "the test server has fsync and synchronous_commit on and no standby: %+v", d)
+
+	svc, err := ingest.New(ingest.Config{RequireDurability: fence.DurabilitySync}, ingest.Deps{NC: e.ns.Conn(t), Store: e.store, Logger: ledgertest.Logger()})
+	require.NoError(t, err)
+	err = svc.Start(context.Background())
+	require.ErrorContains(t, err, `below the required "sync"`)
+	require.ErrorContains(t, err, "synchronous replication")
+
+	ok, _ := e.startIngestOn(ingest.Config{RequireDurability: fence.DurabilityLocal}, e.store)
+	require.NoError(t, ok.CheckDurability(context.Background()))
+}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,6 +40,43 @@ type leaseService struct {
 	log      *slog.Logger
 	ctx      context.Context
 	metrics  *metrics
+	outage   outage
+}
+
+// outage logs a run of unavailable answers once, with its first cause,
+// and once more when requests are served again: a failover is one line per
+// cause, not one per request.
+type outage struct {
+	mu     sync.Mutex
+	since  time.Time
+	failed int
+}
+
+func (o *outage) fail(log *slog.Logger, endpoint string, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.failed++
+	if o.failed > 1 {
+		return
+	}
+	o.since = time.Now()
+	level := slog.LevelError
+	if fence.IsTransient(err) || errors.Is(err, context.DeadlineExceeded) {
+		level = slog.LevelWarn
+	}
+	log.Log(context.Background(), level, "lease requests failing: the database cannot serve them; answering unavailable until it can",
+		slog.String("endpoint", endpoint), slog.String("error", err.Error()))
+}
+
+func (o *outage) served(log *slog.Logger) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.failed == 0 {
+		return
+	}
+	log.Info("lease requests served again", slog.Int("failed", o.failed),
+		slog.String("after", time.Since(o.since).Round(time.Millisecond).String()))
+	o.failed = 0
 }
 
 func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, cfg Config, log *slog.Logger, m *metrics) (micro.Service, error) {
@@ -93,6 +131,7 @@ func (ls *leaseService) handler(name string, h func(context.Context, string, []b
 			return
 		}
 		ls.metrics.lease(name, "ok")
+		ls.outage.served(ls.log)
 		b, _ := json.Marshal(reply)
 		if err := req.Respond(b); err != nil {
 			ls.log.Warn("lease reply failed", slog.String("endpoint", name), slog.String("error", err.Error()))
@@ -119,12 +158,7 @@ func (ls *leaseService) replyError(name string, req micro.Request, err error) {
 		// requester's business or anything it could act on.
 		body.Error, code = wire.ErrCodeUnavailable, codeUnavailable
 		body.Message = unavailableMessage
-		level := slog.LevelError
-		if fence.IsTransient(err) || errors.Is(err, context.DeadlineExceeded) {
-			level = slog.LevelWarn
-		}
-		ls.log.Log(context.Background(), level, "lease request failed",
-			slog.String("endpoint", name), slog.String("error", err.Error()))
+		ls.outage.fail(ls.log, name, err)
 	}
 	if name == "get" {
 		body.Partitions = ls.store.Partitions()

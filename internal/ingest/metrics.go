@@ -20,6 +20,7 @@ type metrics struct {
 	leaseOps  *prometheus.CounterVec
 	takeovers prometheus.Counter
 	claims    prometheus.Gauge
+	durable   *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -46,6 +47,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ledger_lease_takeovers_total",
 			Help: "Grants that replaced an earlier lease (an expired one, or the holder's own earlier incarnation): every grant of generation 2 and above.",
 		}),
+		durable: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ledger_postgres_durability", Help: "1 for the durability the database offers now (none, local or sync), 0 for the others.",
+		}, []string{"level"}),
 		claims: f.NewGauge(prometheus.GaugeOpts{
 			Name: "ledger_ingest_partitions", Help: "Partitions this ingest decides now (its claims).",
 		}),
@@ -82,3 +86,13 @@ func (m *metrics) lease(endpoint, outcome string) {
 }
 
 func (m *metrics) takeover() { m.takeovers.Inc() }
+
+func (m *metrics) durability(l fence.DurabilityLevel) {
+	for _, x := range []fence.DurabilityLevel{fence.DurabilityNone, fence.DurabilityLocal, fence.DurabilitySync} {
+		v := 0.0
+		if x == l {
+			v = 1
+		}
+		m.durable.WithLabelValues(string(x)).Set(v)
+	}
+}

@@ -132,6 +132,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 // process's share of the partitions (claims.go). It returns once all of
 // that is running.
 func (s *Service) Start(ctx context.Context) error {
+	if err := s.checkDurability(ctx, true); err != nil {
+		return err
+	}
 	opts := streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Replicas, Partitions: s.store.Partitions()}
 	if err := streams.Apply(ctx, s.js, opts); err != nil {
 		return err
@@ -294,6 +297,35 @@ func (s *Service) CheckConsumer(context.Context) error {
 		return errors.New("not started")
 	}
 	return s.claimsBeaten()
+}
+
+// CheckDurability reports an error while the database offers less
+// durability than Config.RequireDurability: a readiness check.
+func (s *Service) CheckDurability(ctx context.Context) error { return s.checkDurability(ctx, false) }
+
+// checkDurability reads what the database's commits survive; at start it
+// says so in the log, loudly when a failover could lose acknowledged
+// events.
+func (s *Service) checkDurability(ctx context.Context, start bool) error {
+	d, err := s.store.ReadDurability(ctx)
+	if err != nil {
+		return err
+	}
+	s.metrics.durability(d.Level)
+	if start {
+		level := slog.LevelInfo
+		if !d.Level.Meets(fence.DurabilitySync) {
+			level = slog.LevelWarn
+		}
+		s.log.Log(ctx, level, "database durability", slog.String("level", string(d.Level)),
+			slog.String("fsync", d.Fsync), slog.String("synchronous_commit", d.SynchronousCommit),
+			slog.String("synchronous_standby_names", d.SynchronousStandbyNames), slog.Int("sync_standbys", d.SyncStandbys),
+			slog.String("meaning", d.Explain()))
+	}
+	if !d.Level.Meets(s.cfg.RequireDurability) {
+		return fmt.Errorf("ingest: the database offers durability %q, below the required %q: %s", d.Level, s.cfg.RequireDurability, d.Explain())
+	}
+	return nil
 }
 
 // Partitions lists the partitions this process decides now.
