@@ -123,10 +123,11 @@ func inSubjects(ctx context.Context, js jetstream.JetStream, o Options) ([]strin
 var bucketFiles = map[string]string{
 	wire.BucketTasks:     "bucket_tasks.json",
 	wire.BucketProjector: "bucket_projector.json",
+	wire.BucketWitness:   "bucket_witness.json",
 }
 
-// Bucket returns the definition of a KV bucket by its name, wire.BucketTasks
-// or wire.BucketProjector.
+// Bucket returns the definition of a KV bucket by its name, wire.BucketTasks,
+// wire.BucketProjector or wire.BucketWitness.
 func Bucket(name string, o Options) (jetstream.KeyValueConfig, error) {
 	o = o.withDefaults()
 	var cfg jetstream.KeyValueConfig

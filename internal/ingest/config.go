@@ -139,6 +139,8 @@ type hooks struct {
 	noKeepAlive bool
 	// dropCopy keeps the copies it returns true for from being sent.
 	dropCopy func(m *nats.Msg) bool
+	// noWitness switches off the generation witness (witness.go).
+	noWitness bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

@@ -23,12 +23,14 @@ type TestHooks struct {
 	// DropCopy, when it returns true, keeps a copy from being sent: its
 	// publish ack never comes, as if the publish was lost.
 	DropCopy func(m *nats.Msg) bool
+	// NoWitness switches off the generation witness.
+	NoWitness bool
 }
 
 // WithTestHooks returns cfg with the given test seams.
 func WithTestHooks(cfg Config, h TestHooks) Config {
 	cfg.hooks = &hooks{afterPublish: h.AfterPublish, beforeAppend: h.BeforeAppend,
-		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy}
+		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy, noWitness: h.NoWitness}
 	return cfg
 }
 

@@ -41,6 +41,7 @@ type leaseService struct {
 	ctx      context.Context
 	metrics  *metrics
 	outage   outage
+	witness  *witness
 }
 
 // outage logs a run of unavailable answers once, with its first cause,
@@ -79,9 +80,9 @@ func (o *outage) served(log *slog.Logger) {
 	o.failed = 0
 }
 
-func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, cfg Config, log *slog.Logger, m *metrics) (micro.Service, error) {
+func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, cfg Config, log *slog.Logger, m *metrics, w *witness) (micro.Service, error) {
 	ls := &leaseService{store: store, subjects: wire.Subjects{Prefix: cfg.Prefix}, log: log,
-		ctx: ctx, metrics: m}
+		ctx: ctx, metrics: m, witness: w}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        wire.ServiceName,
 		Version:     cfg.Version,
@@ -456,8 +457,18 @@ func (ls *leaseService) acquire(ctx context.Context, subject string, data []byte
 	if err != nil {
 		return nil, err
 	}
-	l, err := ls.store.Acquire(ctx, *r.Partition, r.Holder, ttlOf(r), fence.WithRequestID(r.RequestID))
+	floor, err := ls.witness.floor(ctx, *r.Partition)
 	if err != nil {
+		return nil, err
+	}
+	l, err := ls.store.Acquire(ctx, *r.Partition, r.Holder, ttlOf(r), fence.WithRequestID(r.RequestID),
+		fence.WithGenerationFloor(floor))
+	if err != nil {
+		return nil, err
+	}
+	// The grant is witnessed before anyone learns of it: a retry of the
+	// request gets the same grant and witnesses it again.
+	if err := ls.witness.grant(ctx, l.Partition, l.Generation); err != nil {
 		return nil, err
 	}
 	ls.log.Info("lease granted", slog.Int("partition", l.Partition), slog.String("holder", l.Holder),

@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -358,4 +359,35 @@ func TestLeaseRequestWithoutAReplyDoesNothing(t *testing.T) {
 	_, er, _ := e.lease("get", map[string]any{"partition": 5})
 	require.NotNil(t, er)
 	require.Equal(t, "no_lease", er.Error, "the acquire without a reply was not carried out")
+}
+
+// A database that forgot grants (an asynchronous failover, a restore from
+// backup) would hand a generation it already granted to another holder.
+// The witness outside PostgreSQL keeps the next grant above every
+// generation the ledger ever acknowledged.
+func TestGenerationIsNeverGrantedTwiceAfterTheDatabaseForgets(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		off  bool
+		want int64
+	}{{"witnessed", false, 4}, {"without the witness", true, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, ingest.WithTestHooks(ingest.Config{}, ingest.TestHooks{NoWitness: c.off}))
+			for g := int64(1); g <= 3; g++ {
+				l := e.acquire(4, fmt.Sprintf("worker-a.%d", g), 60000)
+				require.Equal(t, g, l.Generation)
+				e.expire(4)
+			}
+			// The database goes back to before generations 2 and 3.
+			_, err := e.db.Pool.Exec(context.Background(),
+				`UPDATE ledger.leases SET generation = 1, holder = 'worker-a.1', expires_at = clock_timestamp() - interval '1 second' WHERE partition = 4`)
+			require.NoError(t, err)
+			_, err = e.db.Pool.Exec(context.Background(), `DELETE FROM ledger.lease_grants WHERE partition = 4 AND generation > 1`)
+			require.NoError(t, err)
+
+			l := e.acquire(4, "worker-b.1", 60000)
+			require.Equal(t, c.want, l.Generation)
+		})
+	}
 }

@@ -162,7 +162,14 @@ func (s *Service) Start(ctx context.Context) error {
 		s.copies.drop = h.dropCopy
 	}
 	s.workCtx, s.cancelWork = context.WithCancel(context.WithoutCancel(ctx))
-	svc, err := startLeaseService(s.workCtx, s.nc, s.store, s.cfg, s.log, s.metrics)
+	w, err := openWitness(ctx, s.js, opts)
+	if err != nil {
+		s.cancelWork()
+		s.copies.close()
+		return err
+	}
+	w.off = s.cfg.hooks != nil && s.cfg.hooks.noWitness
+	svc, err := startLeaseService(s.workCtx, s.nc, s.store, s.cfg, s.log, s.metrics, w)
 	if err != nil {
 		s.cancelWork()
 		s.copies.close()

@@ -125,7 +125,18 @@ func (s *Store) Acquire(ctx context.Context, partition int, holder string, ttl t
 // AcquireOption is a per-call variant of Acquire.
 type AcquireOption func(*acquireOptions)
 
-type acquireOptions struct{ requestID string }
+type acquireOptions struct {
+	requestID string
+	floor     int64
+}
+
+// WithGenerationFloor makes a new grant's generation at least floor: the
+// ledger knows, from outside PostgreSQL, of grants up to floor - 1 that the
+// database may have forgotten (a failover, a restore), so a fencing token
+// is never issued twice.
+func WithGenerationFloor(floor int64) AcquireOption {
+	return func(o *acquireOptions) { o.floor = floor }
+}
 
 // WithRequestID names the acquire request, so that a retry of it (the
 // reply was lost, the request timed out) gets the same grant instead of a
@@ -166,7 +177,7 @@ func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl t
 			return fmt.Errorf("fence: acquire partition %d: set timeouts: %w", partition, err)
 		}
 		if observed == nil || *observed == 0 {
-			l, err := scanLease(tx.QueryRow(ctx, sqlLeaseInsertFirst, partition, holder, ttlMS, reqID), partition)
+			l, err := scanLease(tx.QueryRow(ctx, sqlLeaseInsertFirst, partition, holder, ttlMS, reqID, o.floor), partition)
 			if err == nil {
 				out = l
 				return nil
@@ -199,7 +210,7 @@ func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl t
 			return leaseErr(ErrObservationStale, &cur, "partition %d: observed generation %d, current is %d",
 				partition, want, cur.Generation)
 		}
-		l, err := scanLease(tx.QueryRow(ctx, sqlLeaseCAS, partition, holder, ttlMS, want, reqID), partition)
+		l, err := scanLease(tx.QueryRow(ctx, sqlLeaseCAS, partition, holder, ttlMS, want, reqID, o.floor), partition)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Unreachable while the row lock is held; kept as a guard.
 			return leaseErr(ErrObservationStale, &cur, "partition %d: compare-and-swap on generation %d failed", partition, want)

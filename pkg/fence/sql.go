@@ -9,11 +9,12 @@ import (
 // parameters; batches travel as arrays and are expanded with unnest.
 
 const (
-	// sqlLeaseInsertFirst grants generation 1 on a partition never leased.
+	// sqlLeaseInsertFirst grants generation 1 on a partition never leased,
+	// or the generation floor $5 when the ledger knows of higher grants.
 	sqlLeaseInsertFirst = `
 WITH ins AS (
     INSERT INTO ledger.leases (partition, holder, generation, expires_at, ttl_ms, request_id)
-    VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * interval '1 millisecond', $3, $4)
+    VALUES ($1, $2, greatest(1, $5::bigint), clock_timestamp() + $3::bigint * interval '1 millisecond', $3, $4)
     ON CONFLICT (partition) DO NOTHING
     RETURNING partition, holder, generation, expires_at, ttl_ms, request_id
 ), grant_row AS (
@@ -31,11 +32,12 @@ FROM ledger.leases WHERE partition = $1 FOR UPDATE`
 
 	// sqlLeaseCAS is the compare-and-swap of a takeover: it replaces the lease
 	// only if the generation is still the observed one and the lease has
-	// expired (or is the caller's own), and records the grant.
+	// expired (or is the caller's own), and records the grant. The new
+	// generation is above the floor $6 too.
 	sqlLeaseCAS = `
 WITH up AS (
     UPDATE ledger.leases
-    SET holder = $2, generation = generation + 1,
+    SET holder = $2, generation = greatest(generation + 1, $6::bigint),
         expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', ttl_ms = $3,
         request_id = $5
     WHERE partition = $1 AND generation = $4

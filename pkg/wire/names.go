@@ -22,6 +22,10 @@ const (
 	// BucketProjector is the projector's own bookkeeping (which tasks wait
 	// for a missing version); not part of the contract.
 	BucketProjector = "ledger_projector"
+	// BucketWitness is what the ledger acknowledged, kept outside
+	// PostgreSQL: per partition, the highest lease generation granted, so
+	// that a database that forgot grants never issues one twice.
+	BucketWitness = "ledger_witness"
 	// ServiceName is the name of the lease micro service.
 	ServiceName = "ledger"
 )

@@ -1,0 +1,120 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowness/ledger/pkg/wire"
+	"github.com/flowness/ledger/streams"
+)
+
+// witness keeps, outside PostgreSQL, the highest lease generation the
+// ledger granted on each partition (bucket ledger_witness, key
+// gen-<partition>). A grant is witnessed before its reply is sent, and the
+// next grant's generation is above the witness, so a database that forgot
+// grants (an asynchronous failover, a restore from backup) never hands one
+// generation to two holders.
+type witness struct {
+	kv jetstream.KeyValue
+	mu sync.Mutex
+	// gens caches what this process last read or wrote; another ingest
+	// may have raised a key since, so a grant reads the bucket again.
+	gens map[int]int64
+	// off is a test seam: grants are neither floored nor witnessed.
+	off bool
+}
+
+func openWitness(ctx context.Context, js jetstream.JetStream, opts streams.Options) (*witness, error) {
+	cfg, err := streams.Bucket(wire.BucketWitness, opts)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: bucket %s: %w", wire.BucketWitness, err)
+	}
+	return &witness{kv: kv, gens: map[int]int64{}}, nil
+}
+
+func witnessKey(partition int) string { return "gen-" + strconv.Itoa(partition) }
+
+// floor is the lowest generation the next grant on partition may have: one
+// above every generation the ledger granted there.
+func (w *witness) floor(ctx context.Context, partition int) (int64, error) {
+	if w == nil || w.off {
+		return 0, nil
+	}
+	g, _, err := w.read(ctx, partition)
+	if err != nil {
+		return 0, err
+	}
+	return g + 1, nil
+}
+
+func (w *witness) read(ctx context.Context, partition int) (int64, uint64, error) {
+	e, err := w.kv.Get(ctx, witnessKey(partition))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("ingest: read the witnessed generation of partition %d: %w", partition, err)
+	}
+	g, err := strconv.ParseInt(string(e.Value()), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("ingest: witnessed generation of partition %d is %q: %w", partition, e.Value(), err)
+	}
+	w.mu.Lock()
+	w.gens[partition] = max(w.gens[partition], g)
+	w.mu.Unlock()
+	return g, e.Revision(), nil
+}
+
+// grant records that generation was granted on partition, unless a higher
+// one already is. Only then may the grant's reply be sent.
+func (w *witness) grant(ctx context.Context, partition int, generation int64) error {
+	if w == nil || w.off {
+		return nil
+	}
+	w.mu.Lock()
+	known := w.gens[partition]
+	w.mu.Unlock()
+	if known >= generation {
+		return nil
+	}
+	for range 16 {
+		cur, rev, err := w.read(ctx, partition)
+		if err != nil {
+			return err
+		}
+		if cur >= generation {
+			return nil
+		}
+		val := []byte(strconv.FormatInt(generation, 10))
+		if rev == 0 {
+			_, err = w.kv.Create(ctx, witnessKey(partition), val)
+		} else {
+			_, err = w.kv.Update(ctx, witnessKey(partition), val, rev)
+		}
+		if err == nil {
+			w.mu.Lock()
+			w.gens[partition] = max(w.gens[partition], generation)
+			w.mu.Unlock()
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
+			return fmt.Errorf("ingest: witness generation %d of partition %d: %w", generation, partition, err)
+		}
+	}
+	return fmt.Errorf("ingest: witness generation %d of partition %d: the key kept changing", generation, partition)
+}
+
+// isWrongLastSequence reports a compare-and-set that lost to another writer.
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
