@@ -66,6 +66,10 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	// The newest primary the ledger wrote to: connections and appends
+	// refuse an older one (fence.PrimaryGuard, kept in ledger_witness).
+	fcfg.Primary = &fence.PrimaryGuard{}
+	conn.Primary = fcfg.Primary
 	pool, err := conn.Postgres(ctx)
 	if err != nil {
 		return err
@@ -97,5 +101,5 @@ func run(args []string) error {
 		return err
 	}
 	return admin.ServeUntilDone(ctx, svcf.AdminAddr, reg, append(admin.ServiceChecks(pool, nc, svc.CheckConsumer),
-		admin.Check{Name: "durability", Func: svc.CheckDurability}), svc.Stop, log)
+		admin.Check{Name: "durability", Func: svc.CheckDurability}, admin.Check{Name: "primary", Func: svc.CheckPrimary}), svc.Stop, log)
 }

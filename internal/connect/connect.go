@@ -45,6 +45,10 @@ type Options struct {
 	// each read only its own replies and nobody read _INBOX.> as a whole
 	// (docs/contract.md §9); empty keeps nats.go's _INBOX.
 	InboxPrefix string
+	// Primary, when set, makes the pool refuse a superseded primary
+	// (fence.GuardPool): an old primary that came back writable after a
+	// failover.
+	Primary *fence.PrimaryGuard
 	// MinPoolSize raises the PostgreSQL pool's size to at least this many
 	// connections unless the URL sets pool_max_conns itself.
 	MinPoolSize int
@@ -152,6 +156,9 @@ func (o *Options) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
 		cfg.ConnConfig.RuntimeParams["application_name"] = o.Name
 	}
 	fence.ConfigurePool(cfg, fence.Config{})
+	if o.Primary != nil {
+		fence.GuardPool(cfg, o.Primary)
+	}
 	if !strings.Contains(o.DatabaseURL, "pool_max_conns") && int(cfg.MaxConns) < o.MinPoolSize {
 		cfg.MaxConns = int32(o.MinPoolSize)
 	}

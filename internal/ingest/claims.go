@@ -40,6 +40,9 @@ type claims struct {
 	beatMu   sync.Mutex
 	lastBeat time.Time // of the last heartbeat that reached the database
 	failing  bool      // the last beat failed (logged once per streak)
+	// superseded: the database was found a superseded primary (logged
+	// once until it is not).
+	superseded bool
 }
 
 // ownerID names this ingest process in ledger.ingest_claims: host, pid and
@@ -119,6 +122,13 @@ func (s *Service) beat() {
 	// consumer; it gets a deadline of its own.
 	slow, cancelSlow := context.WithTimeout(s.workCtx, max(s.cfg.ClaimTTL, 10*time.Second))
 	defer cancelSlow()
+	if err := s.witness.syncPrimary(ctx, s.store); errors.Is(err, fence.ErrSupersededPrimary) && !c.superseded {
+		s.log.Error("the database is not the newest primary the ledger wrote to; committing nothing on it", slog.String("error", err.Error()))
+		c.superseded = true
+	} else if !errors.Is(err, fence.ErrSupersededPrimary) && c.superseded {
+		s.log.Info("the database is the newest primary again")
+		c.superseded = false
+	}
 	// An ingest cut off from NATS cannot serve its partitions: it stops
 	// renewing, and another ingest takes them over once the claims expire.
 	connected := s.nc.IsConnected()

@@ -465,3 +465,48 @@ func TestIngestRefusesADatabaseBelowTheRequiredDurability(t *testing.T) {
 	ok, _ := e.startIngestOn(ingest.Config{RequireDurability: fence.DurabilityLocal}, e.store)
 	require.NoError(t, ok.CheckDurability(context.Background()))
 }
+
+// After a failover the ledger wrote to a newer primary (timeline 2, as the
+// witness records); the database here is an old primary on timeline 1 that
+// came back writable. The ingest commits and grants nothing on it and is
+// not ready; without the guard it commits.
+func TestIngestCommitsNothingOnASupersededPrimary(t *testing.T) {
+	t.Parallel()
+	for _, guarded := range []bool{true, false} {
+		t.Run(fmt.Sprintf("guarded=%v", guarded), func(t *testing.T) {
+			e := newBareEnv(t)
+			cfg, err := streams.Bucket(wire.BucketWitness, streams.Options{})
+			require.NoError(t, err)
+			kv, err := e.js.CreateOrUpdateKeyValue(context.Background(), cfg)
+			require.NoError(t, err)
+			_, err = kv.PutString(context.Background(), "timeline", "2")
+			require.NoError(t, err)
+			// A lease granted before the failover, on this server.
+			l, err := e.store.Acquire(context.Background(), 3, "worker-a.1", time.Minute)
+			require.NoError(t, err)
+
+			fcfg := fence.Config{}
+			if guarded {
+				fcfg.Primary = &fence.PrimaryGuard{}
+			}
+			store, err := fence.New(e.db.Pool, fcfg)
+			require.NoError(t, err)
+			svc, _ := e.startIngestOn(ingest.Config{}, store)
+			rc := e.receipts("worker-a.1")
+			x := event{id: newID(), partition: 3, task: "old-primary", holder: "worker-a.1", generation: l.Generation,
+				version: 1, typ: "step", payload: `{}`}
+			e.publish(x)
+			if !guarded {
+				require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, x.id).Verdict)
+				return
+			}
+			require.ErrorIs(t, svc.CheckPrimary(context.Background()), fence.ErrSupersededPrimary)
+			_, err = store.Acquire(context.Background(), 4, "worker-b.1", time.Minute)
+			require.ErrorIs(t, err, fence.ErrSupersededPrimary)
+			time.Sleep(2 * time.Second)
+			require.Zero(t, rc.count(), "no verdict on a superseded primary")
+			require.Zero(t, e.count(`SELECT count(*) FROM ledger.events`))
+			require.EqualValues(t, 1, e.streamPending(wire.StreamIn), "the event waits in LEDGER_IN for the newest primary")
+		})
+	}
+}

@@ -78,6 +78,7 @@ type Service struct {
 	lanes      []*lane
 	held       *heldSet
 	claims     *claims
+	witness    *witness
 	inStream   jetstream.Stream
 	logStream  jetstream.Stream
 	parked     *parkedCount
@@ -169,6 +170,11 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	w.off = s.cfg.hooks != nil && s.cfg.hooks.noWitness
+	s.witness = w
+	if err := w.syncPrimary(ctx, s.store); errors.Is(err, fence.ErrSupersededPrimary) {
+		// Not fatal: appends refuse an old primary, and the beat tries again.
+		s.log.Error("the database is not the newest primary the ledger wrote to; committing nothing on it", slog.String("error", err.Error()))
+	}
 	svc, err := startLeaseService(s.workCtx, s.nc, s.store, s.cfg, s.log, s.metrics, w)
 	if err != nil {
 		s.cancelWork()
@@ -333,6 +339,15 @@ func (s *Service) checkDurability(ctx context.Context, start bool) error {
 		return fmt.Errorf("ingest: the database offers durability %q, below the required %q: %s", d.Level, s.cfg.RequireDurability, d.Explain())
 	}
 	return nil
+}
+
+// CheckPrimary reports an error while the database is a superseded
+// primary (fence.ErrSupersededPrimary): a readiness check.
+func (s *Service) CheckPrimary(ctx context.Context) error {
+	if s.witness == nil {
+		return errors.New("not started")
+	}
+	return s.witness.syncPrimary(ctx, s.store)
 }
 
 // Partitions lists the partitions this process decides now.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/streams"
 )
@@ -117,4 +118,53 @@ func (w *witness) grant(ctx context.Context, partition int, generation int64) er
 func isWrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// timelineKey holds the newest WAL timeline the ledger has written to.
+const timelineKey = "timeline"
+
+// syncPrimary brings the store's primary guard and the witness together:
+// the guard learns the newest timeline any ingest recorded, and the
+// witness the one this ingest's database writes on, if newer. It fails
+// with fence.ErrSupersededPrimary on an old primary.
+func (w *witness) syncPrimary(ctx context.Context, store *fence.Store) error {
+	g := store.Primary()
+	if w == nil || g == nil {
+		return nil
+	}
+	for range 16 {
+		e, err := w.kv.Get(ctx, timelineKey)
+		var have int64
+		var rev uint64
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return fmt.Errorf("ingest: read the witnessed timeline: %w", err)
+		default:
+			if have, err = strconv.ParseInt(string(e.Value()), 10, 64); err != nil {
+				return fmt.Errorf("ingest: witnessed timeline is %q: %w", e.Value(), err)
+			}
+			rev = e.Revision()
+		}
+		g.Raise(have)
+		if _, err := store.Timeline(ctx); err != nil {
+			return err
+		}
+		if g.Newest() <= have {
+			return nil
+		}
+		val := []byte(strconv.FormatInt(g.Newest(), 10))
+		if rev == 0 {
+			_, err = w.kv.Create(ctx, timelineKey, val)
+		} else {
+			_, err = w.kv.Update(ctx, timelineKey, val, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
+			return fmt.Errorf("ingest: witness timeline %d: %w", g.Newest(), err)
+		}
+	}
+	return errors.New("ingest: witness the timeline: the key kept changing")
 }

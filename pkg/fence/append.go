@@ -110,6 +110,8 @@ func (s *Store) appendBatch(ctx context.Context, c *Claims, events []Event) ([]R
 		switch {
 		case code == sqlStateClaimCheck:
 			return nil, fmt.Errorf("%w: append %d events: %w", ErrNotClaimed, len(events), err)
+		case code == sqlStatePrimaryCheck:
+			return nil, fmt.Errorf("%w: append %d events: %w", ErrSupersededPrimary, len(events), err)
 		case errors.Is(err, errRetryBatch):
 		case code == pgerrcode.UniqueViolation:
 			// An event hit a stored key the optimistic read did not look up
@@ -213,6 +215,9 @@ type batch struct {
 	// (AppendClaimed).
 	claims       *Claims
 	noClaimCheck bool
+	// timeline is the WAL timeline this attempt's server must be on (0:
+	// unchecked); set per attempt from Config.Primary.
+	timeline int64
 	// keyCache holds keys(), the batch's distinct partitions, tasks and ids.
 	keyCache *batchKeys
 	// canon holds the canonical form of payloads compared so far.

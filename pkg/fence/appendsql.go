@@ -25,6 +25,7 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 		return err
 	}
 	defer endTx(ctx, conn)
+	b.timeline = s.primaryFloor()
 
 	p, fast := s.predict(b, res)
 	if fast {
@@ -52,6 +53,10 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 			s.missedPredictions.Add(1)
 		}
 		switch sqlState(err) {
+		case sqlStatePrimaryCheck:
+			// A superseded primary: drop the connection, so that the next
+			// one may reach the newest primary.
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
 		case sqlStateFenceCheck:
 			// A lease expired between the read and the insert (or, on the
 			// fast path, is not the one predicted): the fence held, and the
@@ -173,6 +178,7 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 		pb.Queue(lock, partitions)
 	}
 	if step != txContinue {
+		queuePrimaryCheck(pb, b)
 		queueClaimCheck(pb, b)
 	}
 	if len(tasks) > 0 {
@@ -202,6 +208,9 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 		}
 	}
 	if step != txContinue {
+		if err := readPrimaryCheck(br, b); err != nil {
+			return st, err
+		}
 		if err := readClaimCheck(br, b); err != nil {
 			return st, err
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/pkg/fence"
@@ -156,4 +157,34 @@ func TestIngestHeartbeatAndRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, a.Epoch+1, b.Epoch)
+}
+
+// A pool guarded against superseded primaries refuses to connect to a
+// server on an older timeline than the newest the ledger wrote to, and
+// learns a newer one from the servers it connects to.
+func TestGuardedPoolRefusesAnOlderTimeline(t *testing.T) {
+	t.Parallel()
+	_, db := newStore(t, fence.Config{})
+	ctx := context.Background()
+	for _, c := range []struct {
+		newest int64
+		ok     bool
+	}{{0, true}, {1, true}, {2, false}} {
+		g := &fence.PrimaryGuard{}
+		g.Raise(c.newest)
+		pc, err := pgxpool.ParseConfig(db.URL)
+		require.NoError(t, err)
+		fence.GuardPool(pc, g)
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		require.NoError(t, err)
+		err = pool.Ping(ctx)
+		pool.Close()
+		if c.ok {
+			require.NoError(t, err)
+			require.Equal(t, int64(1), g.Newest(), "the guard learns the server's timeline")
+			continue
+		}
+		require.ErrorIs(t, err, fence.ErrSupersededPrimary)
+		require.ErrorContains(t, err, "timeline 1, but the ledger has written to timeline 2")
+	}
 }

@@ -98,6 +98,10 @@ type Config struct {
 	// takeover of them waiting, until TCP gives up, which can take hours.
 	// Default 30 s; negative disables.
 	IdleInTransactionTimeout time.Duration
+	// Primary, when set, refuses a superseded primary: every append checks
+	// that its server writes on the newest timeline the guard knows
+	// (primary.go). Give the same guard to GuardPool.
+	Primary *PrimaryGuard
 	// KeepAlive is the TCP keepalive idle time ConfigurePool sets on both
 	// ends of a connection, so that a peer that vanished is noticed within
 	// about twice this. Default 15 s; negative disables.

@@ -95,6 +95,7 @@ func (s *Store) queueFastReads(pb *pgx.Batch, b *batch) {
 	pb.Queue("begin")
 	pb.Queue(sqlSetTimeouts, ms(s.cfg.StatementTimeout), ms(s.cfg.IdleInTransactionTimeout))
 	pb.Queue(sqlAppendLockLeases, partitions)
+	queuePrimaryCheck(pb, b)
 	queueClaimCheck(pb, b)
 	pb.Queue(sqlAppendUnrecorded, ids)
 }
@@ -112,6 +113,9 @@ func (s *Store) readFastReads(br pgx.BatchResults, b *batch) error {
 		return err
 	}
 	s.last.note(leases, nil)
+	if err := readPrimaryCheck(br, b); err != nil {
+		return err
+	}
 	if err := readClaimCheck(br, b); err != nil {
 		return err
 	}

@@ -176,6 +176,15 @@ func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl t
 		if _, err := tx.Exec(ctx, sqlSetTimeouts, ms(s.cfg.StatementTimeout), ms(s.cfg.IdleInTransactionTimeout)); err != nil {
 			return fmt.Errorf("fence: acquire partition %d: set timeouts: %w", partition, err)
 		}
+		// A grant on a superseded primary would be forgotten with it.
+		if tl := s.primaryFloor(); tl > 0 {
+			if _, err := tx.Exec(ctx, sqlPrimaryCheck, tl); err != nil {
+				if sqlState(err) == sqlStatePrimaryCheck {
+					return fmt.Errorf("%w: acquire partition %d: %w", ErrSupersededPrimary, partition, err)
+				}
+				return fmt.Errorf("fence: acquire partition %d: %w", partition, err)
+			}
+		}
 		if observed == nil || *observed == 0 {
 			l, err := scanLease(tx.QueryRow(ctx, sqlLeaseInsertFirst, partition, holder, ttlMS, reqID, o.floor), partition)
 			if err == nil {
