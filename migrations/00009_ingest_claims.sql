@@ -43,7 +43,10 @@ END
 $$;
 -- +goose StatementEnd
 
-GRANT SELECT, INSERT, UPDATE, DELETE ON ledger.ingest_claims, ledger.ingest_members TO ledger_ingest;
+-- Claims are never deleted: a released or expired claim keeps its epoch, so
+-- the next raises it. Members that left long ago are deleted.
+GRANT SELECT, INSERT, UPDATE ON ledger.ingest_claims TO ledger_ingest;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ledger.ingest_members TO ledger_ingest;
 GRANT SELECT ON ledger.ingest_claims, ledger.ingest_members TO ledger_projector, ledger_operator;
 GRANT EXECUTE ON FUNCTION ledger.claim_check(bigint, bigint) TO ledger_ingest;
 
