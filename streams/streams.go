@@ -116,7 +116,13 @@ func inSubjects(ctx context.Context, js jetstream.JetStream, o Options) ([]strin
 	case err != nil:
 		return nil, fmt.Errorf("streams: read %s: %w", wire.StreamIn, err)
 	}
-	return st.CachedInfo().Config.Subjects, nil
+	have := st.CachedInfo().Config.Subjects
+	for _, sub := range have {
+		if !strings.HasPrefix(sub, subj.InAll()[:len(subj.InAll())-1]) {
+			return []string{subj.InAll()}, nil // another prefix: start afresh
+		}
+	}
+	return have, nil
 }
 
 // bucketFiles maps each bucket's name to the file that defines it.

@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
@@ -44,23 +46,43 @@ type leaseService struct {
 	witness  *witness
 }
 
-// outage logs a run of unavailable answers once, with its first cause,
-// and once more when requests are served again: a failover is one line per
-// cause, not one per request.
+// outage logs a run of unavailable answers once per cause, and once more
+// when requests are served again: a failover is one line per cause, not
+// one per request.
 type outage struct {
 	mu     sync.Mutex
 	since  time.Time
 	failed int
+	causes map[string]bool
+}
+
+// causeOf names what made err: its SQLSTATE, or its words without the
+// numbers (ports, addresses) that differ from one request to the next.
+func causeOf(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return "sqlstate " + pgErr.Code
+	}
+	return strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return -1
+		}
+		return r
+	}, err.Error())
 }
 
 func (o *outage) fail(log *slog.Logger, endpoint string, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.failed == 0 {
+		o.since, o.causes = time.Now(), map[string]bool{}
+	}
 	o.failed++
-	if o.failed > 1 {
+	cause := causeOf(err)
+	if o.causes[cause] || len(o.causes) >= 16 {
 		return
 	}
-	o.since = time.Now()
+	o.causes[cause] = true
 	level := slog.LevelError
 	if fence.IsTransient(err) || errors.Is(err, context.DeadlineExceeded) {
 		level = slog.LevelWarn

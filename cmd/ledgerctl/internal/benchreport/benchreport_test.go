@@ -32,7 +32,7 @@ func TestSmallRunReportsEveryRow(t *testing.T) {
 	table := r.Table()
 	require.Contains(t, table, "machine: ")
 	rows := r.Rows()
-	require.Len(t, rows, 20, "5 baselines, 2 pipelines, 4 SDK, 5 latency, 4 projector")
+	require.Len(t, rows, 21, "5 baselines, 3 pipelines, 4 SDK, 5 latency, 4 projector")
 	for _, row := range rows {
 		require.Contains(t, table, row.Label)
 		if row.Label == r.SDKFirstSecond.Label {

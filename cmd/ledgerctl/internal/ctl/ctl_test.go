@@ -41,7 +41,7 @@ func TestMigrateCreatesSchemaOnEmptyDatabase(t *testing.T) {
 	var tables int
 	require.NoError(t, conn.QueryRow(context.Background(),
 		`SELECT count(*) FROM pg_class WHERE relnamespace = 'ledger'::regnamespace AND relkind IN ('r', 'p') AND NOT relispartition`).Scan(&tables))
-	assert.Equal(t, 9, tables, "events (partitioned), heads, event_ids, horizon, event_partitions, partitioning, leases, lease_grants, rejections")
+	assert.Equal(t, 11, tables, "events (partitioned), heads, event_ids, horizon, event_partitions, partitioning, leases, lease_grants, rejections, ingest_claims, ingest_members")
 }
 
 func TestStreamsApplyCreatesTheStreams(t *testing.T) {
@@ -271,7 +271,7 @@ func TestDLQReplayRefusesWhatItCannotReplay(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t).withIngest(ingest.Config{})
 	m := e.msg(event{partition: 0, task: "x", holder: "worker-a.1", generation: 1, version: 1, typ: "t"})
-	m.Subject = "ledger.in.not-a-number.x"
+	m.Subject = "ledger.in.worker-a.1.0." + strings.Repeat("x", 129) // not a task id: the subject is unusable
 	e.publishMsg(m)
 	e.waitMsgs(wire.StreamDLQ, 1)
 
