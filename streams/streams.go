@@ -91,10 +91,11 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) error {
 var bucketFiles = map[string]string{
 	wire.BucketTasks:     "bucket_tasks.json",
 	wire.BucketProjector: "bucket_projector.json",
+	wire.BucketLeases:    "bucket_leases.json",
 }
 
-// Bucket returns the definition of a KV bucket by its name, wire.BucketTasks
-// or wire.BucketProjector.
+// Bucket returns the definition of a KV bucket by its name, wire.BucketTasks,
+// wire.BucketProjector or wire.BucketLeases.
 func Bucket(name string, o Options) (jetstream.KeyValueConfig, error) {
 	o = o.withDefaults()
 	var cfg jetstream.KeyValueConfig

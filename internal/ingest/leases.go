@@ -39,11 +39,12 @@ type leaseService struct {
 	log      *slog.Logger
 	ctx      context.Context
 	metrics  *metrics
+	view     *leaseView // nil: no view
 }
 
-func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, cfg Config, log *slog.Logger, m *metrics) (micro.Service, error) {
+func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, cfg Config, log *slog.Logger, m *metrics, view *leaseView) (micro.Service, error) {
 	ls := &leaseService{store: store, subjects: wire.Subjects{Prefix: cfg.Prefix}, log: log,
-		ctx: ctx, metrics: m}
+		ctx: ctx, metrics: m, view: view}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        wire.ServiceName,
 		Version:     cfg.Version,
@@ -428,6 +429,7 @@ func (ls *leaseService) acquire(ctx context.Context, subject string, data []byte
 	}
 	ls.log.Info("lease granted", slog.Int("partition", l.Partition), slog.String("holder", l.Holder),
 		slog.Int64("generation", l.Generation))
+	ls.view.granted(l)
 	if l.Generation > 1 {
 		ls.metrics.takeover()
 	}
@@ -447,6 +449,7 @@ func (ls *leaseService) renew(ctx context.Context, subject string, data []byte) 
 	if err != nil {
 		return nil, err
 	}
+	ls.view.granted(l)
 	return leaseReply(l, false), nil
 }
 
@@ -462,6 +465,7 @@ func (ls *leaseService) release(ctx context.Context, subject string, data []byte
 	if err := ls.store.Release(ctx, *r.Partition, r.Holder, *r.Generation); err != nil {
 		return nil, err
 	}
+	ls.view.released(*r.Partition, r.Holder, *r.Generation)
 	return wire.ReleaseReply{Partition: *r.Partition, Released: true}, nil
 }
 

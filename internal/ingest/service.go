@@ -158,7 +158,8 @@ func (s *Service) Start(ctx context.Context) error {
 		s.copies.drop = h.dropCopy
 	}
 	s.workCtx, s.cancelWork = context.WithCancel(context.WithoutCancel(ctx))
-	svc, err := startLeaseService(s.workCtx, s.nc, s.store, s.cfg, s.log, s.metrics)
+	view := startLeaseView(s.workCtx, s.js, opts, s.log)
+	svc, err := startLeaseService(s.workCtx, s.nc, s.store, s.cfg, s.log, s.metrics, view)
 	if err != nil {
 		s.cancelWork()
 		s.copies.close()
