@@ -53,10 +53,12 @@ type Runner struct {
 	log *slog.Logger
 	sub wire.Subjects
 
-	mu      sync.Mutex
-	cc      jetstream.ConsumeContext
-	cancel  context.CancelFunc
-	running sync.WaitGroup
+	mu     sync.Mutex
+	cc     jetstream.ConsumeContext
+	cancel context.CancelFunc
+	// handling is held while a delivery is handled (Consume calls one at
+	// a time), so Stop can wait for the one in progress.
+	handling sync.Mutex
 }
 
 // New checks cfg and returns a runner that is not yet started.
@@ -145,15 +147,16 @@ func (r *Runner) Stop() {
 	cancel()
 	cc.Stop()
 	<-cc.Closed()
-	r.running.Wait()
+	r.handling.Lock()
+	defer r.handling.Unlock()
 }
 
 // handle is one delivery: decode, filter by type, call the handler, then
 // ack. The order is the at-least-once rule: an ack before the handler
 // returned would lose the effect if the runner stopped in between.
 func (r *Runner) handle(ctx context.Context, m jetstream.Msg) {
-	r.running.Add(1)
-	defer r.running.Done()
+	r.handling.Lock()
+	defer r.handling.Unlock()
 	c, err := r.sub.DecodeLog(m.Subject(), m.Headers(), m.Data())
 	if err != nil {
 		// The ledger writes every log copy through the same codec: this
