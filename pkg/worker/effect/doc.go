@@ -45,6 +45,6 @@
 // harmless too. The fence of an intent (Effect.Fence) tells who decided it;
 // it is not a reason to refuse the effect downstream, because a committed
 // intent stays valid after its holder is superseded. Direct calls of a
-// holder (not from the log) are the ones a downstream fences (pkg/fenced in
-// the repository; docs/side-effects.md).
+// holder (not from the log) are the ones a downstream fences (package
+// fencecheck in the repository; docs/side-effects.md).
 package effect
