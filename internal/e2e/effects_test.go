@@ -308,3 +308,65 @@ func requireNotInLog(ctx context.Context, t *testing.T, js jetstream.JetStream, 
 		require.NotEqual(t, id, m.Header.Get(wire.HeaderMsgID), "the zombie's intent is in LEDGER_LOG at seq %d", seq)
 	}
 }
+
+// A zombie that calls before its successor's first call: the downstream
+// has seen no later generation, so only the leases view can tell it. With
+// FollowLeases the takeover raises the downstream's mark, and the zombie's
+// call is refused; a resource the follower does not cover still admits it
+// (the check knows only what it has seen).
+func TestZombieCallingFirstIsRefusedWhenTheDownstreamFollowsTheLeasesView(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	db := dbtest.New(t)
+	ns := natstest.Start(t)
+	store, err := fence.New(db.Pool, fence.Config{})
+	require.NoError(t, err)
+	in, err := ingest.New(ingest.Config{}, ingest.Deps{NC: ns.Conn(t), Store: store, Logger: log})
+	require.NoError(t, err)
+	require.NoError(t, in.Start(ctx))
+	t.Cleanup(in.Stop)
+	down := newChargeService(t, log)
+	kv, err := ns.JetStream(t).KeyValue(ctx, wire.BucketLeases)
+	require.NoError(t, err)
+	fctx, stopFollow := context.WithCancel(ctx)
+	followed := make(chan error, 1)
+	go func() {
+		followed <- fencecheck.FollowLeases(fctx, kv, fencecheck.FollowConfig{
+			Store: fencecheck.PostgresStore{Pool: down.pool}, Resources: []string{"charges"}, Logger: log})
+	}()
+	t.Cleanup(func() { stopFollow(); require.ErrorIs(t, <-followed, context.Canceled) })
+
+	const partition = 4
+	a, err := worker.New(ns.Conn(t, worker.InboxOption("payments.a")), worker.Config{Holder: "payments.a",
+		TTL: time.Second, Logger: log})
+	require.NoError(t, err)
+	la, err := a.Acquire(ctx, partition)
+	require.NoError(t, err)
+	oldFence := la.Fence()
+	require.NoError(t, a.Close()) // paused: no renewals
+	b, err := worker.New(ns.Conn(t, worker.InboxOption("payments.b")), worker.Config{Holder: "payments.b", Logger: log})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	lb, err := b.AcquireWait(ctx, partition)
+	require.NoError(t, err)
+
+	// B has called nobody; the view alone raises the mark.
+	require.Eventually(t, func() bool {
+		var g int64
+		err := down.pool.QueryRow(ctx, `SELECT generation FROM ledger_fence.high_water WHERE resource = 'charges' AND partition = $1`,
+			partition).Scan(&g)
+		return err == nil && g == lb.Generation()
+	}, 10*time.Second, 10*time.Millisecond)
+	status, body, err := post(ctx, http.DefaultClient, down.srv.URL+"/direct/order-9", "direct-a-order-9", &oldFence)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusConflict, status, body)
+	require.Empty(t, down.applied(t))
+
+	// A resource nobody follows has seen no later generation: admitted.
+	tx, err := down.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	require.NoError(t, fencecheck.Admit(ctx, tx, "refunds", oldFence))
+}

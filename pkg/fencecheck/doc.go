@@ -25,8 +25,8 @@
 //     per key until Finish).
 //   - A service only knows what it has seen. A superseded holder that writes
 //     before its successor's first write is admitted. The ledger's leases
-//     view (bucket ledger_leases) can tell such a service sooner; it is an
-//     optimisation, never the guarantee.
+//     view (bucket ledger_leases) tells such a service sooner (FollowLeases);
+//     it is an optimisation, never the guarantee.
 //
 // Effects run from the ledger's committed log (package
 // github.com/flowness/ledger/pkg/worker/effect) are fenced by the ledger
