@@ -130,10 +130,11 @@ var bucketFiles = map[string]string{
 	wire.BucketTasks:     "bucket_tasks.json",
 	wire.BucketProjector: "bucket_projector.json",
 	wire.BucketWitness:   "bucket_witness.json",
+	wire.BucketLeases:    "bucket_leases.json",
 }
 
-// Bucket returns the definition of a KV bucket by its name, wire.BucketTasks,
-// wire.BucketProjector or wire.BucketWitness.
+// Bucket returns the definition of a KV bucket by its name: wire.BucketTasks,
+// wire.BucketProjector, wire.BucketWitness or wire.BucketLeases.
 func Bucket(name string, o Options) (jetstream.KeyValueConfig, error) {
 	o = o.withDefaults()
 	var cfg jetstream.KeyValueConfig

@@ -17,7 +17,7 @@ import (
 // the one of that very bucket.
 func TestBucketIsFoundByItsName(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{wire.BucketTasks, wire.BucketProjector} {
+	for _, name := range []string{wire.BucketTasks, wire.BucketProjector, wire.BucketLeases} {
 		cfg, err := streams.Bucket(name, streams.Options{Replicas: 3})
 		require.NoError(t, err, name)
 		require.Equal(t, name, cfg.Bucket)

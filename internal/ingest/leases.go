@@ -44,6 +44,7 @@ type leaseService struct {
 	metrics  *metrics
 	outage   outage
 	witness  *witness
+	view     *leaseView // nil: no view
 }
 
 // outage logs a run of unavailable answers once per cause, and once more
@@ -102,9 +103,9 @@ func (o *outage) served(log *slog.Logger) {
 	o.failed = 0
 }
 
-func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, cfg Config, log *slog.Logger, m *metrics, w *witness) (micro.Service, error) {
+func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, cfg Config, log *slog.Logger, m *metrics, w *witness, view *leaseView) (micro.Service, error) {
 	ls := &leaseService{store: store, subjects: wire.Subjects{Prefix: cfg.Prefix}, log: log,
-		ctx: ctx, metrics: m, witness: w}
+		ctx: ctx, metrics: m, witness: w, view: view}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        wire.ServiceName,
 		Version:     cfg.Version,
@@ -495,6 +496,7 @@ func (ls *leaseService) acquire(ctx context.Context, subject string, data []byte
 	}
 	ls.log.Info("lease granted", slog.Int("partition", l.Partition), slog.String("holder", l.Holder),
 		slog.Int64("generation", l.Generation))
+	ls.view.granted(l)
 	if l.Generation > 1 {
 		ls.metrics.takeover()
 	}
@@ -514,6 +516,7 @@ func (ls *leaseService) renew(ctx context.Context, subject string, data []byte) 
 	if err != nil {
 		return nil, err
 	}
+	ls.view.granted(l)
 	return leaseReply(l, false), nil
 }
 
@@ -529,6 +532,7 @@ func (ls *leaseService) release(ctx context.Context, subject string, data []byte
 	if err := ls.store.Release(ctx, *r.Partition, r.Holder, *r.Generation); err != nil {
 		return nil, err
 	}
+	ls.view.released(*r.Partition, r.Holder, *r.Generation)
 	return wire.ReleaseReply{Partition: *r.Partition, Released: true}, nil
 }
 

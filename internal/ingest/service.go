@@ -175,7 +175,8 @@ func (s *Service) Start(ctx context.Context) error {
 		// Not fatal: appends refuse an old primary, and the beat tries again.
 		s.log.Error("the database is not the newest primary the ledger wrote to; committing nothing on it", slog.String("error", err.Error()))
 	}
-	svc, err := startLeaseService(s.workCtx, s.nc, s.store, s.cfg, s.log, s.metrics, w)
+	view := startLeaseView(s.workCtx, s.js, opts, s.log)
+	svc, err := startLeaseService(s.workCtx, s.nc, s.store, s.cfg, s.log, s.metrics, w, view)
 	if err != nil {
 		s.cancelWork()
 		s.copies.close()

@@ -1,5 +1,7 @@
 package wire
 
+import "strconv"
+
 // Lease TTL bounds (docs/contract.md §1).
 const (
 	// TTLDefaultMillis is the default lease TTL: 3000 ms.
@@ -130,4 +132,33 @@ type Receipt struct {
 	Seq               int64   `json:"seq"`
 	Generation        int64   `json:"generation"`
 	CurrentGeneration int64   `json:"current_generation"`
+}
+
+// BucketLeases is the KV bucket the ingest mirrors every partition's lease
+// into (docs/contract.md §10): a read-only, watchable view for downstream
+// services. It lags the database and may miss a change: an optimisation,
+// never the guarantee.
+const BucketLeases = "ledger_leases"
+
+// LeaseViewKey is a partition's key in BucketLeases: its number in decimal.
+func LeaseViewKey(partition int) string { return strconv.Itoa(partition) }
+
+// LeaseView is a value of BucketLeases: a partition's lease as the ingest
+// last granted, renewed or released it.
+type LeaseView struct {
+	Partition  int    `json:"partition"`
+	Holder     string `json:"holder"`
+	Generation int64  `json:"generation"`
+	// ExpiresAt is the database's expiry of the last grant or renewal
+	// (RFC3339Nano); empty once released.
+	ExpiresAt string `json:"expires_at,omitempty"`
+	// TTLMillis is the TTL of the last grant or renewal.
+	TTLMillis int64 `json:"ttl_ms,omitempty"`
+	// Released is true once the holder released this generation.
+	Released bool `json:"released"`
+}
+
+// Fence is the fence of the lease v shows.
+func (v LeaseView) Fence() Fence {
+	return Fence{Partition: v.Partition, Holder: v.Holder, Generation: v.Generation}
 }

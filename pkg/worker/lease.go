@@ -246,6 +246,14 @@ func (l *Lease) Partition() int { return l.partition }
 // Generation returns the lease's generation, its fencing token.
 func (l *Lease) Generation() int64 { return l.generation }
 
+// Fence returns the lease's fence: its partition, the client's holder and
+// the generation. Send it (wire.HeaderFence, Fence.String) with every call
+// a downstream service should refuse once a later holder has acted; it
+// stays the same for the life of the lease, renewals included.
+func (l *Lease) Fence() wire.Fence {
+	return wire.Fence{Partition: l.partition, Holder: l.c.cfg.Holder, Generation: l.generation}
+}
+
 // Context returns a context that is cancelled when the lease ends. Its
 // cause (context.Cause) matches ErrLeaseLost when the lease was lost,
 // ErrReleased after Release, or ErrClosed after Client.Close. Work done

@@ -124,6 +124,11 @@ func TestChaosUnderEveryFaultBreaksNoPromise(t *testing.T) {
 	assert.Positive(t, r.Commits, res.Summary)
 	assert.Positive(t, r.StaleSends, "no writer sent after a takeover, so the fence was not tried: %s", res.Summary)
 	assert.Greater(t, r.Grants, 2*chaos.PartitionsDefault, "takeovers happened: %s", res.Summary)
+	// Side effects went both ways under the same faults: the runner
+	// performed every committed intent, and the direct ones were fenced.
+	assert.True(t, r.EffectsChecked, res.Summary)
+	assert.Positive(t, r.Intents, res.Summary)
+	assert.Positive(t, r.DirectEffects["applied"], res.Summary)
 }
 
 func TestChaosWithoutTheFenceReportsStaleCommits(t *testing.T) {

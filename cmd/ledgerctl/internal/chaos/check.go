@@ -46,10 +46,18 @@ const (
 	// ledger headers do not read, or a grant a writer was given that is not
 	// recorded as given to it.
 	Unknown ViolationKind = "unknown"
+	// SupersededEffect: the downstream applied a direct effect of a
+	// partition after it had applied one of a higher generation: an
+	// effect of a superseded holder.
+	SupersededEffect ViolationKind = "superseded_effects"
+	// IntentWithoutEffect: a committed effect intent has no effect applied
+	// by the effect runner.
+	IntentWithoutEffect ViolationKind = "intents_without_effect"
 )
 
 // Kinds lists every ViolationKind in report order.
-var Kinds = []ViolationKind{Lost, StaleCommit, NotDense, MultiVerdict, FaultGap, ProjectionDiffers, LogOutOfOrder, Unknown}
+var Kinds = []ViolationKind{Lost, StaleCommit, NotDense, MultiVerdict, FaultGap, ProjectionDiffers, LogOutOfOrder, Unknown,
+	SupersededEffect, IntentWithoutEffect}
 
 // rejectionVerdicts are the verdicts Report.Rejections counts, in the
 // order the summary lists them.
@@ -92,6 +100,14 @@ type Report struct {
 	// event's first publish to its first receipt, over the events that got
 	// one.
 	ReceiptP50, ReceiptP99 time.Duration
+	// DirectEffects counts the writers' direct effects by outcome
+	// (applied, refused, error).
+	DirectEffects map[string]int
+	// Intents is how many effect intents were committed.
+	Intents int
+	// EffectsChecked is set when the downstream's effects were read and
+	// checked (not against an external deployment).
+	EffectsChecked bool
 }
 
 // Total is the number of violations.
@@ -138,7 +154,7 @@ type checker struct {
 // Check verifies the history and reports every violation. It reads only
 // the history: the writers' own observations and the stored state.
 func Check(h *History) *Report {
-	c := &checker{h: h, r: &Report{Counts: map[ViolationKind]int{}, Rejections: map[string]int{}},
+	c := &checker{h: h, r: &Report{Counts: map[ViolationKind]int{}, Rejections: map[string]int{}, DirectEffects: map[string]int{}},
 		sends: map[string]*send{}, grants: map[int][]grantAck{}, maxGen: map[int][]int64{}, rows: map[string]*EventRow{}}
 	c.index()
 	c.receiptLatency()
@@ -149,6 +165,7 @@ func Check(h *History) *Report {
 	c.projections()
 	c.logOrder()
 	c.unknown()
+	c.effects()
 	// One order whatever the map iteration did: by kind, then as found.
 	sort.SliceStable(c.r.Violations, func(i, j int) bool {
 		return slices.Index(Kinds, c.r.Violations[i].Kind) < slices.Index(Kinds, c.r.Violations[j].Kind)

@@ -336,3 +336,54 @@ func TestReceiptPercentilesAreFromFirstPublishToFirstReceipt(t *testing.T) {
 	require.Equal(t, 30*time.Millisecond, r.ReceiptP50)
 	require.Equal(t, 500*time.Millisecond, r.ReceiptP99)
 }
+
+// effectStory is a history whose downstream was read: intents e1 and e2
+// committed, and the downstream's applied effects as given.
+func effectStory(effects ...EffectRow) *History {
+	h := &History{Projections: map[string][]byte{}, EffectsRead: true, Effects: effects}
+	for i, id := range []string{"e1", "e2"} {
+		h.Events = append(h.Events, EventRow{Seq: int64(i + 1), EventID: id, Task: "t1", Version: int64(i + 1),
+			Type: effectType, Holder: "w-a", Generation: 1})
+	}
+	return h
+}
+
+func TestEffectViolations(t *testing.T) {
+	t.Parallel()
+	logRow := func(seq int64, id string) EffectRow {
+		return EffectRow{Seq: seq, EventID: id, Path: pathLog, Holder: "w-a", Generation: 1}
+	}
+	direct := func(seq int64, id, holder string, gen int64) EffectRow {
+		return EffectRow{Seq: seq, EventID: id, Path: pathDirect, Holder: holder, Generation: gen}
+	}
+	for _, c := range []struct {
+		name    string
+		effects []EffectRow
+		want    map[ViolationKind]int
+	}{
+		{"every intent applied, direct effects in generation order",
+			[]EffectRow{logRow(1, "e1"), direct(2, "e1", "w-a", 1), direct(3, "x", "w-b", 2), logRow(4, "e2")}, nil},
+		{"committed intent without an applied effect",
+			[]EffectRow{logRow(1, "e1"), direct(2, "e2", "w-a", 1)}, map[ViolationKind]int{IntentWithoutEffect: 1}},
+		{"direct effect of a superseded holder applied",
+			[]EffectRow{logRow(1, "e1"), logRow(2, "e2"), direct(3, "x", "w-b", 2), direct(4, "y", "w-a", 1)},
+			map[ViolationKind]int{SupersededEffect: 1}},
+		{"a log-path effect of an older generation is no violation",
+			[]EffectRow{direct(1, "x", "w-b", 2), logRow(2, "e1"), logRow(3, "e2")}, nil},
+	} {
+		r := Check(effectStory(c.effects...))
+		got := map[ViolationKind]int{}
+		for _, k := range []ViolationKind{SupersededEffect, IntentWithoutEffect} {
+			if r.Counts[k] > 0 {
+				got[k] = r.Counts[k]
+			}
+		}
+		want := c.want
+		if want == nil {
+			want = map[ViolationKind]int{}
+		}
+		assert.Equal(t, want, got, c.name)
+		assert.Equal(t, 2, r.Intents, c.name)
+		assert.True(t, r.EffectsChecked, c.name)
+	}
+}

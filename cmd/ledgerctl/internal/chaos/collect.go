@@ -23,6 +23,9 @@ type Sources struct {
 	JS   jetstream.JetStream
 	// Prefix is the subject prefix; default "ledger".
 	Prefix string
+	// Downstream is the run's downstream database, whose applied side
+	// effects are checked; nil checks none.
+	Downstream *pgxpool.Pool
 }
 
 // readTimeout bounds one read of the collector.
@@ -111,6 +114,11 @@ func Collect(ctx context.Context, src Sources, writers []*WriterLog) (*History, 
 			return nil, fmt.Errorf("chaos: read %s/%s: %w", wire.BucketTasks, t, err)
 		default:
 			h.Projections[t] = e.Value()
+		}
+	}
+	if src.Downstream != nil {
+		if err := collectEffects(ctx, src.Downstream, h); err != nil {
+			return nil, err
 		}
 	}
 	return h, nil

@@ -30,13 +30,25 @@
 // published as raw JetStream messages with the contract's headers, so a
 // zombie's sends bypass any client-side lease check.
 //
+// # Side effects
+//
+// Every event of type "checkpoint" is a side effect's intent
+// (docs/side-effects.md). The run creates a downstream database next to
+// the ledger's, with the fence check of pkg/fencecheck, and runs an effect
+// runner (pkg/worker/effect) that applies each committed intent there,
+// keyed by its event id. A writer also applies each intent it sends
+// directly, with its fence, zombies included, and logs the outcome.
+//
 // # The checker
 //
 // Check reads only a History: the writers' logs, and the rows, stream
 // messages and bucket values of the run's tasks (Collect). A send's time is
 // its writer's clock, a grant's time the moment its reply reached its
 // writer; writers run on one host, so the times compare. The violations it
-// counts are the ViolationKind constants; each must be 0.
+// counts are the ViolationKind constants; each must be 0. The side-effect
+// kinds read the downstream's rows: a direct effect of a partition applied
+// after one of a higher generation (superseded_effects), and a committed
+// intent without an applied effect (intents_without_effect).
 //
 // # The failover measurement
 //

@@ -27,6 +27,8 @@ func aLog(t testing.TB) []byte {
 	lw.add(Record{Kind: KindNack, T: 7, ID: "01JD0000000000000000000002", Err: "timeout"})
 	lw.add(Record{Kind: KindReceipt, T: 8, ID: "01JD0000000000000000000001", Verdict: "committed", Seq: 9})
 	lw.add(Record{Kind: KindWoke, T: 9, PausedMillis: 2500, Gen: 5, Zombie: true})
+	lw.add(Record{Kind: KindEffect, T: 9, ID: "01JD0000000000000000000001", Gen: 5, Zombie: true})
+	lw.add(Record{Kind: KindEffectDone, T: 9, ID: "01JD0000000000000000000001", Verdict: "refused"})
 	lw.add(Record{Kind: KindLost, T: 10, Gen: 5, Why: "renewal refused"})
 	lw.add(Record{Kind: KindStop, T: 11})
 	require.NoError(t, lw.flush())
@@ -40,7 +42,7 @@ func TestReadLogReadsWhatAWriterWrites(t *testing.T) {
 	assert.Equal(t, "c1.p3-w0", wl.Holder)
 	assert.Equal(t, 3, wl.Partition)
 	assert.Equal(t, []string{"c1-p3-t0", "c1-p3-t1"}, wl.Tasks)
-	require.Len(t, wl.Records, 11)
+	require.Len(t, wl.Records, 13)
 	assert.Equal(t, uint64(42), wl.Records[5].Seq)
 	assert.False(t, wl.Truncated)
 }
@@ -57,6 +59,7 @@ func TestReadLogRefusesWhatNoWriterWrites(t *testing.T) {
 		"unknown member":    {start + "\n" + `{"k":"stop","t":1,"x":1}` + "\n", `unknown field "x"`},
 		"no time":           {start + "\n" + `{"k":"stop"}` + "\n", "without a time"},
 		"pub without id":    {start + "\n" + `{"k":"pub","t":1,"task":"a","v":1,"gen":1}` + "\n", "without an event id"},
+		"effect outcome":    {start + "\n" + `{"k":"effect_done","t":1,"id":"x","verdict":"maybe"}` + "\n", "an outcome"},
 		"not json":          {start + "\n" + "pub 1 2 3\n", "not a record"},
 		"two records":       {start + "\n" + `{"k":"stop","t":1}{"k":"stop","t":2}` + "\n", "data after the record"},
 		"a stray brace":     {start + "\n" + `{"k":"stop","t":1}}` + "\n", "data after the record"},
@@ -80,7 +83,7 @@ func TestReadLogLeavesOutAnUnfinishedLastLine(t *testing.T) {
 	wl, err := ReadLog("w.jsonl", bytes.NewReader(good[:len(good)-5]))
 	require.NoError(t, err)
 	assert.True(t, wl.Truncated)
-	assert.Len(t, wl.Records, 10)
+	assert.Len(t, wl.Records, 12)
 }
 
 // FuzzReadLog: any bytes give a log or ErrBadLog, never a panic; a log that

@@ -28,6 +28,10 @@ type History struct {
 	// Projections are the ledger_tasks values of the run's tasks; a task
 	// without a key is absent.
 	Projections map[string][]byte
+	// Effects are the downstream's applied effects (chaos_effects), when
+	// EffectsRead: a run against an external deployment has none.
+	Effects     []EffectRow
+	EffectsRead bool
 }
 
 // EventRow is a row of ledger.events.

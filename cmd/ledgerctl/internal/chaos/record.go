@@ -39,6 +39,12 @@ const (
 	KindNack = "nack"
 	// KindReceipt is a receipt the writer received.
 	KindReceipt = "rcpt"
+	// KindEffect is a direct side effect of an intent (ID), logged just
+	// before the writer performs it downstream with generation Gen.
+	KindEffect = "effect"
+	// KindEffectDone is its outcome: Verdict applied, refused (the fence
+	// check) or error (Err).
+	KindEffectDone = "effect_done"
 	// KindStop closes a log.
 	KindStop = "stop"
 )
@@ -202,6 +208,11 @@ func (r Record) check() error {
 		return need(r.ID != "" && r.Seq > 0, "an event id and stream sequence")
 	case KindNack, KindReceipt:
 		return need(r.ID != "", "an event id")
+	case KindEffect:
+		return need(r.ID != "" && r.Gen > 0, "an event id and generation")
+	case KindEffectDone:
+		return need(r.ID != "" && (r.Verdict == "applied" || r.Verdict == "refused" || r.Verdict == "error"),
+			"an event id and an outcome (applied, refused or error)")
 	case KindHeld, KindWoke, KindStop:
 		return nil
 	}

@@ -65,6 +65,10 @@ func writeCounts(b *strings.Builder, r *Report) {
 	}
 	fmt.Fprintf(b, "} grants=%d stale_sends=%d receipt_p50=%s receipt_p99=%s", r.Grants, r.StaleSends,
 		r.ReceiptP50.Round(time.Millisecond), r.ReceiptP99.Round(time.Millisecond))
+	if r.EffectsChecked {
+		fmt.Fprintf(b, " intents=%d direct_effects={applied:%d refused:%d error:%d}", r.Intents,
+			r.DirectEffects["applied"], r.DirectEffects["refused"], r.DirectEffects["error"])
+	}
 }
 
 // PrintViolations writes the count of every kind and, for the first show
@@ -255,6 +259,14 @@ func describe(r Record) string {
 			return fmt.Sprintf("receipt %s seq %d", r.Verdict, r.Seq)
 		}
 		return fmt.Sprintf("receipt %s/%s seq %d", r.Verdict, r.Reason, r.Seq)
+	case KindEffect:
+		z := ""
+		if r.Zombie {
+			z = " ZOMBIE"
+		}
+		return fmt.Sprintf("direct effect gen %d%s", r.Gen, z)
+	case KindEffectDone:
+		return "direct effect " + r.Verdict + " " + r.Err
 	}
 	return r.Kind
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
 	"github.com/flowness/ledger/internal/faultproxy"
 	"github.com/flowness/ledger/pkg/wire"
+	"github.com/flowness/ledger/pkg/worker/effect"
 )
 
 // Result is the outcome of a run.
@@ -79,6 +81,13 @@ type run struct {
 	pool        *pgxpool.Pool
 	nc          *nats.Conn
 	js          jetstream.JetStream
+	// downURL and down are the downstream database of the run's side
+	// effects, and effects the runner that performs the committed intents
+	// (none against an external deployment).
+	downURL    string
+	down       *pgxpool.Pool
+	effects    *effect.Runner
+	effectsLog *os.File
 
 	mu     sync.Mutex
 	rng    *rand.Rand
@@ -135,6 +144,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 func (r *run) execute(ctx context.Context) (*Result, error) {
 	defer r.teardown()
 	if err := r.startStack(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.startEffects(ctx); err != nil {
 		return nil, err
 	}
 	if err := r.startWriters(); err != nil {
@@ -459,6 +471,27 @@ func waitReady(ctx context.Context, port int, p *proc) error {
 	}
 }
 
+// startEffects creates the downstream database and starts the effect
+// runner on it, unless the run writes to an external deployment.
+func (r *run) startEffects(ctx context.Context) error {
+	if r.o.External != nil {
+		return nil
+	}
+	var err error
+	if r.downURL, r.down, err = setupDownstream(ctx, r.pool, r.dbURL); err != nil {
+		return err
+	}
+	if r.effectsLog, err = os.Create(filepath.Join(r.dir, "procs", "effects.log")); err != nil {
+		return fmt.Errorf("chaos: effect runner log: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(r.effectsLog, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if r.effects, err = startEffectRunner(ctx, r.js, r.down, r.prefix, log); err != nil {
+		return err
+	}
+	r.logf("effect runner ready: downstream database %q", downstreamDB)
+	return nil
+}
+
 // startWriters starts Writers writer processes per partition.
 func (r *run) startWriters() error {
 	for p := r.first; p < r.first+r.o.Partitions; p++ {
@@ -489,6 +522,9 @@ func (r *run) startWriter(p, k int) (*proc, error) {
 		"-tasks", strconv.Itoa(r.o.Tasks), "-task-prefix", fmt.Sprintf("%s-p%d", r.id, p),
 		"-ttl", r.o.TTL.String(), "-rate", strconv.FormatFloat(r.o.Rate, 'f', -1, 64),
 		"-zombie", zombie, "-log", r.writerLog(holder))
+	if r.downURL != "" {
+		args = append(args, "-downstream-url", r.downURL)
+	}
 	w := r.newProc(holder, r.bin.ledgerctl, args...)
 	w.onExit = func(p *proc, err error) {
 		r.onExit(p, err)
@@ -540,17 +576,20 @@ func (r *run) drainAndCheck(ctx context.Context) (*History, *Report, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	src := Sources{Pool: r.pool, JS: r.js, Prefix: r.prefix}
+	src := Sources{Pool: r.pool, JS: r.js, Prefix: r.prefix, Downstream: r.down}
 	deadline := time.Now().Add(r.o.DrainTimeout)
 	waited := time.Now()
 	for {
 		pending := r.inboundPending(ctx)
+		if pending == 0 && r.effects != nil {
+			pending = effectsPending(ctx, r.js)
+		}
 		var h *History
 		var rep *Report
 		if pending == 0 {
 			if h, err = Collect(ctx, src, logs); err == nil {
 				rep = Check(h)
-				if rep.Counts[Lost] == 0 && rep.Counts[ProjectionDiffers] == 0 {
+				if rep.Counts[Lost] == 0 && rep.Counts[ProjectionDiffers] == 0 && rep.Counts[IntentWithoutEffect] == 0 {
 					r.logf("drained in %v", time.Since(waited).Round(100*time.Millisecond))
 					return h, rep, nil
 				}
@@ -564,7 +603,7 @@ func (r *run) drainAndCheck(ctx context.Context) (*History, *Report, error) {
 				}
 				rep = Check(h)
 			}
-			r.logf("not drained after %v: LEDGER_IN holds %d messages; checking what there is", r.o.DrainTimeout, pending)
+			r.logf("not drained after %v: LEDGER_IN (or the effect runner) holds %d messages; checking what there is", r.o.DrainTimeout, pending)
 			return h, rep, nil
 		}
 		time.Sleep(time.Second)
@@ -612,6 +651,15 @@ func (r *run) teardown() {
 	stopAll(r.ingests)
 	for _, p := range r.pgProxies {
 		p.Close()
+	}
+	if r.effects != nil {
+		r.effects.Stop()
+	}
+	if r.effectsLog != nil {
+		r.effectsLog.Close()
+	}
+	if r.down != nil {
+		r.down.Close()
 	}
 	if r.nc != nil {
 		r.nc.Close()

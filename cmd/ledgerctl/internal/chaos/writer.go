@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -67,6 +68,9 @@ type WriterConfig struct {
 	// Log receives the writer's records, one JSON object per line (see
 	// Record). Required.
 	Log io.Writer
+	// Downstream, if set, is the downstream database the writer performs
+	// each intent's effect on directly, with its fence (effects.go).
+	Downstream *pgxpool.Pool
 }
 
 func (c WriterConfig) withDefaults() WriterConfig {
@@ -410,6 +414,9 @@ func (w *writer) publish(ctx context.Context, gen int64, task string, version in
 		pctx, cancel := context.WithTimeout(ctx, max(w.cfg.TTL, time.Second))
 		ack, err := w.js.PublishMsg(pctx, msg, jetstream.WithRetryAttempts(0))
 		cancel()
+		if try == 1 && typ == effectType && w.cfg.Downstream != nil {
+			w.directEffect(ctx, gen, id, zombie && !w.valid(gen))
+		}
 		if err == nil {
 			w.log.add(Record{Kind: KindAck, ID: id, Seq: ack.Sequence, Dup: ack.Duplicate})
 			return true

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
@@ -131,8 +132,17 @@ func ChaosWriter(ctx context.Context, args []string, _, stderr io.Writer) error 
 	f.Float64Var(&cfg.Rate, "rate", chaos.WriterRateDefault, "events per second while holding the lease")
 	f.DurationVar(&cfg.Zombie, "zombie", chaos.ZombieDefault, "how long to keep publishing with the old generation after a pause; 0: not at all")
 	logPath := f.String("log", "", "writer log file to create (required)")
+	downstream := f.String("downstream-url", "", "downstream database to perform each checkpoint's effect on directly, fenced; empty: none")
 	if err := f.Parse(args); err != nil {
 		return err
+	}
+	if *downstream != "" {
+		pool, err := pgxpool.New(ctx, *downstream)
+		if err != nil {
+			return fmt.Errorf("downstream database: %w", err)
+		}
+		defer pool.Close()
+		cfg.Downstream = pool
 	}
 	if cfg.Zombie == 0 {
 		cfg.Zombie = chaos.Off

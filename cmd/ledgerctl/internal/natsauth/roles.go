@@ -139,10 +139,10 @@ func (l Layout) Permissions(role, name string) (Permissions, error) {
 		// version still waiting?) and the last copy of a task in LEDGER_LOG
 		// (did another process store the version before?), by direct get
 		// where the stream allows it.
-		kvWitness := "KV_" + wire.BucketWitness
-		pub := append([]string{"$JS.API.INFO"}, streamAPI(wire.StreamIn, wire.StreamLog, wire.StreamDLQ, kvWitness)...)
-		pub = append(pub, msgGetAPI(wire.StreamIn, wire.StreamLog, kvWitness)...)
-		pub = append(pub, "$KV."+wire.BucketWitness+".>")
+		kvWitness, kvLeases := "KV_"+wire.BucketWitness, "KV_"+wire.BucketLeases
+		pub := append([]string{"$JS.API.INFO"}, streamAPI(wire.StreamIn, wire.StreamLog, wire.StreamDLQ, kvWitness, kvLeases)...)
+		pub = append(pub, msgGetAPI(wire.StreamIn, wire.StreamLog, kvWitness, kvLeases)...)
+		pub = append(pub, "$KV."+wire.BucketWitness+".>", "$KV."+wire.BucketLeases+".>")
 		pub = append(pub,
 			// One consumer per partition, named ingest-<partition>-<epoch>
 			// (a new one per claim), and the shared one of earlier versions
