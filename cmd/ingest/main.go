@@ -101,5 +101,6 @@ func run(args []string) error {
 		return err
 	}
 	return admin.ServeUntilDone(ctx, svcf.AdminAddr, reg, append(admin.ServiceChecks(pool, nc, svc.CheckConsumer),
-		admin.Check{Name: "durability", Func: svc.CheckDurability}, admin.Check{Name: "primary", Func: svc.CheckPrimary}), svc.Stop, log)
+		admin.Check{Name: "durability", Func: svc.CheckDurability}, admin.Check{Name: "primary", Func: svc.CheckPrimary},
+		admin.Check{Name: "memory", Func: svc.CheckMemory}), svc.Stop, log)
 }

@@ -141,6 +141,9 @@ type hooks struct {
 	dropCopy func(m *nats.Msg) bool
 	// noWitness switches off the generation witness (witness.go).
 	noWitness bool
+	// noMemoryCheck switches off the check that the database holds every
+	// acknowledged commit (forgotten.go).
+	noMemoryCheck bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

@@ -25,12 +25,16 @@ type TestHooks struct {
 	DropCopy func(m *nats.Msg) bool
 	// NoWitness switches off the generation witness.
 	NoWitness bool
+	// NoMemoryCheck switches off the check that the database holds every
+	// acknowledged commit.
+	NoMemoryCheck bool
 }
 
 // WithTestHooks returns cfg with the given test seams.
 func WithTestHooks(cfg Config, h TestHooks) Config {
 	cfg.hooks = &hooks{afterPublish: h.AfterPublish, beforeAppend: h.BeforeAppend,
-		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy, noWitness: h.NoWitness}
+		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy, noWitness: h.NoWitness,
+		noMemoryCheck: h.NoMemoryCheck}
 	return cfg
 }
 

@@ -510,3 +510,53 @@ func TestIngestCommitsNothingOnASupersededPrimary(t *testing.T) {
 		})
 	}
 }
+
+// The database comes back without the newest commits the ledger
+// acknowledged (an asynchronous failover lost its tail). A writer resumes
+// from the head it reads there and sends another version 3. The ingest
+// notices before anything commits, commits nothing, and is not ready;
+// without the check the new version 3 takes the place of the lost one.
+func TestNothingCommitsOnADatabaseThatForgotAcknowledgedCommits(t *testing.T) {
+	t.Parallel()
+	for _, checked := range []bool{true, false} {
+		t.Run(fmt.Sprintf("checked=%v", checked), func(t *testing.T) {
+			e := newBareEnv(t)
+			cfg := ingest.WithTestHooks(ingest.Config{}, ingest.TestHooks{NoMemoryCheck: !checked})
+			first, _ := e.startIngestOn(cfg, e.store)
+			rc := e.receipts("worker-a.1")
+			l := e.acquire(2, "worker-a.1", 120000)
+			ev := func(v int64, body string) event {
+				return event{id: newID(), partition: 2, task: "lost-tail", holder: "worker-a.1", generation: l.Generation,
+					version: v, typ: "step", payload: body}
+			}
+			for v := int64(1); v <= 3; v++ {
+				x := ev(v, fmt.Sprintf(`{"v":%d}`, v))
+				e.publish(x)
+				require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, x.id).Verdict)
+			}
+			first.Stop()
+			// The database forgets version 3, as a lagging standby would.
+			for _, q := range []string{
+				`DELETE FROM ledger.event_ids WHERE seq = (SELECT max(seq) FROM ledger.events)`,
+				`DELETE FROM ledger.events WHERE seq = (SELECT max(seq) FROM ledger.events)`,
+				`UPDATE ledger.heads SET version = 2, seq = (SELECT max(seq) FROM ledger.events) WHERE task_id = 'lost-tail'`,
+			} {
+				_, err := e.db.Pool.Exec(context.Background(), q)
+				require.NoError(t, err, q)
+			}
+			store, err := fence.New(e.db.Pool, fence.Config{})
+			require.NoError(t, err)
+			second, _ := e.startIngestOn(cfg, store)
+			other := ev(3, `{"v":"other"}`)
+			e.publish(other)
+			if !checked {
+				require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, other.id).Verdict, "the negative control commits over the lost version")
+				return
+			}
+			require.ErrorContains(t, second.CheckMemory(context.Background()), "forgot commits the ledger acknowledged")
+			time.Sleep(2 * time.Second)
+			require.Zero(t, e.count(`SELECT count(*) FROM ledger.events WHERE event_id = $1`, other.id))
+			require.EqualValues(t, 1, e.streamPending(wire.StreamIn), "the event waits in LEDGER_IN")
+		})
+	}
+}

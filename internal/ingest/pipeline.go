@@ -365,7 +365,13 @@ func (s *Service) appendWithRetry(ctx context.Context, claims *fence.Claims, eve
 	delay := s.cfg.RetryMin
 	var failedSince time.Time
 	for attempt := 1; ; attempt++ {
-		res, err := s.store.AppendClaimed(ctx, claims, events)
+		// Nothing commits on a database that forgot acknowledged commits,
+		// and a reconnect is checked before its first append.
+		err := s.verify(ctx, false)
+		var res []fence.Result
+		if err == nil {
+			res, err = s.store.AppendClaimed(ctx, claims, events)
+		}
 		if err == nil || errors.Is(err, fence.ErrNotClaimed) {
 			if !failedSince.IsZero() {
 				s.log.Info("fenced append works again", slog.Int("attempts", attempt),

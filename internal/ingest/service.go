@@ -79,6 +79,7 @@ type Service struct {
 	held       *heldSet
 	claims     *claims
 	witness    *witness
+	memory     memory
 	inStream   jetstream.Stream
 	logStream  jetstream.Stream
 	parked     *parkedCount
@@ -197,6 +198,11 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.held.off = s.cfg.hooks != nil && s.cfg.hooks.noKeepAlive
 	go s.held.keepAlive(s.cfg.AckWait/3, s.stopping)
+	s.memory = memory{checked: -1, off: s.cfg.hooks != nil && s.cfg.hooks.noMemoryCheck}
+	if err := s.verify(ctx, true); err != nil && !errors.Is(err, errForgotten) {
+		s.log.Warn("cannot tell yet whether the database holds every acknowledged commit; appends wait until it can",
+			slog.String("error", err.Error()))
+	}
 	s.claims = &claims{owner: s.cfg.owner(), runs: map[int]*partRun{}}
 	s.beat()
 	s.wg.Add(1)
