@@ -36,6 +36,7 @@ var commands = map[string]Command{
 	"streams": {Streams, "apply [-replicas N]", "create or update the streams LEDGER_IN, LEDGER_LOG and LEDGER_DLQ"},
 	"leases":  {Leases, "[-partition N]", "list the partitions' leases: holder, generation, time left"},
 	"claims":  {Claims, "", "list which ingest decides each partition, and its claim's epoch"},
+	"restore": {Restore, "[-dry-run]", "write back from LEDGER_LOG acknowledged commits the database forgot"},
 	"task":    {Task, "<id>", "show a task's committed events, rejections and projection"},
 	"dlq":     {DLQ, "list|replay [flags]", "list dead letters, or re-submit them for a fresh verdict"},
 	"tail":    {Tail, "[-since-seq N | -new] [-n N]", "follow the committed log (LEDGER_LOG)"},
