@@ -44,17 +44,13 @@ func (s *Service) verify(ctx context.Context, force bool) error {
 	if !force && m.lost == nil && conns == m.checked {
 		return nil
 	}
-	last, err := s.logStream.GetLastMsgForSubject(ctx, s.subjects.LogAll())
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	last, seq, err := s.newestCopy(ctx)
+	if err != nil {
+		return err
+	}
+	if last == nil {
 		m.checked, m.lost = conns, nil
 		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read the newest LEDGER_LOG copy: %w", err)
-	}
-	seq, err := strconv.ParseInt(last.Header.Get(wire.HeaderSeq), 10, 64)
-	if err != nil {
-		return fmt.Errorf("the newest LEDGER_LOG copy has no seq: %w", err)
 	}
 	known, newest, err := s.store.KnowsSeq(ctx, seq)
 	if err != nil {
@@ -77,6 +73,36 @@ func (s *Service) verify(ctx context.Context, force bool) error {
 	}
 	m.lost = fmt.Errorf("%w: LEDGER_LOG holds seq %d, the database's newest is %d", errForgotten, seq, newest)
 	return m.lost
+}
+
+// newestCopy is LEDGER_LOG's newest message that reads as a copy, and its
+// seq; nil if the stream holds none. A message that does not read (forged:
+// only the ingest and operators may publish there) is passed over, at most
+// 100 of them, so no message can stop the check.
+func (s *Service) newestCopy(ctx context.Context) (*jetstream.RawStreamMsg, int64, error) {
+	last, err := s.logStream.GetLastMsgForSubject(ctx, s.subjects.LogAll())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the newest LEDGER_LOG copy: %w", err)
+	}
+	for at, tries := last.Sequence, 0; at > 0 && tries < 100; tries++ {
+		m := last
+		if at != last.Sequence {
+			if m, err = s.logStream.GetMsg(ctx, at); errors.Is(err, jetstream.ErrMsgNotFound) {
+				at--
+				continue
+			} else if err != nil {
+				return nil, 0, fmt.Errorf("read LEDGER_LOG message %d: %w", at, err)
+			}
+		}
+		if seq, err := strconv.ParseInt(m.Header.Get(wire.HeaderSeq), 10, 64); err == nil && seq > 0 {
+			return m, seq, nil
+		}
+		at--
+	}
+	return nil, 0, nil
 }
 
 // missingCopies lists the event ids of LEDGER_LOG's newest copies whose seq
