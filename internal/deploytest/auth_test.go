@@ -92,7 +92,7 @@ func startAuthStack(t *testing.T, mode string) *authStack {
 	t.Cleanup(cancel)
 	d := newAuthDeployment(t, mode)
 	db := dbtest.New(t)
-	s := &authStack{authDeployment: d, root: t, ctx: ctx, log: slog.New(slog.DiscardHandler)}
+	s := &authStack{authDeployment: d, root: t, ctx: ctx, log: ledgertest.Logger()}
 	var err error
 	s.store, err = fence.New(openPool(t, loginUser(t, db, roleIngest)), fence.Config{})
 	require.NoError(t, err)
@@ -338,6 +338,16 @@ func (s *authStack) honestFlows(t *testing.T) {
 	_, err = s.admin.js(t).PublishMsg(s.ctx, copyOf(1))
 	require.NoError(t, err)
 	s.waitProjection(t, s.reader, gapTask, 2)
+	// The forged copies are of commits the database never had: an ingest
+	// would take them for acknowledged commits the database forgot, and
+	// commit nothing more. The operator who forged them removes them.
+	logStream, err := s.admin.js(t).Stream(s.ctx, wire.StreamLog)
+	require.NoError(t, err)
+	for _, v := range []int64{1, 2} {
+		m, err := logStream.GetLastMsgForSubject(s.ctx, wire.Subjects{}.Log(p, gapTask))
+		require.NoError(t, err, "version %d's forged copy", v)
+		require.NoError(t, logStream.DeleteMsg(s.ctx, m.Sequence))
+	}
 
 	// A restarted ingest finds the last copy of the task in LEDGER_LOG.
 	s.ingest.Stop()
