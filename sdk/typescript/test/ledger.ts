@@ -18,8 +18,9 @@ export async function startLedger(extra: string[] = []): Promise<DevLedger> {
   const db = process.env.TEST_DATABASE_URL ?? "postgres://root@127.0.0.1:5432/test?sslmode=disable";
   const child: ChildProcess = spawn(
     bin,
-    ["dev", "-json", "-nats-port", "0", "-fresh-database", "-database-url", db, "-gap-window", "2s", ...extra],
-    { stdio: ["ignore", "pipe", "inherit"] },
+    ["dev", "-json", "-nats-port", "0", "-fresh-database", "-database-url", db, "-gap-window", "2s", "-stop-on-stdin-eof", ...extra],
+    // stdin stays open while this process lives: if it dies, so does the ledger.
+    { stdio: ["pipe", "pipe", "inherit"] },
   );
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
   const lines = createInterface({ input: child.stdout! });

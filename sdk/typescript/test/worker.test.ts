@@ -1,9 +1,12 @@
-import { after, before, describe, test } from "node:test";
+import { after, before, describe, test as nodeTest } from "node:test";
 import assert from "node:assert/strict";
 import { connect as natsConnect } from "@nats-io/transport-node";
 
 import { connect, LedgerError, RejectedError, type Client } from "../src/index.js";
 import { startLedger, type DevLedger } from "./ledger.js";
+
+// Every test is bounded: one that hangs fails rather than stalling the run.
+const test = (name: string, fn: () => Promise<void>) => nodeTest(name, { timeout: 20_000 }, fn);
 
 let ledger: DevLedger;
 const clients: Client[] = [];

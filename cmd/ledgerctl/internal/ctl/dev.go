@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -33,6 +34,9 @@ type DevReady struct {
 	Database string `json:"database"`
 }
 
+// stdin is what -stop-on-stdin-eof watches; a variable for tests.
+var stdin io.Reader = os.Stdin
+
 // Dev runs a whole ledger in one process until ctx ends (SIGINT, SIGTERM):
 // an embedded NATS JetStream server, the ingest with the lease service, the
 // projector, and PostgreSQL from -database-url / DATABASE_URL or a
@@ -47,6 +51,7 @@ func Dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	partitions := f.Int("partitions", fence.PartitionsDefault, "partition count of the deployment")
 	gapWindow := f.Duration("gap-window", ingest.GapWindowDefault, "how long an event ahead of its task's head waits for the versions before it")
 	fresh := f.Bool("fresh-database", false, "make an empty database of its own on DATABASE_URL's server, dropped on exit")
+	stdinEOF := f.Bool("stop-on-stdin-eof", false, "stop when standard input ends too: a test that started dev and died takes it along")
 	verbose := f.Bool("v", false, "log the services at debug level to stderr (default: warnings)")
 	if err := f.Parse(args); err != nil {
 		return err
@@ -101,6 +106,15 @@ func Dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
 		say("ready: NATS_URL=%s prefix=%s partitions=%d; Ctrl-C stops it", ready.NATSURL, ready.Prefix, ready.Partitions)
+	}
+	if *stdinEOF {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			_, _ = io.Copy(io.Discard, stdin)
+			cancel()
+		}()
 	}
 	<-ctx.Done()
 	say("stopping")
