@@ -12,7 +12,7 @@ export {
   RECEIPT_TIMEOUT_MS_DEFAULT,
 } from "./client.js";
 export { Lease, Pending, safetyMarginMs, type PubAck, type PublishOptions } from "./lease.js";
-export { Reader, type WatchOptions } from "./reader.js";
+export { Reader, connectReader, type ReaderOptions, type WatchOptions } from "./reader.js";
 export { LedgerError, ServiceError, RejectedError, type ErrorCode } from "./errors.js";
 export { ulid, ulidTime } from "./ulid.js";
 export {

@@ -1,4 +1,5 @@
-import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import { connect as natsConnect } from "@nats-io/transport-node";
+import type { NatsConnection, NodeConnectionOptions, Subscription } from "@nats-io/transport-node";
 
 import { LedgerError } from "./errors.js";
 import { BUCKET_TASKS, validTask, type Projection } from "./wire.js";
@@ -18,7 +19,16 @@ export interface WatchOptions {
  * credential.
  */
 export class Reader {
-  constructor(readonly nc: NatsConnection) {}
+  /** A reader on nc; close() leaves nc open. connectReader opens a reader with a connection of its own. */
+  constructor(
+    readonly nc: NatsConnection,
+    private readonly owned = false,
+  ) {}
+
+  /** close closes the connection when the reader opened it (connectReader). */
+  async close(): Promise<void> {
+    if (this.owned) await this.nc.close();
+  }
 
   /** projection returns a task's current value, or null when it has none yet. */
   async projection(task: string, opts: { timeoutMs?: number } = {}): Promise<Projection | null> {
@@ -85,4 +95,24 @@ export class Reader {
 
 function isDeleted(op: string | undefined): boolean {
   return op === "DEL" || op === "PURGE";
+}
+
+/** ReaderOptions configure connectReader. */
+export interface ReaderOptions {
+  /** NATS servers; default "127.0.0.1:4222". */
+  servers?: string | string[];
+  /** The reader's inbox prefix: _INBOX_<reader> in an authenticated deployment (docs/security.md). */
+  inboxPrefix?: string;
+  /** More options of the connection: the reader's credentials, TLS. */
+  nats?: Partial<NodeConnectionOptions>;
+}
+
+/** connectReader opens a NATS connection for reading projections, closed by Reader.close(). */
+export async function connectReader(opts: ReaderOptions = {}): Promise<Reader> {
+  const nc = await natsConnect({
+    servers: opts.servers ?? "127.0.0.1:4222",
+    ...opts.nats,
+    ...(opts.inboxPrefix ? { inboxPrefix: opts.inboxPrefix } : {}),
+  });
+  return new Reader(nc, true);
 }
