@@ -119,7 +119,9 @@ export class Lease {
   #state: LeaseState = "active";
   #deadlineTimer?: NodeJS.Timeout;
   #renewTimer?: NodeJS.Timeout;
-  #renewing?: Promise<void>;
+  /** Renewals in flight, and the send time of the newest that succeeded. */
+  readonly #renewals = new Set<Promise<void>>();
+  #lastRenewSent = 0;
   #renewalsOff = false;
   #lostResolve!: (e: LedgerError) => void;
   /** lost resolves with the reason when the lease is lost (not on release or close). */
@@ -129,6 +131,8 @@ export class Lease {
   #slotWaiters: (() => void)[] = [];
   /** Slots handed to woken publishes that have not counted themselves yet. */
   #reserved = 0;
+  #woken: (() => void)[] = [];
+  #wakeScheduled = false;
   #idleWaiters: (() => void)[] = [];
 
   constructor(
@@ -198,9 +202,7 @@ export class Lease {
 
   #scheduleRenew(atMono: number): void {
     clearTimeout(this.#renewTimer);
-    this.#renewTimer = setTimeout(() => {
-      this.#renewing = this.#renew();
-    }, Math.max(0, atMono - performance.now()));
+    this.#renewTimer = setTimeout(() => this.#renew(), Math.max(0, atMono - performance.now()));
   }
 
   /** stopped says whether the keep-alive should stop: read afresh after every await. */
@@ -208,32 +210,52 @@ export class Lease {
     return this.#state === "ended" || this.#renewalsOff;
   }
 
-  async #renew(): Promise<void> {
+  /**
+   * renew sends one renewal, bounded by the local deadline rather than by a
+   * short attempt: on a busy event loop its reply can be read late, and a
+   * late reply still proves the lease. One left unanswered for half the
+   * renewal interval is followed by another (a reply can be lost), while the
+   * first may still answer. Each success schedules the next renewal from its
+   * own send time.
+   */
+  #renew(): void {
     if (this.#stopped()) return;
     const every = this.client.cfg.renewEveryMs;
-    const attemptMs = Math.min(Math.max(every / 2, 50), this.client.cfg.requestTimeoutMs, this.deadlineMono - performance.now());
-    try {
-      const sent = await this.#renewOnce(this.#ctl.signal, attemptMs);
-      if (!this.#stopped()) this.#scheduleRenew(sent + every);
-    } catch (err) {
-      if (this.#stopped()) return;
-      if (err instanceof LedgerError && (err.code === "LOST" || err.code === "NO_LEASE")) {
-        this.end(
-          new LedgerError("LEASE_LOST", `ledger: lease lost: partition ${this.partition} generation ${this.generation}: renewal refused: ${err.message}`, {
-            cause: err,
-          }),
-          true,
-        );
-        return;
-      }
-      this.client.log.warn("lease renewal failed; retrying until the local deadline", {
-        partition: this.partition,
-        generation: this.generation,
-        left_ms: Math.round(this.deadlineMono - performance.now()),
-        error: String(err),
-      });
-      this.#scheduleRenew(performance.now() + Math.max(every / 4, 10));
-    }
+    let settled = false;
+    const again = setTimeout(() => !settled && this.#renew(), Math.max(every / 2, 50));
+    const sent = performance.now();
+    const done = this.#renewOnce(this.#ctl.signal, this.deadlineMono - sent).then(
+      () => {
+        if (this.#stopped() || sent < this.#lastRenewSent) return;
+        this.#lastRenewSent = sent;
+        this.#scheduleRenew(sent + every);
+      },
+      (err) => {
+        if (this.#stopped()) return;
+        if (err instanceof LedgerError && (err.code === "LOST" || err.code === "NO_LEASE")) {
+          this.end(
+            new LedgerError("LEASE_LOST", `ledger: lease lost: partition ${this.partition} generation ${this.generation}: renewal refused: ${err.message}`, {
+              cause: err,
+            }),
+            true,
+          );
+          return;
+        }
+        this.client.log.warn("lease renewal failed; retrying until the local deadline", {
+          partition: this.partition,
+          generation: this.generation,
+          left_ms: Math.round(this.deadlineMono - performance.now()),
+          error: String(err),
+        });
+        if (this.#renewals.size === 1) this.#scheduleRenew(performance.now() + Math.max(every / 4, 10));
+      },
+    );
+    const tracked: Promise<void> = done.finally(() => {
+      settled = true;
+      clearTimeout(again);
+      this.#renewals.delete(tracked);
+    });
+    this.#renewals.add(tracked);
   }
 
   /** renewOnce sends one renewal and moves the local deadline to TTL after its send, less the margin. It returns the send time. */
@@ -406,7 +428,17 @@ export class Lease {
   #wake(): void {
     while (this.#inflight + this.#reserved < this.client.cfg.maxInFlight && this.#slotWaiters.length > 0) {
       this.#reserved++;
-      this.#slotWaiters.shift()!();
+      this.#woken.push(this.#slotWaiters.shift()!);
+    }
+    // The woken publishes run after pending I/O, not inside the receipt
+    // handler that freed their slots: a burst of receipts then does not hold
+    // the event loop (and a renewal's reply) for the publishes it lets go.
+    if (this.#woken.length > 0 && !this.#wakeScheduled) {
+      this.#wakeScheduled = true;
+      setImmediate(() => {
+        this.#wakeScheduled = false;
+        for (const w of this.#woken.splice(0)) w();
+      });
     }
   }
 
@@ -553,7 +585,7 @@ export class Lease {
     // The keep-alive stops first: a renewal after the release would be refused and read as a loss.
     this.#renewalsOff = true;
     clearTimeout(this.#renewTimer);
-    await this.#renewing?.catch(() => {});
+    await Promise.all(this.#renewals);
     this.#usable(true);
     try {
       await this.client.request(

@@ -134,7 +134,9 @@ func dbDatabase(u string) string {
 // freshDatabase creates an empty database on serverURL's server and returns
 // its name, its URL and a func that drops it.
 func freshDatabase(ctx context.Context, serverURL string) (string, string, func(), error) {
-	cctx, cancel := context.WithTimeout(ctx, PostgresTimeout)
+	// CREATE DATABASE copies a template and waits for a checkpoint: on a
+	// busy server it takes longer than a connection does.
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	admin, err := pgx.Connect(cctx, serverURL)
 	if err != nil {
