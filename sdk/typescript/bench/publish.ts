@@ -21,6 +21,11 @@ lag.enable();
 const cpu0 = process.cpuUsage();
 const t0 = performance.now();
 const per = Math.ceil(events / leases.length);
+const lost = Promise.race(leases.map((l) => l.lost)).then((e) => {
+  console.log(JSON.stringify({ error: e.message, after_s: +((performance.now() - t0) / 1000).toFixed(2), loop_delay_max_ms: Math.round(lag.max / 1e6), loop_delay_p99_ms: Math.round(lag.percentile(99) / 1e6) }));
+  process.exit(1);
+});
+void lost;
 await Promise.all(
   leases.map(async (l) => {
     const ts = byPartition.get(l.partition)!;

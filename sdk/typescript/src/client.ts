@@ -120,17 +120,20 @@ function validate(c: Config): void {
 export async function connect(opts: ConnectOptions): Promise<Client> {
   const cfg = withDefaults(opts);
   validate(cfg);
-  const nc = await natsConnect({
-    servers: opts.servers ?? "127.0.0.1:4222",
-    ...opts.nats,
-    inboxPrefix: inboxPrefix(cfg.holder),
-  });
+  const options = { servers: opts.servers ?? "127.0.0.1:4222", ...opts.nats, inboxPrefix: inboxPrefix(cfg.holder) };
+  // Two connections: events, their acks and receipts on one; the lease
+  // service on the other, so a renewal never queues behind a window of
+  // events in a socket's buffers, in either direction.
+  const nc = await natsConnect({ ...options, name: options.name ?? `${cfg.holder} events` });
+  let ctl: NatsConnection | undefined;
   try {
-    const c = new Client(nc, cfg);
+    ctl = await natsConnect({ ...options, name: options.name ?? `${cfg.holder} leases` });
+    const c = new Client(nc, cfg, ctl);
     await c.start();
     return c;
   } catch (err) {
     await nc.close();
+    await ctl?.close();
     throw err;
   }
 }
@@ -166,6 +169,8 @@ export class Client {
   constructor(
     readonly nc: NatsConnection,
     readonly cfg: Config,
+    /** The connection of the lease service's requests; nc when not given. */
+    readonly ctl: NatsConnection = nc,
   ) {
     this.subjects = new Subjects(cfg.prefix);
     this.log = cfg.logger;
@@ -317,7 +322,7 @@ export class Client {
     signal?.throwIfAborted();
     if (this.#closed) throw new LedgerError("CLOSED", "ledger: client closed");
     let m: Msg;
-    const req = this.nc.request(subject, JSON.stringify(body), { timeout: Math.max(1, Math.floor(timeoutMs)) });
+    const req = this.ctl.request(subject, JSON.stringify(body), { timeout: Math.max(1, Math.floor(timeoutMs)) });
     try {
       m = signal ? await raceAbort(req, signal) : await req;
     } catch (err) {
@@ -485,6 +490,7 @@ export class Client {
     this.#receipts?.unsubscribe();
     this.#acks?.unsubscribe();
     await this.nc.close();
+    if (this.ctl !== this.nc) await this.ctl.close();
   }
 }
 

@@ -25,6 +25,23 @@ export interface AcquireAttempt {
 
 const encoder = new TextEncoder();
 
+/** SEND_CHUNK is how many queued events, of every lease together, leave before the event loop gets a turn. */
+const SEND_CHUNK = 128;
+let turnBudget = SEND_CHUNK;
+let turnReset = false;
+
+/** spendTurn takes one send from this turn of the event loop's budget; false when it is spent. */
+function spendTurn(): boolean {
+  if (!turnReset) {
+    turnReset = true;
+    setImmediate(() => {
+      turnBudget = SEND_CHUNK;
+      turnReset = false;
+    });
+  }
+  return turnBudget-- > 0;
+}
+
 /** acquireLease is Client.acquire with a request that may have been sent before. */
 export async function acquireLease(c: Client, partition: number, attempt: AcquireAttempt, signal?: AbortSignal): Promise<Lease> {
   if (!Number.isInteger(partition) || partition < 0) {
@@ -473,23 +490,30 @@ export class Lease {
     } catch (err) {
       error = this.#ctl.signal.aborted ? this.#ctl.signal.reason : err;
     }
-    ts.looking = false;
-    const q = ts.queue.splice(0);
-    if (!error) {
-      ts.known = true;
-      ts.next = head!.version + 1;
+    if (error) {
+      ts.looking = false;
+      for (const p of ts.queue.splice(0)) this.#drop(ts, p, error);
+      return;
     }
-    for (const p of q) {
-      if (error) {
-        this.#drop(ts, p, error);
+    // The queued events leave in chunks, each after pending I/O: a lease that
+    // queued a whole window behind its heads would otherwise hold the event
+    // loop (and its renewals' replies) for as long as sending them takes.
+    // Events published meanwhile queue behind them, as looking stays set.
+    ts.next = head!.version + 1;
+    while (ts.queue.length > 0) {
+      if (!spendTurn()) {
+        await new Promise((r) => setImmediate(r));
         continue;
       }
+      const p = ts.queue.shift()!;
       try {
         this.#send(ts, p, p.signal, true);
       } catch (err) {
         this.#drop(ts, p, err);
       }
     }
+    ts.looking = false;
+    ts.known = true;
   }
 
   #drop(ts: TaskState, p: Pending, err: unknown): void {
