@@ -13,6 +13,7 @@ import { startLedger, type DevLedger } from "./ledger.js";
 const here = path.dirname(fileURLToPath(import.meta.url));
 const sdk = path.resolve(here, "../..");
 const examples = path.resolve(sdk, "../../examples/typescript");
+const goStandby = path.resolve(sdk, "build-test/standby");
 
 // Enough steps (100 ms each) that the primary is still at work when the standby is up.
 const STEPS = 40;
@@ -27,6 +28,12 @@ before(() => {
   rmSync(link, { force: true, recursive: true });
   symlinkSync(sdk, link, "dir");
   execFileSync(path.join(sdk, "node_modules/.bin/tsc"), ["-p", path.join(examples, "tsconfig.json")], { stdio: "inherit" });
+  // The Go SDK's primary/standby example, to take over from a TypeScript worker.
+  execFileSync("go", ["build", "-o", goStandby, "./examples/standby"], {
+    cwd: path.resolve(sdk, "../.."),
+    env: { ...process.env, PATH: `/usr/local/go/bin:${process.env.PATH}` },
+    stdio: "inherit",
+  });
 });
 after(async () => {
   for (const p of procs) p.kill("SIGKILL");
@@ -34,8 +41,9 @@ after(async () => {
 });
 
 /** run starts an example and collects its lines; wait(re) resolves with the first line matching re. */
-function run(name: string, args: string[]) {
-  const p = spawn(process.execPath, [path.join(examples, "dist", name), ...args], { stdio: ["ignore", "pipe", "inherit"] });
+function run(name: string, args: string[], bin?: string) {
+  const argv = bin ? [bin, args] : [process.execPath, [path.join(examples, "dist", name), ...args]];
+  const p = spawn(argv[0] as string, argv[1] as string[], { stdio: ["ignore", "pipe", "inherit"] });
   procs.push(p);
   const lines: string[] = [];
   const waiters: { re: RegExp; resolve: (l: string) => void }[] = [];
@@ -82,4 +90,28 @@ test("a standby takes over the task when its primary gets SIGTERM, and the reade
   assert.ok(resumed >= 3, "b resumed after a's last version");
   assert.equal(await reader.exited, 0);
   assert.match(reader.lines.at(-1)!, new RegExp(`^report-ex version ${STEPS} completed .*"step":${STEPS}`));
+});
+
+test("a Go standby takes over a task a TypeScript worker wrote, on the same partition", { timeout: 60_000 }, async () => {
+  await ledger?.stop();
+  ledger = await startLedger();
+  const ts = run("worker.js", ["--servers", ledger.natsUrl, "--tasks", "report-x", "--steps", String(STEPS), "--every", "100", "--ttl", "1000", "--instance", "ts"]);
+  await ts.wait(/version 3 committed/);
+  // The Go example ends a task with "completed" after -steps running events: version STEPS too.
+  const go = run("standby", ["-nats-url", ledger.natsUrl, "-principal", "reports", "-instance", "go", "-tasks", "report-x",
+    "-steps", String(STEPS - 1), "-every", "100ms", "-ttl", "1s"], goStandby);
+  await go.wait(/standby/);
+  ts.p.kill("SIGTERM");
+  assert.equal(await ts.exited, 0);
+  const took = await go.wait(/primary: holds partition \d+ at generation 2/);
+  const partition = Number(/partition (\d+)/.exec(took)![1]);
+  assert.ok(ts.lines.some((l) => l.includes(`holds partition ${partition} at generation 1`)), "both SDKs put the task on one partition");
+  await go.wait(new RegExp(`report-x: version ${STEPS} committed`));
+  go.p.kill("SIGTERM");
+  await go.exited;
+  const resumed = Number(/resuming after version (\d+)/.exec(go.lines.join("\n"))![1]);
+  const last = Math.max(...ts.lines.flatMap((l) => /version (\d+) committed/.exec(l)?.[1] ?? []).map(Number));
+  assert.equal(resumed, last, "the Go standby resumes after the TypeScript worker's last version");
+  const committed = [...ts.lines, ...go.lines].flatMap((l) => /version (\d+) committed/.exec(l)?.[1] ?? []).map(Number);
+  assert.deepEqual(committed, Array.from({ length: STEPS }, (_, i) => i + 1), `versions dense and in order: ${committed}`);
 });
