@@ -9,9 +9,9 @@ export PATH := /usr/local/go/bin:$(PATH)
 demo:
 	$(GO) run ./cmd/ledgerctl demo
 
-# The Go SDK (pkg/worker) and the contract codec (pkg/wire) are modules of
-# their own; every command runs in each module.
-MODULES := . pkg/wire pkg/worker
+# The Go SDK (pkg/worker), the contract codec (pkg/wire) and the adopters'
+# test kit (testkit) are modules of their own; every command runs in each.
+MODULES := . pkg/wire pkg/worker testkit
 
 # test: vet, formatting, every package of every module with the race
 # detector, then every fuzz target for a few seconds.
