@@ -92,7 +92,8 @@ describe("a worker", () => {
 
 describe("a zombie", () => {
   test("an earlier incarnation of the same holder gets stale and loses its lease", async () => {
-    const old = await client("reports.z1");
+    // A long TTL: its next renewal (which would be refused) is far off, so the stale receipt decides.
+    const old = await client("reports.z1", { ttlMs: 60_000 });
     const task = "report-zombie";
     const lease = await old.acquire(old.partitionOf(task));
     await (await lease.publishJSON(task, "running", { pct: 10 })).wait(timeout(5000));
@@ -115,6 +116,19 @@ describe("a zombie", () => {
     assert.ok(lease.signal.aborted);
     await assert.rejects(lease.publishJSON(task, "running", {}), (e: LedgerError) => e.code === "LEASE_LOST");
     assert.equal((await restarted.taskHead(task)).version, 1, "nothing of the old generation was committed");
+    await fresh.release(timeout(5000));
+  });
+
+  test("an earlier incarnation that does not publish learns of the loss from its refused renewal", async () => {
+    const old = await client("reports.z5", { ttlMs: 600 });
+    const lease = await old.acquire(7);
+    const restarted = await client("reports.z5", { ttlMs: 600 });
+    const fresh = await restarted.acquire(7);
+    assert.equal(fresh.generation, lease.generation + 1);
+    const reason = await lease.lost;
+    assert.equal(reason.code, "LEASE_LOST");
+    assert.match(reason.message, /renewal refused/);
+    assert.ok(performance.now() < lease.deadlineMono, "before its local deadline: the refusal ends it at once");
     await fresh.release(timeout(5000));
   });
 
