@@ -500,18 +500,23 @@ export class Lease {
     // loop (and its renewals' replies) for as long as sending them takes.
     // Events published meanwhile queue behind them, as looking stays set.
     ts.next = head!.version + 1;
-    while (ts.queue.length > 0) {
+    // An index, not shift(): shifting a queue of a whole window is quadratic.
+    let i = 0;
+    while (i < ts.queue.length) {
       if (!spendTurn()) {
+        ts.queue.splice(0, i);
+        i = 0;
         await new Promise((r) => setImmediate(r));
         continue;
       }
-      const p = ts.queue.shift()!;
+      const p = ts.queue[i++]!;
       try {
         this.#send(ts, p, p.signal, true);
       } catch (err) {
         this.#drop(ts, p, err);
       }
     }
+    ts.queue.length = 0;
     ts.looking = false;
     ts.known = true;
   }
@@ -671,10 +676,12 @@ export class Pending {
   #done = false;
   #resolveDone!: (o: Outcome<Receipt>) => void;
   readonly #doneP = new Promise<Outcome<Receipt>>((r) => (this.#resolveDone = r));
-  #resolveAck!: (o: Outcome<PubAck | undefined>) => void;
-  readonly #ackP = new Promise<Outcome<PubAck | undefined>>((r) => (this.#resolveAck = r));
-  #resolveVersion!: (v: number) => void;
-  readonly #versionP = new Promise<number>((r) => (this.#resolveVersion = r));
+  // The ack and the version are kept as values; a promise of either is made
+  // only when asked for (most callers wait for the receipt alone).
+  #ack?: Outcome<PubAck | undefined>;
+  #ackWaiters?: ((o: Outcome<PubAck | undefined>) => void)[];
+  #assigned = false;
+  #versionWaiters?: ((v: number) => void)[];
 
   constructor(
     readonly lease: Lease,
@@ -690,7 +697,13 @@ export class Pending {
 
   assign(version: number): void {
     this.version = version;
-    this.#resolveVersion(version);
+    this.#settleVersion();
+  }
+
+  #settleVersion(): void {
+    if (this.#assigned) return;
+    this.#assigned = true;
+    for (const w of this.#versionWaiters?.splice(0) ?? []) w(this.version);
   }
 
   build(subject: string, generation: number): void {
@@ -705,13 +718,15 @@ export class Pending {
 
   /** assigned resolves with the version once assigned, or 0 if the event ends unsent. */
   assigned(): Promise<number> {
-    return this.#versionP;
+    if (this.#assigned) return Promise.resolve(this.version);
+    return new Promise((r) => (this.#versionWaiters ??= []).push(r));
   }
 
   setAck(ack: PubAck | undefined, error?: unknown): void {
     if (this.acked) return;
     this.acked = true;
-    this.#resolveAck(error ? { ok: false, error } : { ok: true, value: ack });
+    this.#ack = error ? { ok: false, error } : { ok: true, value: ack };
+    for (const w of this.#ackWaiters?.splice(0) ?? []) w(this.#ack);
   }
 
   resolve(r: Receipt): void {
@@ -724,7 +739,7 @@ export class Pending {
   fail(err: unknown): void {
     if (this.#done) return;
     this.#done = true;
-    this.#resolveVersion(0);
+    this.#settleVersion(); // version stays 0: never sent
     this.setAck(undefined, err);
     this.#resolveDone({ ok: false, error: err });
   }
@@ -734,7 +749,7 @@ export class Pending {
    * success signal); with undefined when the receipt came first.
    */
   async pubAck(): Promise<PubAck | undefined> {
-    const o = await this.#ackP;
+    const o = this.#ack ?? (await new Promise<Outcome<PubAck | undefined>>((r) => (this.#ackWaiters ??= []).push(r)));
     if (!o.ok) throw o.error;
     return o.value;
   }

@@ -44,6 +44,11 @@ describe("a worker", () => {
       "versions 1..50 in publish order, all committed",
     );
     assert.ok(receipts.every((r) => r.verdict === "committed" && r.generation === 1 && r.seq > 0));
+    for (const p of sent) {
+      const ack = await p.pubAck();
+      assert.ok(ack === undefined || (ack.stream === "LEDGER_IN" && ack.seq > 0), "stored in LEDGER_IN, or the receipt came first");
+      assert.equal(await p.assigned(), p.version);
+    }
     const head = await c.taskHead(task);
     assert.equal(head.version, 50);
     assert.equal(head.partition, lease.partition);
