@@ -2,16 +2,16 @@
 GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: test vet bench bench-external bench-compare bench-latency demo build fuzz chaos failover
+.PHONY: test test-ts vet bench bench-external bench-compare bench-latency demo build fuzz chaos failover
 
 # demo: the whole ledger in one process (NATS embedded; PostgreSQL from
 # DATABASE_URL, or a throwaway cluster), playing the two seed stories.
 demo:
 	$(GO) run ./cmd/ledgerctl demo
 
-# The Go SDK (pkg/worker) and the contract codec (pkg/wire) are modules of
-# their own; every command runs in each module.
-MODULES := . pkg/wire pkg/worker
+# The Go SDK (pkg/worker), the contract codec (pkg/wire) and the adopters'
+# test kit (testkit) are modules of their own; every command runs in each.
+MODULES := . pkg/wire pkg/worker testkit
 
 # test: vet, formatting, every package of every module with the race
 # detector, then every fuzz target for a few seconds.
@@ -20,6 +20,13 @@ test: vet
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 9m ./...) || exit 1; done
 	FUZZTIME=$(FUZZTIME_CI) bash .ci/fuzz
+	$(MAKE) test-ts
+
+# test-ts: the TypeScript SDK (sdk/typescript) and its conformance run, against
+# a real ledger it starts with ledgerctl dev. Needs Node 20+ and npm.
+test-ts:
+	@command -v node >/dev/null && command -v npm >/dev/null || { echo "test-ts: node and npm are needed (Node 20+)"; exit 1; }
+	cd sdk/typescript && npm ci --no-audit --no-fund && npm test
 
 # fuzz: every fuzz target for FUZZTIME each (default 1m); `make test` runs
 # each for a few seconds.

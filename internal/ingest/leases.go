@@ -254,8 +254,11 @@ func decodeLeaseRequest(op, holder string, data []byte) (wire.LeaseRequest, erro
 		r.Holder = holder
 	}
 	if id, ok := m["request_id"]; ok {
-		if op != wire.LeaseAcquire || !wire.ValidID(id) || len(id) > 64 {
-			return r, fmt.Errorf("%w: request_id %s is not 1..64 of [A-Za-z0-9_-] on an acquire", errBadRequest, quoteShort(id))
+		switch {
+		case op != wire.LeaseAcquire:
+			return r, fmt.Errorf("%w: request_id is allowed only on an acquire, not on a %s", errBadRequest, op)
+		case !wire.ValidID(id) || len(id) > 64:
+			return r, fmt.Errorf("%w: request_id %s is not 1..64 of [A-Za-z0-9_-]", errBadRequest, quoteShort(id))
 		}
 		r.RequestID = id
 	}
@@ -428,8 +431,13 @@ func intMember(m map[string]string, name string, lo, hi int64) (int64, bool, err
 		return 0, false, nil
 	}
 	n, err := strconv.ParseInt(lit, 10, 64)
-	if err != nil || n < lo || n > hi {
-		return 0, false, fmt.Errorf("%w: %s %s is not an integer in [%d, %d]", errBadRequest, name, quoteShort(lit), lo, hi)
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return 0, false, fmt.Errorf("%w: %s %s is out of range [%d, %d]", errBadRequest, name, quoteShort(lit), lo, hi)
+	case err != nil:
+		return 0, false, fmt.Errorf("%w: %s %s is not an integer", errBadRequest, name, quoteShort(lit))
+	case n < lo || n > hi:
+		return 0, false, fmt.Errorf("%w: %s %s is out of range [%d, %d]", errBadRequest, name, quoteShort(lit), lo, hi)
 	}
 	return n, true, nil
 }

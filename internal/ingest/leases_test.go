@@ -391,3 +391,34 @@ func TestGenerationIsNeverGrantedTwiceAfterTheDatabaseForgets(t *testing.T) {
 		})
 	}
 }
+
+// Each lease error says what is wrong with the request, in words a client
+// author can act on.
+func TestLeaseErrorsSayWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, ingest.Config{})
+	l := e.acquire(2, "worker-a.1", 60000)
+	require.EqualValues(t, 1, l.Generation)
+
+	for name, c := range map[string]struct {
+		op   string
+		req  map[string]any
+		code string
+		want string
+	}{
+		"a request_id on a renew is refused as out of place, not as malformed": {"renew",
+			map[string]any{"holder": "worker-a.1", "partition": 2, "generation": 1, "request_id": "01JD0000000000000000000001"},
+			"invalid", "request_id is allowed only on an acquire, not on a renew"},
+		"a malformed request_id on an acquire": {"acquire",
+			map[string]any{"holder": "worker-a.1", "partition": 2, "request_id": "has space"}, "invalid", `request_id "has space" is not 1..64 of [A-Za-z0-9_-]`},
+		"a ttl below the range is out of range, not a non-integer": {"acquire",
+			map[string]any{"holder": "worker-a.1", "partition": 2, "ttl_ms": 50}, "invalid", `ttl_ms "50" is out of range [100, 300000]`},
+		"a generation never granted": {"renew", map[string]any{"holder": "worker-a.1", "partition": 2, "generation": 6},
+			"lost", "generation 6 of partition 2 was never granted; the current generation is 1"},
+	} {
+		_, er, _ := e.lease(c.op, c.req)
+		require.NotNil(t, er, name)
+		require.Equal(t, c.code, er.Error, name)
+		require.Contains(t, er.Message, c.want, name)
+	}
+}

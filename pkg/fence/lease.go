@@ -281,15 +281,19 @@ func (s *Store) lostError(ctx context.Context, partition int, holder string, gen
 	if err != nil {
 		return err
 	}
-	why := "it expired"
 	switch {
-	case cur.Generation != generation:
-		why = fmt.Sprintf("generation is now %d", cur.Generation)
+	case generation > cur.Generation:
+		return leaseErr(ErrLost, &cur, "%s: generation %d of partition %d was never granted; the current generation is %d",
+			op, generation, partition, cur.Generation)
+	case generation < cur.Generation:
+		return leaseErr(ErrLost, &cur, "%s: generation %d of partition %d is not the current one; the current generation is %d",
+			op, generation, partition, cur.Generation)
 	case cur.Holder != holder:
-		why = fmt.Sprintf("holder is %s", cur.Holder)
+		return leaseErr(ErrLost, &cur, "%s: partition %d at generation %d is held by %s, not %s",
+			op, partition, generation, cur.Holder, holder)
 	}
-	return leaseErr(ErrLost, &cur, "%s: %s no longer holds partition %d at generation %d: %s",
-		op, holder, partition, generation, why)
+	return leaseErr(ErrLost, &cur, "%s: %s no longer holds partition %d at generation %d: it expired or was released",
+		op, holder, partition, generation)
 }
 
 // Get returns partition's lease, or ErrNoLease if it was never leased.

@@ -42,6 +42,7 @@ var commands = map[string]Command{
 	"tail":    {Tail, "[-since-seq N | -new] [-n N]", "follow the committed log (LEDGER_LOG)"},
 	"version": {Version, "", "print the version of ledgerctl"},
 	"demo":    {Demo, "", "run the whole ledger in-process and play the two seed stories"},
+	"dev":     {Dev, "[-nats-port N] [-fresh-database] [-json]", "run a whole local ledger in-process until SIGINT or SIGTERM"},
 	"bench":   {Bench, "[-events N] [-rate N]", "benchmark report: baselines, fence, pipeline, latency"},
 	"console": {Console, "[-listen ADDR] [-allow-replay]", "serve the web console: partitions, flow, dead letters, tasks, live"},
 	"auth":    {Auth, "static|jwt|jwt-user [flags]", "generate the NATS authorization of an authenticated deployment"},

@@ -5,6 +5,7 @@
 package localstack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,11 @@ type Options struct {
 	// 1 s gap timeout for the projector).
 	Ingest    ingest.Config
 	Projector projector.Config
+	// Fence configures the store (zero: defaults, 16 partitions).
+	Fence fence.Config
+	// NATSPort is the embedded NATS server's client port on 127.0.0.1;
+	// 0 picks a free one.
+	NATSPort int
 }
 
 // Stack is a running ledger.
@@ -166,7 +172,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 	s.stops = append(s.stops, func() { os.RemoveAll(dir) })
-	s.NATS, err = server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir,
+	s.NATS, err = server.NewServer(&server.Options{Host: "127.0.0.1", Port: cmp.Or(o.NATSPort, server.RANDOM_PORT), JetStream: true, StoreDir: dir,
 		NoSigs: true, NoLog: true, ServerName: "ledger-demo"})
 	if err != nil {
 		return nil, err
@@ -182,7 +188,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 
-	if s.Store, err = fence.New(s.Pool, fence.Config{}); err != nil {
+	if s.Store, err = fence.New(s.Pool, o.Fence); err != nil {
 		return nil, err
 	}
 	inNC, err := s.Dial()

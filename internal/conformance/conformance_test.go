@@ -1,0 +1,171 @@
+package conformance_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/conformance"
+	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/ledgertest"
+	"github.com/flowness/ledger/internal/natstest"
+	"github.com/flowness/ledger/internal/projector"
+	"github.com/flowness/ledger/pkg/fence"
+)
+
+// casesDir holds the cases every client runs.
+const casesDir = "../../conformance/cases"
+
+// TestTheLedgerPassesEveryConformanceCase runs each case against a fresh
+// ledger: the real ingest, lease service and projector on PostgreSQL and
+// an embedded NATS server.
+func TestTheLedgerPassesEveryConformanceCase(t *testing.T) {
+	t.Parallel()
+	cases, err := conformance.Load(casesDir)
+	require.NoError(t, err)
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			run(t, startLedger(t), c)
+		})
+	}
+}
+
+// startLedger starts a ledger as the cases expect it and returns a
+// connection to it.
+func startLedger(t *testing.T) *nats.Conn {
+	db := dbtest.New(t)
+	ns := natstest.Start(t)
+	store, err := fence.New(db.Pool, fence.Config{})
+	require.NoError(t, err)
+	in, err := ingest.New(ingest.Config{GapWindow: conformance.GapWindowMillis * time.Millisecond},
+		ingest.Deps{NC: ns.Conn(t), Store: store, Logger: ledgertest.Logger()})
+	require.NoError(t, err)
+	require.NoError(t, in.Start(context.Background()))
+	t.Cleanup(in.Stop)
+	pr, err := projector.New(projector.Config{}, projector.Deps{NC: ns.Conn(t), Pool: db.Pool, Logger: ledgertest.Logger()})
+	require.NoError(t, err)
+	require.NoError(t, pr.Start(context.Background()))
+	t.Cleanup(pr.Stop)
+	return ns.Conn(t)
+}
+
+// receipts collects every receipt by event id.
+type receipts struct {
+	mu   sync.Mutex
+	byID map[string]map[string]any
+}
+
+func (r *receipts) get(id string) map[string]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byID[id]
+}
+
+func run(t *testing.T, nc *nats.Conn, c conformance.Case) {
+	rs := &receipts{byID: map[string]map[string]any{}}
+	sub, err := nc.Subscribe("ledger.receipt.>", func(m *nats.Msg) {
+		var r map[string]any
+		if json.Unmarshal(m.Data, &r) != nil {
+			return
+		}
+		id, _ := r["event_id"].(string)
+		rs.mu.Lock()
+		if _, ok := rs.byID[id]; !ok {
+			rs.byID[id] = r
+		}
+		rs.mu.Unlock()
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	defer func() { _ = sub.Unsubscribe() }()
+
+	for i, s := range c.Steps {
+		where := fmt.Sprintf("%s step %d (%s %s %s)", c.Name, i+1, s.Step, s.Subject, s.Note)
+		switch s.Step {
+		case "request":
+			m, err := nc.Request(s.Subject, s.Body, 5*time.Second)
+			require.NoError(t, err, where)
+			for k, v := range s.Expect.Headers {
+				require.Equal(t, v, m.Header.Get(k), "%s: header %s", where, k)
+			}
+			matchJSON(t, where, "body", s.Expect.Body, m.Data)
+		case "publish":
+			body, err := s.PublishBody()
+			require.NoError(t, err, where)
+			msg := nats.NewMsg(s.Subject)
+			msg.Data = body
+			for k, v := range s.Headers {
+				msg.Header.Set(k, v)
+			}
+			ack, err := nc.RequestMsg(msg, 5*time.Second)
+			require.NoError(t, err, where)
+			matchJSON(t, where, "ack", s.Expect.Ack, ack.Data)
+			if s.Expect.Receipt != nil {
+				awaitReceipt(t, where, rs, s.Headers["Nats-Msg-Id"], s.Expect.Receipt)
+			}
+		case "receipt":
+			awaitReceipt(t, where, rs, s.EventID, s.Expect.Receipt)
+		case "projection":
+			awaitProjection(t, where, nc, s.Task, s.Expect.Value)
+		case "sleep":
+			time.Sleep(time.Duration(s.Millis) * time.Millisecond)
+		}
+	}
+}
+
+func matchJSON(t *testing.T, where, what string, want any, data []byte) {
+	t.Helper()
+	if want == nil {
+		return
+	}
+	var got any
+	require.NoError(t, json.Unmarshal(data, &got), "%s: %s %q", where, what, data)
+	if d := conformance.Match(what, want, got); d != "" {
+		t.Fatalf("%s: %s\n%s: %s", where, d, what, data)
+	}
+}
+
+func awaitReceipt(t *testing.T, where string, rs *receipts, id string, want any) {
+	t.Helper()
+	deadline := time.Now().Add(conformance.GapWindowMillis*time.Millisecond + 8*time.Second)
+	for rs.get(id) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no receipt of event %s", where, id)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := any(rs.get(id))
+	if d := conformance.Match("receipt", want, got); d != "" {
+		b, _ := json.Marshal(got)
+		t.Fatalf("%s: %s\nreceipt: %s", where, d, b)
+	}
+}
+
+func awaitProjection(t *testing.T, where string, nc *nats.Conn, task string, want any) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m, err := nc.Request("$JS.API.DIRECT.GET.KV_ledger_tasks.$KV.ledger_tasks."+task, nil, 5*time.Second)
+		last := "no value"
+		if err == nil && m.Header.Get("Status") != "404" {
+			var got any
+			if err := json.Unmarshal(m.Data, &got); err != nil {
+				last = err.Error()
+			} else if last = conformance.Match("value", want, got); last == "" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: projection of %s: %s", where, task, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

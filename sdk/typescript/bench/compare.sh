@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Compares the TypeScript SDK's publish rate with the Go SDK's on one ledger:
+# rounds of the Go SDK's bench worker (ledgerctl bench worker) and this
+# package's bench/publish.js alternate on a fresh ledgerctl dev, each
+# publishing EVENTS events over TASKS tasks at full speed. Prints one JSON
+# line per run and the TypeScript/Go ratio of the median rates.
+#   npm run build && npx tsc -p tsconfig.test.json && node scripts/build-ledgerctl.mjs
+#   bench/compare.sh [rounds] [events] [tasks]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3} events=${2:-30000} tasks=${3:-64}
+ledgerctl=${LEDGERCTL:-build-test/ledgerctl}
+db=${TEST_DATABASE_URL:-postgres://root@127.0.0.1:5432/test?sslmode=disable}
+
+out=$(mktemp)
+"$ledgerctl" dev -json -nats-port 0 -fresh-database -database-url "$db" -stop-on-stdin-eof \
+  < <(sleep 3600) > "$out" 2>/dev/null &
+dev=$!
+trap 'kill $dev 2>/dev/null; rm -f "$out"' EXIT
+for _ in $(seq 1 100); do [ -s "$out" ] && break; sleep 0.1; done
+url=$(node -p "JSON.parse(require('fs').readFileSync('$out','utf8')).nats_url")
+
+go_rates=() ts_rates=()
+for r in $(seq 1 "$rounds"); do
+  # Each run holds every partition; the next waits out its TTL after release.
+  # The bench worker runs until its stdin ends: it is stopped once it is done.
+  wout=$(mktemp)
+  "$ledgerctl" bench worker -nats-url "$url" -run "go$r" -events "$events" -tasks "$tasks" < <(echo go; sleep 600) > "$wout" &
+  worker=$!
+  until grep -q '"done"' "$wout"; do
+    kill -0 $worker 2>/dev/null || { echo "compare: the Go bench worker failed" >&2; exit 1; }
+    sleep 0.2
+  done
+  kill $worker 2>/dev/null || true
+  line=$(grep '"done"' "$wout")
+  rm -f "$wout"
+  rate=$(node -p "const d=JSON.parse('$line'); Math.round(d.events/((d.last_receipt_ns-d.first_publish_ns)/1e9))")
+  echo "{\"sdk\":\"go\",\"round\":$r,\"rate\":$rate}"
+  go_rates+=("$rate")
+  sleep 3.5
+  line=$(node build-test/bench/publish.js "$url" "$events" "$tasks" "bench.ts$r" | tail -1)
+  echo "$line" | sed "s/^{/{\"sdk\":\"ts\",\"round\":$r,/"
+  ts_rates+=("$(node -p "JSON.parse('$line').rate ?? 0")")
+  sleep 3.5
+done
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+g=$(median "${go_rates[@]}") t=$(median "${ts_rates[@]}")
+echo "{\"go_median\":$g,\"ts_median\":$t,\"ts_over_go\":$(node -p "($t/$g).toFixed(2)")}"

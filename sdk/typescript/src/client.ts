@@ -1,0 +1,581 @@
+import { connect as natsConnect, NoRespondersError, TimeoutError, nuid } from "@nats-io/transport-node";
+import type { Msg, NatsConnection, NodeConnectionOptions, Subscription } from "@nats-io/transport-node";
+
+import { LedgerError, ServiceError } from "./errors.js";
+import { Lease, Pending, acquireLease, type AcquireAttempt } from "./lease.js";
+import { ulid } from "./ulid.js";
+import {
+  MAX_PAYLOAD_DEFAULT,
+  PREFIX_DEFAULT,
+  Subjects,
+  TTL_MAX_MS,
+  TTL_MIN_MS,
+  inboxPrefix,
+  partitionOf,
+  validHolder,
+  validTask,
+  type ErrorReply,
+  type EventVerdict,
+  type LeaseReply,
+  type Receipt,
+  type TaskHead,
+} from "./wire.js";
+import { Reader } from "./reader.js";
+
+/** Logger receives the client's warnings and notes; default: warnings to console.warn. */
+export interface Logger {
+  warn(msg: string, attrs?: Record<string, unknown>): void;
+  info(msg: string, attrs?: Record<string, unknown>): void;
+  debug(msg: string, attrs?: Record<string, unknown>): void;
+}
+
+const defaultLogger: Logger = {
+  warn: (msg, attrs) => console.warn(JSON.stringify({ level: "warn", msg, ...attrs })),
+  info: () => {},
+  debug: () => {},
+};
+
+/** Defaults of ConnectOptions, the Go SDK's. */
+export const TTL_MS_DEFAULT = 3000;
+export const REQUEST_TIMEOUT_MS_DEFAULT = 2000;
+export const MAX_IN_FLIGHT_DEFAULT = 1024;
+export const PUBLISH_ACK_TIMEOUT_MS_DEFAULT = 5000;
+export const RECEIPT_TIMEOUT_MS_DEFAULT = 10_000;
+
+/** ConnectOptions configure a Client. Only holder is required. */
+export interface ConnectOptions {
+  /** <principal>.<instance>, each 1..64 of [A-Za-z0-9_-]. The principal is the NATS user; the instance names this process. */
+  holder: string;
+  /** NATS servers; default "127.0.0.1:4222". */
+  servers?: string | string[];
+  /** More options of the NATS connection (credentials, TLS); its inboxPrefix is always _INBOX.<principal>. */
+  nats?: Partial<NodeConnectionOptions>;
+  /** Subject prefix; default "ledger". */
+  prefix?: string;
+  /** The deployment's partition count; default 0: asked of the lease service. */
+  partitions?: number;
+  /** Lease TTL asked for with every acquire and renewal: 100..300000 ms; default 3000. */
+  ttlMs?: number;
+  /** Interval between renewals; default ttlMs/3, at most ttlMs/2. */
+  renewEveryMs?: number;
+  /** Bounds one request to the lease service; default 2000 ms. */
+  requestTimeoutMs?: number;
+  /** How often acquireWait asks lease.get whether a held lease ended; default ttlMs/10. */
+  standbyPollMs?: number;
+  /** Events of one lease published and without a receipt; publish waits while reached. Default 1024. */
+  maxInFlight?: number;
+  /** Largest payload publish accepts; default 256 KiB. */
+  maxPayload?: number;
+  /** How long a publish waits for LEDGER_IN's ack before it is sent again under its id; default 5000 ms. */
+  publishAckTimeoutMs?: number;
+  /** How long after its ack an event waits for its receipt before the verdict is looked up, and how often again; default 10000 ms. */
+  receiptTimeoutMs?: number;
+  logger?: Logger;
+}
+
+/** Config is ConnectOptions with every default filled in. */
+export type Config = Required<Omit<ConnectOptions, "servers" | "nats">>;
+
+function withDefaults(o: ConnectOptions): Config {
+  const ttlMs = o.ttlMs ?? TTL_MS_DEFAULT;
+  return {
+    holder: o.holder,
+    prefix: o.prefix ?? PREFIX_DEFAULT,
+    partitions: o.partitions ?? 0,
+    ttlMs,
+    renewEveryMs: o.renewEveryMs ?? Math.floor(ttlMs / 3),
+    requestTimeoutMs: o.requestTimeoutMs ?? REQUEST_TIMEOUT_MS_DEFAULT,
+    standbyPollMs: o.standbyPollMs ?? Math.floor(ttlMs / 10),
+    maxInFlight: o.maxInFlight ?? MAX_IN_FLIGHT_DEFAULT,
+    maxPayload: o.maxPayload ?? MAX_PAYLOAD_DEFAULT,
+    publishAckTimeoutMs: o.publishAckTimeoutMs ?? PUBLISH_ACK_TIMEOUT_MS_DEFAULT,
+    receiptTimeoutMs: o.receiptTimeoutMs ?? RECEIPT_TIMEOUT_MS_DEFAULT,
+    logger: o.logger ?? defaultLogger,
+  };
+}
+
+function validate(c: Config): void {
+  const bad = (msg: string) => new LedgerError("INVALID", `ledger: ${msg}`);
+  const pos = (n: number) => Number.isInteger(n) && n > 0;
+  if (!validHolder(c.holder)) {
+    throw bad(`holder ${JSON.stringify(c.holder)} must be <principal>.<instance>, each 1..64 of [A-Za-z0-9_-] (the principal is the NATS user)`);
+  }
+  if (!/^[A-Za-z0-9_-]{1,128}$/.test(c.prefix)) throw bad(`prefix ${JSON.stringify(c.prefix)} must be one subject token of [A-Za-z0-9_-]`);
+  if (!Number.isInteger(c.partitions) || c.partitions < 0) throw bad(`partitions must be at least 1 (or 0: ask the service), got ${c.partitions}`);
+  if (!Number.isInteger(c.ttlMs) || c.ttlMs < TTL_MIN_MS || c.ttlMs > TTL_MAX_MS) {
+    throw bad(`ttlMs ${c.ttlMs} must be whole milliseconds in [${TTL_MIN_MS}, ${TTL_MAX_MS}]`);
+  }
+  if (!pos(c.renewEveryMs) || c.renewEveryMs > c.ttlMs / 2) throw bad(`renewEveryMs ${c.renewEveryMs} must be in (0, ttlMs/2 = ${c.ttlMs / 2}]`);
+  for (const k of ["requestTimeoutMs", "standbyPollMs", "maxInFlight", "maxPayload", "publishAckTimeoutMs", "receiptTimeoutMs"] as const) {
+    if (!pos(c[k])) throw bad(`${k} must be a positive integer, got ${c[k]}`);
+  }
+}
+
+/**
+ * connect opens a NATS connection for holder (its replies come to
+ * _INBOX.<principal>, the only inbox the principal may read), subscribes to
+ * the holder's receipts before anything is sent, and, with partitions 0 (the
+ * default), asks the lease service for the deployment's partition count.
+ */
+export async function connect(opts: ConnectOptions): Promise<Client> {
+  const cfg = withDefaults(opts);
+  validate(cfg);
+  const options = { servers: opts.servers ?? "127.0.0.1:4222", ...opts.nats, inboxPrefix: inboxPrefix(cfg.holder) };
+  // Two connections: events, their acks and receipts on one; the lease
+  // service on the other, so a renewal never queues behind a window of
+  // events in a socket's buffers, in either direction.
+  const nc = await natsConnect({ ...options, name: options.name ?? `${cfg.holder} events` });
+  let ctl: NatsConnection | undefined;
+  try {
+    ctl = await natsConnect({ ...options, name: options.name ?? `${cfg.holder} leases` });
+    const c = new Client(nc, cfg, ctl);
+    await c.start();
+    return c;
+  } catch (err) {
+    await nc.close();
+    await ctl?.close();
+    throw err;
+  }
+}
+
+/** RequestOptions bound one call. */
+export interface CallOptions {
+  /** Ends the call early; it then rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/**
+ * Client is one worker's connection to the ledger: it acquires leases as its
+ * holder and receives that holder's receipts. close() ends its leases (they
+ * expire by their TTL) and closes the connection.
+ */
+export class Client {
+  readonly subjects: Subjects;
+  readonly log: Logger;
+  /** The reader of projections on this connection (contract §9). */
+  readonly reader: Reader;
+  #partitions: number;
+  #closed = false;
+  #receipts?: Subscription;
+  #acks?: Subscription;
+  /** The reply subject prefix of publish acks: <inbox>.<nuid>.<event id>. */
+  readonly ackPrefix: string;
+  readonly leases = new Map<number, Lease | null>();
+  /** Published events without a verdict, by event id. */
+  readonly pending = new Map<string, Pending>();
+  #sweeper?: NodeJS.Timeout;
+  #heads: HeadBatcher;
+
+  constructor(
+    readonly nc: NatsConnection,
+    readonly cfg: Config,
+    /** The connection of the lease service's requests; nc when not given. */
+    readonly ctl: NatsConnection = nc,
+  ) {
+    this.subjects = new Subjects(cfg.prefix);
+    this.log = cfg.logger;
+    this.#partitions = cfg.partitions;
+    this.ackPrefix = `${inboxPrefix(cfg.holder)}.${nuid.next()}`;
+    this.reader = new Reader(nc);
+    this.#heads = new HeadBatcher(this);
+  }
+
+  /** start subscribes to receipts and acks and learns the partition count. */
+  async start(): Promise<void> {
+    this.#receipts = this.nc.subscribe(this.subjects.receipt(this.cfg.holder), {
+      callback: (err, m) => {
+        if (!err) this.#onReceipt(m);
+      },
+    });
+    this.#acks = this.nc.subscribe(`${this.ackPrefix}.*`, {
+      callback: (err, m) => {
+        if (!err) this.#onAck(m);
+      },
+    });
+    await this.nc.flush();
+    if (this.#partitions === 0) this.#partitions = await this.#askPartitions();
+    const every = Math.max(10, Math.min(250, Math.floor(this.cfg.publishAckTimeoutMs / 4), Math.floor(this.cfg.receiptTimeoutMs / 4)));
+    this.#sweeper = setInterval(() => this.#sweep(), every);
+    this.#sweeper.unref();
+  }
+
+  /** holder is the client's holder id. */
+  get holder(): string {
+    return this.cfg.holder;
+  }
+
+  /** partitions is the partition count: ConnectOptions.partitions, or the deployment's. */
+  get partitions(): number {
+    return this.#partitions;
+  }
+
+  /** closed says whether close() was called. */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** partitionOf is a task's default partition: fnv1a32(task) mod partitions. */
+  partitionOf(task: string): number {
+    return partitionOf(task, this.#partitions);
+  }
+
+  /**
+   * taskHead asks the ledger for a task's head: its last version, the partition
+   * it is pinned to and its last event's type. Read it after acquiring: before,
+   * the old holder can still move it.
+   */
+  async taskHead(task: string, opts: CallOptions = {}): Promise<TaskHead> {
+    if (!validTask(task)) throw new LedgerError("INVALID", `ledger: task id ${JSON.stringify(task)} is not 1..128 of [A-Za-z0-9_-]`);
+    return (await this.request(this.subjects.taskHead(), { task }, opts.signal)) as TaskHead;
+  }
+
+  /** headOf is taskHead asked together with other lookups (one request per round trip). */
+  headOf(task: string): Promise<TaskHead> {
+    return this.#heads.lookup(task);
+  }
+
+  /**
+   * acquire takes a partition's lease for the holder and keeps it alive. It
+   * rejects with HELD (a ServiceError naming the holder) while another holder's
+   * lease is valid, LEASE_ACTIVE when this client holds the partition, INVALID,
+   * UNAVAILABLE when the service did not answer in time. The request carries a
+   * request_id and is sent again with it while unanswered, so it is granted once.
+   */
+  acquire(partition: number, opts: CallOptions = {}): Promise<Lease> {
+    return acquireLease(this, partition, { id: ulid(), firstMono: 0, firstWall: 0 }, opts.signal);
+  }
+
+  /**
+   * acquireWait is acquire for a standby: it resolves with the lease as soon as
+   * it can be had, waiting out another holder's lease (until its expiry plus
+   * jitter, polling lease.get every standbyPollMs so a released lease is taken
+   * at once), or rejects with the signal's reason.
+   */
+  async acquireWait(partition: number, opts: CallOptions = {}): Promise<Lease> {
+    const signal = opts.signal;
+    let attempt: AcquireAttempt = { id: ulid(), firstMono: 0, firstWall: 0 };
+    let seen: string | undefined;
+    for (;;) {
+      try {
+        return await acquireLease(this, partition, attempt, signal);
+      } catch (err) {
+        signal?.throwIfAborted();
+        if (!(err instanceof LedgerError)) throw err;
+        switch (err.code) {
+          case "HELD": {
+            attempt = { id: ulid(), firstMono: 0, firstWall: 0 };
+            const se = err as ServiceError;
+            const key = `${se.holder}/${se.generation}`;
+            if (key !== seen) {
+              this.log.info("partition held; standing by until the lease ends", { partition, holder: se.holder, generation: se.generation });
+              seen = key;
+            }
+            await this.#standBy(partition, se.expiresAt, signal);
+            break;
+          }
+          case "UNAVAILABLE":
+            this.log.warn("lease service unavailable; standing by", { partition, error: err.message });
+            await sleep(this.cfg.standbyPollMs, signal);
+            break;
+          case "LEASE_LOST":
+            attempt = { id: ulid(), firstMono: 0, firstWall: 0 };
+            break;
+          default:
+            throw err;
+        }
+      }
+    }
+  }
+
+  async #standBy(partition: number, expiresAt: Date | undefined, signal?: AbortSignal): Promise<void> {
+    for (;;) {
+      let wait = this.cfg.standbyPollMs;
+      let poll = true;
+      if (expiresAt) {
+        // Only a hint: the database's clock decides, and the poll backs it up.
+        const until = expiresAt.getTime() - Date.now() + 5 + Math.random() * 25;
+        if (until < wait) {
+          wait = Math.max(until, 0);
+          poll = false;
+        }
+      }
+      await sleep(wait, signal);
+      if (!poll) return;
+      try {
+        const r = (await this.request(this.subjects.leaseGet(), { partition }, signal)) as LeaseReply;
+        if (!r.valid) return;
+        expiresAt = new Date(r.expires_at);
+      } catch (err) {
+        signal?.throwIfAborted();
+        if (err instanceof LedgerError && err.code === "NO_LEASE") return;
+        this.log.debug("lease poll failed", { partition, error: String(err) });
+      }
+    }
+  }
+
+  /**
+   * request sends one request to the lease service and returns the decoded
+   * success reply. An error reply becomes a ServiceError; a service that does
+   * not answer within requestTimeoutMs (or timeoutMs) is UNAVAILABLE.
+   */
+  async request(subject: string, body: unknown, signal?: AbortSignal, timeoutMs = this.cfg.requestTimeoutMs): Promise<unknown> {
+    signal?.throwIfAborted();
+    if (this.#closed) throw new LedgerError("CLOSED", "ledger: client closed");
+    let m: Msg;
+    const req = this.ctl.request(subject, JSON.stringify(body), { timeout: Math.max(1, Math.floor(timeoutMs)) });
+    try {
+      m = signal ? await raceAbort(req, signal) : await req;
+    } catch (err) {
+      signal?.throwIfAborted();
+      if (err instanceof NoRespondersError || err instanceof TimeoutError || isTimeout(err)) {
+        throw new LedgerError("UNAVAILABLE", `ledger: lease service unavailable: ${subject}: ${(err as Error).message}`, { cause: err });
+      }
+      throw err;
+    }
+    if (m.headers?.get("Nats-Service-Error-Code")) {
+      let er: ErrorReply | undefined;
+      try {
+        er = m.json<ErrorReply>();
+      } catch {
+        // an error reply without a body of ours: described from its headers
+      }
+      if (!er || typeof er.error !== "string") {
+        er = { error: "invalid", message: `error ${m.headers.get("Nats-Service-Error-Code")}: ${m.headers.get("Nats-Service-Error")}` };
+      }
+      throw new ServiceError(er);
+    }
+    return m.json();
+  }
+
+  async #askPartitions(): Promise<number> {
+    let n: number | undefined;
+    try {
+      n = ((await this.request(this.subjects.leaseGet(), { partition: 0 })) as LeaseReply).partitions;
+    } catch (err) {
+      if (!(err instanceof ServiceError && err.code === "NO_LEASE")) {
+        throw new LedgerError(
+          "UNAVAILABLE",
+          `ledger: ask the lease service for the partition count (set partitions to start without it): ${(err as Error).message}`,
+          { cause: err },
+        );
+      }
+      n = err.partitions;
+    }
+    if (!Number.isInteger(n) || n! < 1) throw new LedgerError("UNAVAILABLE", `ledger: the lease service told no partition count: ${n}`);
+    return n!;
+  }
+
+  /** send publishes an event's message with its ack coming to the client's ack subject. */
+  send(p: Pending): void {
+    this.pending.set(p.id, p);
+    this.nc.publish(p.subject, p.payload, { headers: p.headers, reply: `${this.ackPrefix}.${p.id}` });
+    p.ackDue = performance.now() + this.cfg.publishAckTimeoutMs;
+  }
+
+  #onReceipt(m: Msg): void {
+    let r: Receipt;
+    try {
+      r = m.json<Receipt>();
+    } catch (err) {
+      this.log.warn("undecodable receipt", { error: String(err) });
+      return;
+    }
+    if (!this.settle(r)) this.log.debug("receipt of no pending event", { event_id: r.event_id, verdict: r.verdict });
+  }
+
+  /** settle gives an event its verdict once; whichever of receipt and lookup comes second changes nothing. */
+  settle(r: Receipt): boolean {
+    const p = this.pending.get(r.event_id);
+    if (!p) return false;
+    this.pending.delete(r.event_id);
+    p.resolve(r);
+    p.lease.onReceipt(p, r);
+    return true;
+  }
+
+  #onAck(m: Msg): void {
+    const id = m.subject.slice(this.ackPrefix.length + 1);
+    const p = this.pending.get(id);
+    if (!p || p.acked) return;
+    const code = m.headers?.code ?? 0;
+    let ack: { stream?: string; seq?: number; duplicate?: boolean; error?: { description?: string } } | undefined;
+    try {
+      ack = m.data.length > 0 ? m.json() : undefined;
+    } catch {
+      ack = undefined;
+    }
+    if (!ack || ack.error || code >= 400 || typeof ack.seq !== "number") {
+      // Not stored (no stream, a 503): sent again at its ack deadline.
+      this.log.debug("publish not acknowledged; sending again", { event_id: id, code, error: ack?.error?.description });
+      p.ackDue = performance.now() + Math.min(1000, this.cfg.publishAckTimeoutMs);
+      p.ackFailed = true;
+      return;
+    }
+    p.setAck({ stream: ack.stream ?? "", seq: ack.seq, duplicate: ack.duplicate === true });
+    p.lookupDue = performance.now() + this.cfg.receiptTimeoutMs;
+  }
+
+  /**
+   * sweep runs a few times a second: it sends again each event whose ack is
+   * overdue (same id: JetStream and the ledger deduplicate it), while its lease
+   * lasts, and asks for the verdict of each event whose receipt is overdue.
+   */
+  #sweep(): void {
+    const now = performance.now();
+    for (const p of this.pending.values()) {
+      if (!p.acked) {
+        if (now < p.ackDue) continue;
+        if (p.lease.signal.aborted) {
+          // Nothing is sent after the lease ended; an attempt may have been stored all the same.
+          p.setAck(undefined, new LedgerError("LEASE_LOST", `ledger: event ${p.id} not acknowledged, and not sent again after the lease ended`));
+          p.lookupDue = now + this.cfg.receiptTimeoutMs;
+          continue;
+        }
+        this.nc.publish(p.subject, p.payload, { headers: p.headers, reply: `${this.ackPrefix}.${p.id}` });
+        p.ackDue = now + this.cfg.publishAckTimeoutMs;
+        continue;
+      }
+      if (p.lookupDue > 0 && now >= p.lookupDue && !p.lookingUp) void this.#lookUpVerdict(p);
+    }
+  }
+
+  async #lookUpVerdict(p: Pending): Promise<void> {
+    p.lookingUp = true;
+    try {
+      const reply = (await this.request(this.subjects.taskHead(), { task: p.task, event_id: p.id })) as TaskHead & { event: EventVerdict | null };
+      const ev = reply.event;
+      if (ev && ev.event_id === p.id && ["committed", "stale", "conflict", "gap", "invalid", "duplicate"].includes(ev.verdict)) {
+        const l = p.lease;
+        const settled = this.settle({
+          event_id: p.id,
+          task: p.task,
+          partition: l.partition,
+          version: p.version,
+          verdict: ev.verdict,
+          reason: ev.reason,
+          seq: ev.seq,
+          generation: l.generation,
+          current_generation: 0,
+        });
+        if (settled) this.log.info("no receipt; verdict learned from the ledger", { event_id: p.id, verdict: ev.verdict });
+        return;
+      }
+    } catch (err) {
+      if (this.#closed) return;
+      this.log.debug("no receipt, and the ledger could not be asked for the verdict; asking again later", { event_id: p.id, error: String(err) });
+    } finally {
+      p.lookingUp = false;
+    }
+    p.lookupDue = performance.now() + this.cfg.receiptTimeoutMs;
+  }
+
+  /** dropReceiptsForTest stops receiving receipts, as a disconnected client misses them: for tests of the verdict lookup. */
+  dropReceiptsForTest(): void {
+    this.#receipts?.unsubscribe();
+  }
+
+  /**
+   * close ends every lease without releasing it (each expires by its TTL; its
+   * signal aborts with CLOSED), ends every wait on a receipt with CLOSED and
+   * closes the NATS connection. Calling it again does nothing.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearInterval(this.#sweeper);
+    const closed = new LedgerError("CLOSED", "ledger: client closed");
+    for (const l of this.leases.values()) l?.end(closed, false);
+    for (const p of this.pending.values()) p.fail(closed);
+    this.pending.clear();
+    this.#receipts?.unsubscribe();
+    this.#acks?.unsubscribe();
+    await this.nc.close();
+    if (this.ctl !== this.nc) await this.ctl.close();
+  }
+}
+
+/**
+ * HeadBatcher asks for the heads of new tasks, many in one request: a lookup
+ * that arrives while a request is in flight goes with the next one, so a
+ * worker starting on thousands of fresh tasks asks once per round trip.
+ */
+class HeadBatcher {
+  #wait: { task: string; resolve: (h: TaskHead) => void; reject: (e: unknown) => void }[] = [];
+  #busy = false;
+  constructor(private readonly c: Client) {}
+
+  lookup(task: string): Promise<TaskHead> {
+    return new Promise((resolve, reject) => {
+      this.#wait.push({ task, resolve, reject });
+      if (!this.#busy) {
+        this.#busy = true;
+        void this.#run();
+      }
+    });
+  }
+
+  async #run(): Promise<void> {
+    while (this.#wait.length > 0) {
+      const calls = this.#wait.splice(0, 1000);
+      try {
+        const r = (await this.c.request(this.c.subjects.taskHead(), { tasks: calls.map((x) => x.task) })) as { heads: TaskHead[] };
+        if (!Array.isArray(r.heads) || r.heads.length !== calls.length) {
+          throw new LedgerError("UNAVAILABLE", `ledger: ${r.heads?.length} heads answered for ${calls.length} tasks`);
+        }
+        calls.forEach((call, i) => {
+          const h = r.heads[i]!;
+          if (h.task !== call.task) call.reject(new LedgerError("UNAVAILABLE", `ledger: head of task ${call.task}: the service answered for ${h.task}`));
+          else call.resolve(h);
+        });
+      } catch (err) {
+        for (const call of calls) call.reject(err);
+      }
+    }
+    this.#busy = false;
+  }
+}
+
+function isTimeout(err: unknown): boolean {
+  return err instanceof Error && (err.name === "TimeoutError" || /timeout/i.test(err.message));
+}
+
+/** sleep waits ms, or rejects with the signal's reason. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, Math.max(0, ms));
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal!.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** raceAbort settles with p, or rejects with the signal's reason when it aborts first. */
+export function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) {
+    p.catch(() => {});
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => {
+      p.catch(() => {});
+      reject(signal.reason);
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(v);
+      },
+      (e) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(e);
+      },
+    );
+  });
+}

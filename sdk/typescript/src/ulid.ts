@@ -1,0 +1,44 @@
+import { randomFillSync } from "node:crypto";
+
+const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+const pool = new Uint8Array(10 * 256);
+let used = pool.length;
+
+/**
+ * ulid returns a new ULID: 48 bits of milliseconds and 80 bits from the
+ * operating system's CSPRNG, 26 characters of Crockford base32. An event id is
+ * the ledger's idempotency key across every worker, so it never comes from a
+ * seeded generator two processes could share.
+ */
+export function ulid(now: number = Date.now()): string {
+  if (used === pool.length) {
+    randomFillSync(pool);
+    used = 0;
+  }
+  let out = "";
+  let t = now;
+  for (let i = 9; i >= 0; i--) {
+    out = CROCKFORD[t % 32]! + out;
+    t = Math.floor(t / 32);
+  }
+  // 80 random bits are 16 characters of 5 bits: 40 bits (5 bytes, 8
+  // characters) at a time fit a double exactly.
+  for (let half = 0; half < 2; half++) {
+    let v = 0;
+    for (let i = 0; i < 5; i++) v = v * 256 + pool[used++]!;
+    let s = "";
+    for (let i = 0; i < 8; i++) {
+      s = CROCKFORD[v % 32]! + s;
+      v = Math.floor(v / 32);
+    }
+    out += s;
+  }
+  return out;
+}
+
+/** ulidTime is the millisecond time a ULID carries. */
+export function ulidTime(id: string): number {
+  let t = 0;
+  for (let i = 0; i < 10; i++) t = t * 32 + CROCKFORD.indexOf(id[i]!);
+  return t;
+}

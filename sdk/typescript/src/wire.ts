@@ -1,0 +1,149 @@
+// The contract's names and rules (docs/contract.md), as the Go pkg/wire has them.
+
+/** PREFIX_DEFAULT is the subject prefix of a deployment that sets none. */
+export const PREFIX_DEFAULT = "ledger";
+/** BUCKET_TASKS is the KV bucket holding one projection per task. */
+export const BUCKET_TASKS = "ledger_tasks";
+/** TTL_MIN_MS and TTL_MAX_MS bound a lease's ttl_ms. */
+export const TTL_MIN_MS = 100;
+export const TTL_MAX_MS = 300_000;
+/** MAX_PAYLOAD_DEFAULT is the ledger's default payload limit: 256 KiB. */
+export const MAX_PAYLOAD_DEFAULT = 256 << 10;
+
+const ID = /^[A-Za-z0-9_-]{1,128}$/;
+const TOKEN64 = /^[A-Za-z0-9_-]{1,64}$/;
+const TYPE = /^[A-Za-z0-9_.:-]{1,64}$/;
+
+/** validTask says whether s is a task id: 1..128 of [A-Za-z0-9_-]. */
+export function validTask(s: string): boolean {
+  return typeof s === "string" && ID.test(s);
+}
+
+/** validHolder says whether s is <principal>.<instance>, each 1..64 of [A-Za-z0-9_-]. */
+export function validHolder(s: string): boolean {
+  if (typeof s !== "string") return false;
+  const parts = s.split(".");
+  return parts.length === 2 && TOKEN64.test(parts[0]!) && TOKEN64.test(parts[1]!);
+}
+
+/** validType says whether s is an event type: 1..64 of [A-Za-z0-9_.:-]. */
+export function validType(s: string): boolean {
+  return typeof s === "string" && TYPE.test(s);
+}
+
+/** principalOf is the part of a holder id before the dot: the NATS user. */
+export function principalOf(holder: string): string {
+  return holder.slice(0, holder.indexOf("."));
+}
+
+/** inboxPrefix is where a principal's replies come: _INBOX.<principal>. */
+export function inboxPrefix(holder: string): string {
+  return `_INBOX.${principalOf(holder)}`;
+}
+
+const encoder = new TextEncoder();
+
+/**
+ * partitionOf is the default partition of a task: fnv1a32 over the task id's
+ * UTF-8 bytes, mod the partition count. A task already committed is pinned to
+ * the partition task.head reports, whatever this says.
+ */
+export function partitionOf(task: string, partitions: number): number {
+  if (!Number.isInteger(partitions) || partitions < 1) {
+    throw new RangeError(`partitions must be a positive integer, got ${partitions}`);
+  }
+  let h = 0x811c9dc5;
+  for (const b of encoder.encode(task)) {
+    h ^= b;
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h % partitions;
+}
+
+/** Verdict is an event's final outcome (contract §3). */
+export type Verdict = "committed" | "duplicate" | "stale" | "conflict" | "gap" | "invalid";
+
+/** Receipt is the ledger's verdict on one event (contract §3, Receipts). */
+export interface Receipt {
+  event_id: string;
+  task: string;
+  partition: number;
+  version: number;
+  verdict: Verdict;
+  reason: string;
+  seq: number;
+  generation: number;
+  /** The partition's generation as the ledger saw it: 0 when never leased, and for invalid receipts. */
+  current_generation: number;
+}
+
+/** TaskHead is a task's head: partition and type are null for a task never committed. */
+export interface TaskHead {
+  task: string;
+  partition: number | null;
+  version: number;
+  seq?: number;
+  type: string | null;
+}
+
+/** EventVerdict is what the verdict lookup answers for an event id. */
+export interface EventVerdict {
+  event_id: string;
+  verdict: Verdict;
+  reason: string;
+  seq: number;
+}
+
+/** LeaseReply is the lease service's success reply to acquire, renew and get. */
+export interface LeaseReply {
+  partition: number;
+  holder: string;
+  generation: number;
+  expires_at: string;
+  ttl_ms: number;
+  valid?: boolean;
+  partitions?: number;
+}
+
+/** ErrorReply is the lease service's error body. */
+export interface ErrorReply {
+  error: string;
+  message: string;
+  holder?: string;
+  generation?: number;
+  expires_at?: string;
+  partitions?: number;
+}
+
+/** Projection is a task's value in the bucket ledger_tasks (contract §6). */
+export interface Projection {
+  task: string;
+  partition: number;
+  version: number;
+  status: string;
+  data: unknown;
+  seq: number;
+  updated_at: string;
+  gap?: unknown;
+  data_too_large?: number;
+}
+
+/** Subjects names the contract's subjects under a prefix. */
+export class Subjects {
+  constructor(readonly prefix: string = PREFIX_DEFAULT) {}
+  lease(op: "acquire" | "renew" | "release", holder: string): string {
+    return `${this.prefix}.lease.${op}.${holder}`;
+  }
+  leaseGet(): string {
+    return `${this.prefix}.lease.get`;
+  }
+  taskHead(): string {
+    return `${this.prefix}.task.head`;
+  }
+  inbound(holder: string, partition: number, task: string): string {
+    return `${this.prefix}.in.${holder}.${partition}.${task}`;
+  }
+  receipt(holder: string): string {
+    return `${this.prefix}.receipt.${holder}`;
+  }
+}
