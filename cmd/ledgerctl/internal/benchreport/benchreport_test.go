@@ -68,8 +68,10 @@ func TestSmallRunReportsEveryRow(t *testing.T) {
 	require.Positive(t, r.BarePipeline.CPUPerEvent)
 	require.InDelta(t, float64(r.BarePipeline.CPUPerEvent)/float64(r.FullPipeline.CPUPerEvent), r.CPURatio, 1e-9)
 	require.Equal(t, r.FullPipeline.PerSecond, r.Saturation)
-	require.Equal(t, 2*1000+200, r.ProjectorBacklog,
-		"the projector was stopped through the raw pipelines: every event of their rounds and their latency path waited for it")
+	require.Equal(t, 2, r.HotPipeline.Rounds, "the hot-task rounds alternate with as many of the many-tasks load")
+	require.Positive(t, r.HotPipeline.Relative)
+	require.Equal(t, (2+2*2)*1000+200, r.ProjectorBacklog,
+		"the projector was stopped through the raw pipelines: every event of their rounds (the hot-task ones too) and their latency path waited for it")
 
 	require.Positive(t, r.SDKReceipt.CPUPerEvent, "the SDK run's machine CPU per event")
 	// The SDK section's first second against the rest.
