@@ -167,7 +167,9 @@ func (r *Runner) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	if !slices.Contains(r.cfg.Types, c.Type) {
-		r.ack(ctx, m, c.EventID)
+		// Not an effect: nothing to lose, so no round trip for the
+		// server's confirmation (a lost ack only delivers it again).
+		_ = m.Ack()
 		return
 	}
 	e := Effect{ID: c.EventID, Task: c.Task, Partition: c.Partition, Version: c.Version, Type: c.Type,

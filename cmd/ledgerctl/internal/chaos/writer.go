@@ -36,7 +36,18 @@ const (
 
 // eventTypes are the types writers cycle through, so that a projection's
 // status says which version it last applied.
-var eventTypes = []string{"created", "running", "progress", "checkpoint", "completed"}
+var eventTypes = []string{"created", "running", "progress", "completed"}
+
+// typeOf is the type of a task's version: every 20th is a side effect's
+// intent (effectType), the others cycle through eventTypes. One event in
+// twenty keeps the effect runner's load near a real service's at the
+// default hot-task rate (1,200 events a second).
+func typeOf(version int64) string {
+	if version%20 == 3 {
+		return effectType
+	}
+	return eventTypes[int(version)%len(eventTypes)]
+}
 
 // WriterConfig configures one writer: a process that competes for one
 // partition's lease and, while it holds it, publishes the next versions of
@@ -397,7 +408,7 @@ func (w *writer) hold(ctx context.Context, gen int64) {
 // sends once; otherwise it retries with the same id while gen is valid.
 func (w *writer) publish(ctx context.Context, gen int64, task string, version int64) bool {
 	id := ulid.Make().String()
-	typ := eventTypes[int(version)%len(eventTypes)]
+	typ := typeOf(version)
 	// The payload names the event, so no two events share content; the
 	// slot key makes the projection's merged data depend on every version.
 	payload, _ := json.Marshal(map[string]any{"by": w.cfg.Holder, "gen": gen, "v": version, "id": id,
