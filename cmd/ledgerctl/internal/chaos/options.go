@@ -15,19 +15,22 @@ import (
 const (
 	// DurationDefault is how long the writers publish under faults: 60 s.
 	DurationDefault = time.Minute
-	// PartitionsDefault is the number of partitions written: 4.
-	PartitionsDefault = 4
+	// PartitionsDefault is the number of partitions written: 6, so that
+	// one principal sends over 1,000 events a second (each holding writer
+	// waits for its publishes' acks).
+	PartitionsDefault = 6
 	// WritersDefault is the number of writers per partition, each the
 	// others' standby: 2.
 	WritersDefault = 2
 	// TasksDefault is the number of tasks per partition: 10. At the
-	// default rate each task takes 30 versions a second: hot tasks, the
-	// shape that once turned two ingests' in-order events into gaps.
+	// default rate each task takes about 30 versions a second: hot tasks,
+	// the shape that once turned two ingests' in-order events into gaps.
 	TasksDefault = 10
-	// RateDefault is the events per second of a holding writer in a run:
-	// 300, so one principal sends 1,200 a second over the default four
-	// partitions.
-	RateDefault = 300
+	// RateDefault is the events per second a holding writer aims at in a
+	// run: 400. A writer waits for each publish's ack (and makes every
+	// intent's direct effect), so it reaches about 250 a second on 2 CPUs,
+	// and one principal about 1,200 over the default six partitions.
+	RateDefault = 400
 	// IngestsDefault is the number of ingest processes: 2.
 	IngestsDefault = 2
 	// SigstopEveryDefault is the mean time between two SIGSTOPs of a
@@ -69,7 +72,7 @@ const Off time.Duration = -1
 type Options struct {
 	// Duration is how long the writers publish; default 60 s.
 	Duration time.Duration
-	// Partitions is how many partitions are written; default 4.
+	// Partitions is how many partitions are written; default 6.
 	Partitions int
 	// Writers is the number of writers per partition; default 2.
 	Writers int
@@ -77,7 +80,7 @@ type Options struct {
 	Tasks int
 	// TTL is the writers' lease TTL; default 1 s.
 	TTL time.Duration
-	// Rate is the events per second of a holding writer; default 300.
+	// Rate is the events per second of a holding writer; default 400.
 	Rate float64
 	// Zombie is how long a woken writer keeps publishing with its old
 	// generation; default 300 ms, Off for not at all.
