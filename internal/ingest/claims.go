@@ -336,14 +336,3 @@ func fnv32(s string) uint32 {
 	_, _ = h.Write([]byte(s))
 	return h.Sum32()
 }
-
-// partitionsOf lists the distinct partitions of the batch's events.
-func partitionsOf(batch []*inbound) []int {
-	var out []int
-	for _, in := range batch {
-		if !slices.Contains(out, in.part) {
-			out = append(out, in.part)
-		}
-	}
-	return out
-}
