@@ -227,3 +227,21 @@ func TestUndecodableLogCopyIsTerminatedAndTheLogFlows(t *testing.T) {
 		return err == nil && info.NumAckPending == 0 && info.NumRedelivered == 0
 	}, 10*time.Second, 10*time.Millisecond, "every copy is settled at its first delivery")
 }
+
+// The first event of a new task is applied once its empty projection is
+// loaded, and nothing says otherwise: no warning that it will be read
+// again (there were thousands a run), and no redelivery.
+func TestNewTasksFirstEventIsAppliedWithoutAWarning(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	logs := &logBuffer{}
+	p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(t), Pool: e.db.Pool, Logger: logs.logger()})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	t.Cleanup(p.Stop)
+	for _, c := range e.commit(3, "fresh", []string{"created", "running"}, []string{`{"a":1}`, `{"b":2}`}) {
+		e.publishLog(c)
+	}
+	e.waitState("fresh", 10*time.Second, func(st projection.State) bool { return st.Version == 2 })
+	require.Zero(t, logs.count("event not applied; it will be read again"))
+}

@@ -130,10 +130,10 @@ func eventOf(c *wire.LogCopy) projection.Event {
 func (s *Service) offer(ctx context.Context, ev projection.Event, changed map[string]projection.State, read readAhead) error {
 	res, err := s.engine.Offer(ev)
 	if errors.Is(err, projection.ErrNotLoaded) {
-		rewrite, err := s.load(ctx, ev.Task, read)
-		if err != nil {
+		rewrite, lerr := s.load(ctx, ev.Task, read)
+		if lerr != nil {
 			s.metrics.loadFailures.Inc()
-			return err
+			return lerr
 		}
 		if rewrite {
 			changed[ev.Task], _ = s.engine.State(ev.Task)
