@@ -80,27 +80,24 @@ func (s *Service) verify(ctx context.Context, force bool) error {
 // only the ingest and operators may publish there) is passed over, at most
 // 100 of them, so no message can stop the check.
 func (s *Service) newestCopy(ctx context.Context) (*jetstream.RawStreamMsg, int64, error) {
-	last, err := s.logStream.GetLastMsgForSubject(ctx, s.subjects.LogAll())
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, 0, nil
-	}
+	// The stream's last sequence, then that message by sequence: both
+	// answered from the stream's state, whatever its size. (A last-by-
+	// subject look-up over the whole log searches it.)
+	info, err := s.logStream.Info(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("read the newest LEDGER_LOG copy: %w", err)
+		return nil, 0, fmt.Errorf("read LEDGER_LOG's state: %w", err)
 	}
-	for at, tries := last.Sequence, 0; at > 0 && tries < 100; tries++ {
-		m := last
-		if at != last.Sequence {
-			if m, err = s.logStream.GetMsg(ctx, at); errors.Is(err, jetstream.ErrMsgNotFound) {
-				at--
-				continue
-			} else if err != nil {
-				return nil, 0, fmt.Errorf("read LEDGER_LOG message %d: %w", at, err)
-			}
+	for at, tries := info.State.LastSeq, 0; at > 0 && tries < 100; at, tries = at-1, tries+1 {
+		m, err := s.logStream.GetMsg(ctx, at)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("read LEDGER_LOG message %d: %w", at, err)
 		}
 		if seq, err := strconv.ParseInt(m.Header.Get(wire.HeaderSeq), 10, 64); err == nil && seq > 0 {
 			return m, seq, nil
 		}
-		at--
 	}
 	return nil, 0, nil
 }
