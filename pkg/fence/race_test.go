@@ -39,14 +39,19 @@ const (
 	raceAppenders  = 8
 	racePartitions = 3
 	raceTTL        = 100 * time.Millisecond // the minimum TTL
-	// The workload runs until it has raceMinTakeovers takeovers and
-	// raceMinZombies zombie appends, for at least raceMinRun and at most
+	// The workload runs until it has raceMinTakeovers takeovers,
+	// raceMinZombies zombie appends, raceMinCommitted commits and
+	// raceMinSuperseded superseded rejections, for at least raceMinRun and at most
 	// raceMaxRun; every loop is bounded by raceMaxIter as well.
 	raceMinTakeovers = 60
 	raceMinZombies   = 40
-	raceMinRun       = 1500 * time.Millisecond
-	raceMaxRun       = 10 * time.Second
-	raceMaxIter      = 20000
+	// A loaded machine slows commits, not takeovers: the run waits for
+	// enough of both rather than for a fixed time.
+	raceMinCommitted  = 200
+	raceMinSuperseded = 10
+	raceMinRun        = 1500 * time.Millisecond
+	raceMaxRun        = 30 * time.Second
+	raceMaxIter       = 20000
 )
 
 // raceCall is one Append call as its caller saw it.
@@ -177,10 +182,15 @@ type raceWorkload struct {
 	appends *fence.Store // Append: fenced, or the unfenced control
 	pool    *pgxpool.Pool
 	seed    uint64
+	// minSuperseded is how many superseded rejections the run waits for:
+	// the unfenced control has none to wait for.
+	minSuperseded int64
 
-	stop      atomic.Bool
-	takeovers atomic.Int64
-	zombies   atomic.Int64
+	stop       atomic.Bool
+	takeovers  atomic.Int64
+	zombies    atomic.Int64
+	committed  atomic.Int64
+	superseded atomic.Int64
 }
 
 type raceResult struct {
@@ -291,6 +301,12 @@ func (w *raceWorker) appendBatch(ctx context.Context) {
 		if c.err == nil && c.results[i].Verdict == wire.VerdictStale {
 			stale = true
 		}
+		if c.err == nil && c.results[i].Verdict == wire.VerdictCommitted {
+			w.w.committed.Add(1)
+		}
+		if c.err == nil && c.results[i].Verdict == wire.VerdictStale && c.results[i].Reason == wire.ReasonSuperseded {
+			w.w.superseded.Add(1)
+		}
 		if c.err == nil && c.results[i].Verdict == wire.VerdictCommitted && e.Version >= w.next[e.Task] {
 			w.next[e.Task] = e.Version + 1
 		}
@@ -364,7 +380,9 @@ func (w *raceWorkload) run(t *testing.T) raceResult {
 	for {
 		time.Sleep(20 * time.Millisecond)
 		el := time.Since(start)
-		if el >= raceMaxRun || (el >= raceMinRun && w.takeovers.Load() >= raceMinTakeovers && w.zombies.Load() >= raceMinZombies) {
+		enough := w.takeovers.Load() >= raceMinTakeovers && w.zombies.Load() >= raceMinZombies &&
+			w.committed.Load() >= raceMinCommitted && w.superseded.Load() >= w.minSuperseded
+		if el >= raceMaxRun || (el >= raceMinRun && enough) {
 			break
 		}
 	}
@@ -428,9 +446,9 @@ type raceSummary struct {
 
 func runRace(t *testing.T, unfenced bool) (raceSummary, []string) {
 	s, pool := raceStore(t)
-	w := &raceWorkload{leases: s, appends: s, pool: pool, seed: rand.Uint64()}
+	w := &raceWorkload{leases: s, appends: s, pool: pool, seed: rand.Uint64(), minSuperseded: raceMinSuperseded}
 	if unfenced {
-		w.appends = fence.Unfenced(s)
+		w.appends, w.minSuperseded = fence.Unfenced(s), 0
 	}
 	t.Logf("seed %d", w.seed)
 	res := w.run(t)
@@ -519,10 +537,10 @@ func TestCommitOrderRace(t *testing.T) {
 		t.Parallel()
 		sum, violations := runRace(t, false)
 		require.Empty(t, violations, "the fence let stale writes commit")
-		require.GreaterOrEqual(t, sum.rows, 200, "too few committed rows")
+		require.GreaterOrEqual(t, sum.rows, raceMinCommitted, "too few committed rows")
 		stale := sum.verdicts["stale/superseded"] + sum.verdicts["stale/not_holder"] + sum.verdicts["stale/lease_expired"]
 		require.GreaterOrEqual(t, stale, 50, "too few stale rejections")
-		require.GreaterOrEqual(t, sum.verdicts["stale/superseded"], 10, "too few superseded rejections")
+		require.GreaterOrEqual(t, sum.verdicts["stale/superseded"], raceMinSuperseded, "too few superseded rejections")
 	})
 
 	// The negative control: the same workload without the fence must make the
