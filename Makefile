@@ -21,8 +21,8 @@ CHAOS_PKG := ./cmd/ledgerctl/internal/chaos
 test: vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	@for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/cmd/ledgerctl/internal/chaos$$')) || exit 1; done
-	$(GO) test -race -count=1 -timeout 9m $(CHAOS_PKG)
+	@for m in $(MODULES); do (cd $$m && bash $(CURDIR)/.ci/gotest -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/cmd/ledgerctl/internal/chaos$$')) || exit 1; done
+	bash .ci/gotest -race -count=1 -timeout 9m $(CHAOS_PKG)
 	FUZZTIME=$(FUZZTIME_CI) bash .ci/fuzz
 	$(MAKE) test-ts
 

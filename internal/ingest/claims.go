@@ -37,7 +37,9 @@ type claims struct {
 	runs  map[int]*partRun
 	// beatMu serialises beats: the periodic one and one a lane asks for
 	// when an append finds a claim gone.
-	beatMu   sync.Mutex
+	beatMu sync.Mutex
+	// stopped, under beatMu, is set by Stop: no beat runs after it.
+	stopped  bool
 	lastBeat time.Time // of the last heartbeat that reached the database
 	failing  bool      // the last beat failed (logged once per streak)
 	// superseded: the database was found a superseded primary (logged
@@ -116,6 +118,9 @@ func (s *Service) beat() {
 	c := s.claims
 	c.beatMu.Lock()
 	defer c.beatMu.Unlock()
+	if c.stopped {
+		return
+	}
 	ctx, cancel := context.WithTimeout(s.workCtx, s.cfg.ClaimTTL/3)
 	defer cancel()
 	// Taking or giving up a partition waits for its batches and its

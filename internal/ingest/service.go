@@ -256,9 +256,12 @@ func (s *Service) Stop() {
 	defer deadline.Stop()
 	close(s.stopping)
 	if s.claims != nil {
-		// No beat starts or stops a partition from here on.
+		// No beat starts or stops a partition from here on. Stop must not
+		// hold beatMu while it waits for the goroutines below: a lane or
+		// the claims loop blocked on it would never finish.
 		s.claims.beatMu.Lock()
-		defer s.claims.beatMu.Unlock()
+		s.claims.stopped = true
+		s.claims.beatMu.Unlock()
 		s.claims.mu.Lock()
 		runs := make([]*partRun, 0, len(s.claims.runs))
 		for _, r := range s.claims.runs {
