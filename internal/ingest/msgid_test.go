@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -102,4 +103,72 @@ func TestMalformedSubjectWithAValidHolderGetsItsReceipt(t *testing.T) {
 	require.Equal(t, wire.ReasonBadSubject, r.Reason)
 	require.Eventually(t, func() bool { return len(e.streamMsgs(wire.StreamDLQ, "ledger.dlq.invalid")) == 1 },
 		10*time.Second, 20*time.Millisecond, "the dead letter is stored too")
+}
+
+// lookUp asks ledger.task.head for the verdict of event id of task, with
+// the content as the publisher sent it (nil: by id alone, as in v2).
+func (e *env) lookUp(task, id string, content map[string]any) *wire.EventVerdict {
+	e.t.Helper()
+	req := map[string]any{"task": task, "event_id": id}
+	for k, v := range content {
+		req[k] = v
+	}
+	b, err := json.Marshal(req)
+	require.NoError(e.t, err)
+	resp, err := e.nc.Request(e.subj.TaskHead(), b, 5*time.Second)
+	require.NoError(e.t, err)
+	require.Empty(e.t, resp.Header.Get("Nats-Service-Error-Code"), string(resp.Data))
+	var r wire.TaskHeadEventReply
+	require.NoError(e.t, json.Unmarshal(resp.Data, &r))
+	return r.Event
+}
+
+// The verdict lookup answers committed only for the content the ledger
+// stored under the id: a publisher whose re-send under a committed id
+// carried other content learns its conflict, even when its receipt was
+// lost.
+func TestVerdictLookupAnswersCommittedOnlyForTheContentStored(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, ingest.Config{})
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(5, "worker-a.1", 60000)
+	ev := event{id: newID(), partition: 5, task: "looked", holder: "worker-a.1", generation: l.Generation, version: 1,
+		typ: "running", payload: `{"a":1,"b":[1,2]}`}
+	e.publish(ev)
+	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, ev.id).Verdict)
+
+	content := func(version int64, typ, payload string) map[string]any {
+		return map[string]any{"version": version, "type": typ, "payload": payload}
+	}
+	cases := []struct {
+		name    string
+		content map[string]any
+		verdict wire.Verdict
+		reason  string
+	}{
+		{"the content stored", content(1, "running", `{"a":1,"b":[1,2]}`), wire.VerdictCommitted, ""},
+		{"the same JSON value written otherwise", content(1, "running", ` {"b":[1,2.0],"a":1}`), wire.VerdictCommitted, ""},
+		{"another payload", content(1, "running", `{"a":2,"b":[1,2]}`), wire.VerdictConflict, wire.ReasonEventIDReused},
+		{"another version", content(2, "running", `{"a":1,"b":[1,2]}`), wire.VerdictConflict, wire.ReasonEventIDReused},
+		{"another type", content(1, "completed", `{"a":1,"b":[1,2]}`), wire.VerdictConflict, wire.ReasonEventIDReused},
+		{"an empty body, null", content(1, "running", ""), wire.VerdictConflict, wire.ReasonEventIDReused},
+		{"by id alone, as in v2", nil, wire.VerdictCommitted, ""},
+	}
+	for _, c := range cases {
+		got := e.lookUp(ev.task, ev.id, c.content)
+		require.NotNil(t, got, c.name)
+		require.Equal(t, c.verdict, got.Verdict, c.name)
+		require.Equal(t, c.reason, got.Reason, c.name)
+	}
+
+	// What a re-send with other content is told by its receipt, the lookup
+	// tells it too.
+	other := ev
+	other.payload = `{"a":2}`
+	e.publish(other)
+	r := receiptsFor(t, rc, ev.id, 2)[1]
+	require.Equal(t, wire.VerdictConflict, r.Verdict)
+	got := e.lookUp(ev.task, ev.id, content(1, "running", `{"a":2}`))
+	require.Equal(t, r.Verdict, got.Verdict)
+	require.Equal(t, r.Reason, got.Reason)
 }

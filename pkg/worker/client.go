@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -192,10 +193,14 @@ func (c *Client) TaskHead(ctx context.Context, task string) (wire.TaskHeadReply,
 // reply into out. Error replies become *ServiceError; a service that cannot
 // be reached is ErrUnavailable.
 func (c *Client) request(ctx context.Context, subject string, body, out any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
+	// Without HTML escaping: a payload of '<' would grow sixfold.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(body); err != nil {
 		return fmt.Errorf("encode request: %w", err)
 	}
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	resp, err := c.nc.RequestWithContext(ctx, subject, b)
@@ -394,7 +399,11 @@ func againMsg(m *nats.Msg, n int) *nats.Msg {
 // identical content under another id), it answers null and found is false.
 func (c *Client) verdictOf(p *Pending) (r wire.Receipt, found bool, err error) {
 	var reply wire.TaskHeadEventReply
-	req := wire.TaskHeadRequest{Task: p.task, EventID: p.id}
+	// The content goes along, so that the ledger answers committed only
+	// for what it stored under the id.
+	payload := string(p.msg.Data)
+	req := wire.TaskHeadRequest{Task: p.task, EventID: p.id, Version: p.version,
+		Type: p.msg.Header.Get(wire.HeaderType), Payload: &payload}
 	if err := c.request(c.ctx, c.subj.TaskHead(), req, &reply); err != nil {
 		return r, false, fmt.Errorf("worker: verdict of event %s: %w", p.id, err)
 	}

@@ -29,6 +29,8 @@ export interface Logger {
   debug(msg: string, attrs?: Record<string, unknown>): void;
 }
 
+const textDecoder = new TextDecoder();
+
 const defaultLogger: Logger = {
   warn: (msg, attrs) => console.warn(JSON.stringify({ level: "warn", msg, ...attrs })),
   info: () => {},
@@ -442,7 +444,11 @@ export class Client {
   async #lookUpVerdict(p: Pending): Promise<void> {
     p.lookingUp = true;
     try {
-      const reply = (await this.request(this.subjects.taskHead(), { task: p.task, event_id: p.id })) as TaskHead & { event: EventVerdict | null };
+      // The content goes along, so that the ledger answers committed only for what it stored under the id.
+      const content = { version: p.version, type: p.type, payload: textDecoder.decode(p.payload) };
+      const reply = (await this.request(this.subjects.taskHead(), { task: p.task, event_id: p.id, ...content })) as TaskHead & {
+        event: EventVerdict | null;
+      };
       const ev = reply.event;
       if (ev && ev.event_id === p.id && ["committed", "stale", "conflict", "gap", "invalid", "duplicate"].includes(ev.verdict)) {
         const l = p.lease;
