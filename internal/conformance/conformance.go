@@ -13,8 +13,9 @@
 //     and JSON body must match expect.headers and expect.body.
 //   - publish: send body with headers to subject as a request, so LEDGER_IN's
 //     ack is the reply (expect.ack); when expect.receipt is given, wait for the
-//     receipt of the message's Nats-Msg-Id on ledger.receipt.<holder>.
-//   - receipt: wait for the receipt of event_id, an earlier publish's.
+//     first receipt, after the publish, of the message's event id (its
+//     Nats-Msg-Id up to the first ':', EventID) on ledger.receipt.<holder>.
+//   - receipt: wait for the first receipt of event_id, an earlier publish's.
 //   - projection: read task's value in ledger_tasks by direct get until it
 //     matches expect.value (10 s at most).
 //   - sleep: wait ms milliseconds.
@@ -40,6 +41,13 @@ import (
 
 	"github.com/oklog/ulid/v2"
 )
+
+// EventID is the event id of a Nats-Msg-Id: the text before its first ':'
+// (docs/contract.md §2).
+func EventID(msgID string) string {
+	id, _, _ := strings.Cut(msgID, ":")
+	return id
+}
 
 // GapWindowMillis is the ingest's gap window the cases are written for.
 const GapWindowMillis = 2000

@@ -57,20 +57,30 @@ func startLedger(t *testing.T) *nats.Conn {
 	return ns.Conn(t)
 }
 
-// receipts collects every receipt by event id.
+// receipts collects every receipt by event id, in arrival order.
 type receipts struct {
 	mu   sync.Mutex
-	byID map[string]map[string]any
+	byID map[string][]map[string]any
 }
 
-func (r *receipts) get(id string) map[string]any {
+// get is the n-th receipt of event id (from 0), nil until it came.
+func (r *receipts) get(id string, n int) map[string]any {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.byID[id]
+	if n >= len(r.byID[id]) {
+		return nil
+	}
+	return r.byID[id][n]
+}
+
+func (r *receipts) count(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byID[id])
 }
 
 func run(t *testing.T, nc *nats.Conn, c conformance.Case) {
-	rs := &receipts{byID: map[string]map[string]any{}}
+	rs := &receipts{byID: map[string][]map[string]any{}}
 	sub, err := nc.Subscribe("ledger.receipt.>", func(m *nats.Msg) {
 		var r map[string]any
 		if json.Unmarshal(m.Data, &r) != nil {
@@ -78,9 +88,7 @@ func run(t *testing.T, nc *nats.Conn, c conformance.Case) {
 		}
 		id, _ := r["event_id"].(string)
 		rs.mu.Lock()
-		if _, ok := rs.byID[id]; !ok {
-			rs.byID[id] = r
-		}
+		rs.byID[id] = append(rs.byID[id], r)
 		rs.mu.Unlock()
 	})
 	require.NoError(t, err)
@@ -105,14 +113,16 @@ func run(t *testing.T, nc *nats.Conn, c conformance.Case) {
 			for k, v := range s.Headers {
 				msg.Header.Set(k, v)
 			}
+			id := conformance.EventID(s.Headers["Nats-Msg-Id"])
+			before := rs.count(id)
 			ack, err := nc.RequestMsg(msg, 5*time.Second)
 			require.NoError(t, err, where)
 			matchJSON(t, where, "ack", s.Expect.Ack, ack.Data)
 			if s.Expect.Receipt != nil {
-				awaitReceipt(t, where, rs, s.Headers["Nats-Msg-Id"], s.Expect.Receipt)
+				awaitReceipt(t, where, rs, id, before, s.Expect.Receipt)
 			}
 		case "receipt":
-			awaitReceipt(t, where, rs, s.EventID, s.Expect.Receipt)
+			awaitReceipt(t, where, rs, s.EventID, 0, s.Expect.Receipt)
 		case "projection":
 			awaitProjection(t, where, nc, s.Task, s.Expect.Value)
 		case "sleep":
@@ -133,16 +143,16 @@ func matchJSON(t *testing.T, where, what string, want any, data []byte) {
 	}
 }
 
-func awaitReceipt(t *testing.T, where string, rs *receipts, id string, want any) {
+func awaitReceipt(t *testing.T, where string, rs *receipts, id string, n int, want any) {
 	t.Helper()
 	deadline := time.Now().Add(conformance.GapWindowMillis*time.Millisecond + 8*time.Second)
-	for rs.get(id) == nil {
+	for rs.get(id, n) == nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: no receipt of event %s", where, id)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	got := any(rs.get(id))
+	got := any(rs.get(id, n))
 	if d := conformance.Match("receipt", want, got); d != "" {
 		b, _ := json.Marshal(got)
 		t.Fatalf("%s: %s\nreceipt: %s", where, d, b)

@@ -47,7 +47,7 @@ func TestTakeoverStoryOverNATS(t *testing.T) {
 	dlq := e.streamMsgs(wire.StreamDLQ, "")
 	require.Len(t, dlq, 1)
 	h := dlq[0].Headers()
-	require.Equal(t, a3.id, h.Get(wire.HeaderMsgID))
+	require.Equal(t, a3.id, wire.EventIDOf(h.Get(wire.HeaderMsgID)))
 	require.Equal(t, "stale", h.Get(wire.HeaderVerdict))
 	require.Equal(t, "superseded", h.Get(wire.HeaderReason))
 	require.Equal(t, fmt.Sprint(b.Generation), h.Get(wire.HeaderCurrentGeneration))
@@ -156,7 +156,7 @@ func TestConflictAndGapAreDeadLettered(t *testing.T) {
 
 	reasons := map[string]string{}
 	for _, m := range e.streamMsgs(wire.StreamDLQ, "") {
-		reasons[m.Headers().Get(wire.HeaderMsgID)] = m.Headers().Get(wire.HeaderVerdict) + "/" + m.Headers().Get(wire.HeaderReason)
+		reasons[wire.EventIDOf(m.Headers().Get(wire.HeaderMsgID))] = m.Headers().Get(wire.HeaderVerdict) + "/" + m.Headers().Get(wire.HeaderReason)
 	}
 	require.Equal(t, map[string]string{other.id: "conflict/version_taken", ahead.id: "gap/gap_timeout"}, reasons)
 	require.Equal(t, 2, e.count(`SELECT count(*) FROM ledger.rejections`))

@@ -45,6 +45,9 @@ type leaseService struct {
 	outage   outage
 	witness  *witness
 	view     *leaseView // nil: no view
+	// maxPayload is the largest event payload, and so of a verdict
+	// lookup's content.
+	maxPayload int
 }
 
 // outage logs a run of unavailable answers once per cause, and once more
@@ -105,7 +108,7 @@ func (o *outage) served(log *slog.Logger) {
 
 func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, cfg Config, log *slog.Logger, m *metrics, w *witness, view *leaseView) (micro.Service, error) {
 	ls := &leaseService{store: store, subjects: wire.Subjects{Prefix: cfg.Prefix}, log: log,
-		ctx: ctx, metrics: m, witness: w, view: view}
+		ctx: ctx, metrics: m, witness: w, view: view, maxPayload: store.MaxPayload()}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        wire.ServiceName,
 		Version:     cfg.Version,
@@ -211,6 +214,11 @@ const maxRequestBody = 4 << 10
 // most 128 bytes each, quoted and separated.
 const maxTaskHeadsBody = fence.MaxTaskHeads*(wire.MaxIDLen+3) + 64
 
+// maxLookupBody bounds a verdict lookup that carries the event's content:
+// a payload of the deployment's largest, escaped as a JSON string (at most
+// twice its size), and the other members.
+func maxLookupBody(maxPayload int) int { return max(maxTaskHeadsBody, 2*maxPayload+maxRequestBody) }
+
 // Kinds of request body members.
 const (
 	memberInt = iota + 1
@@ -221,7 +229,8 @@ const (
 var (
 	leaseMembers = map[string]int{"partition": memberInt, "holder": memberString, "generation": memberInt,
 		"ttl_ms": memberInt, "request_id": memberString}
-	taskHeadMembers = map[string]int{"task": memberString, "event_id": memberString, "tasks": memberStringList}
+	taskHeadMembers = map[string]int{"task": memberString, "event_id": memberString, "tasks": memberStringList,
+		"version": memberInt, "type": memberString, "payload": memberString}
 )
 
 // decodeLeaseRequest decodes and checks the body of an acquire, renew,
@@ -286,11 +295,32 @@ func decodeLeaseRequest(op, holder string, data []byte) (wire.LeaseRequest, erro
 
 // decodeTaskHeadRequest decodes and checks the body of a task head request:
 // a valid task id and, optionally, an event id (a ULID).
-func decodeTaskHeadRequest(data []byte) (wire.TaskHeadRequest, error) {
+func decodeTaskHeadRequest(data []byte, maxPayload int) (wire.TaskHeadRequest, error) {
 	var r wire.TaskHeadRequest
-	m, lists, err := decodeFlatObject(data, taskHeadMembers, maxTaskHeadsBody)
+	m, lists, err := decodeFlatObject(data, taskHeadMembers, maxLookupBody(maxPayload))
 	if err != nil {
 		return r, err
+	}
+	_, hasVersion := m["version"]
+	_, hasType := m["type"]
+	payload, hasPayload := m["payload"]
+	if hasVersion || hasType || hasPayload {
+		// The event's content, for its verdict (contract v3).
+		if m["event_id"] == "" || !hasVersion || !hasType || !hasPayload {
+			return r, fmt.Errorf("%w: version, type and payload go together, with event_id", errBadRequest)
+		}
+		if r.Version, err = wire.ParseInt(m["version"]); err != nil || r.Version < 1 {
+			return r, fmt.Errorf("%w: version %s is not an integer of at least 1", errBadRequest, quoteShort(m["version"]))
+		}
+		if r.Type = m["type"]; !wire.ValidType(r.Type) {
+			return r, fmt.Errorf("%w: type %s is not 1..64 of [A-Za-z0-9_.:-]", errBadRequest, quoteShort(r.Type))
+		}
+		if len(payload) > maxPayload {
+			return r, fmt.Errorf("%w: payload of %d bytes is larger than %d", errBadRequest, len(payload), maxPayload)
+		}
+		r.Payload = &payload
+	} else if len(data) > maxTaskHeadsBody {
+		return r, fmt.Errorf("%w: body of %d bytes is larger than %d", errBadRequest, len(data), maxTaskHeadsBody)
 	}
 	if tasks, ok := lists["tasks"]; ok {
 		// A batch of heads: a worker starting on many tasks at once.
@@ -559,7 +589,7 @@ func (ls *leaseService) get(ctx context.Context, _ string, data []byte) (any, er
 }
 
 func (ls *leaseService) taskHead(ctx context.Context, _ string, data []byte) (any, error) {
-	r, err := decodeTaskHeadRequest(data)
+	r, err := decodeTaskHeadRequest(data, ls.maxPayload)
 	if err != nil {
 		return nil, err
 	}
@@ -583,7 +613,11 @@ func (ls *leaseService) taskHead(ctx context.Context, _ string, data []byte) (an
 		return reply, nil
 	}
 	// A worker whose receipt was lost learns the event's verdict here.
-	rec, found, err := ls.store.Verdict(ctx, r.Task, r.EventID)
+	var content *fence.Content
+	if r.Payload != nil {
+		content = &fence.Content{Version: r.Version, Type: r.Type, Payload: []byte(*r.Payload)}
+	}
+	rec, found, err := ls.store.VerdictFor(ctx, r.Task, r.EventID, content)
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ const subjectHolder = "worker-a.1"
 // of subjectHolder.
 func decodeRequest(op string, data []byte) (any, error) {
 	if op == "task_head" {
-		return decodeTaskHeadRequest(data)
+		return decodeTaskHeadRequest(data, wire.MaxPayloadDefault)
 	}
 	if op == "get" {
 		return decodeLeaseRequest(op, "", data)
@@ -50,6 +50,15 @@ var requestCases = []struct {
 	{"get ignores the members it does not use", "get", `{"partition":3,"holder":"not a holder","generation":9}`, true},
 	{"task head", "task_head", `{"task":"report-7"}`, true},
 	{"task head with an event id", "task_head", `{"task":"report-7","event_id":"` + validULID + `"}`, true},
+	{"lookup with the event's content", "task_head", `{"task":"report-7","event_id":"` + validULID + `","version":3,"type":"running","payload":"{\"a\":1}"}`, true},
+	{"lookup with an empty body", "task_head", `{"task":"report-7","event_id":"` + validULID + `","version":3,"type":"running","payload":""}`, true},
+	{"lookup with a large payload", "task_head", `{"task":"report-7","event_id":"` + validULID + `","version":3,"type":"running","payload":"` + strings.Repeat("a", 200<<10) + `"}`, true},
+	{"lookup: a payload above the limit", "task_head", `{"task":"report-7","event_id":"` + validULID + `","version":3,"type":"running","payload":"` + strings.Repeat("a", 257<<10) + `"}`, false},
+	{"lookup: content without its type", "task_head", `{"task":"report-7","event_id":"` + validULID + `","version":3,"payload":"1"}`, false},
+	{"lookup: content without an event id", "task_head", `{"task":"report-7","version":3,"type":"running","payload":"1"}`, false},
+	{"lookup: version 0", "task_head", `{"task":"report-7","event_id":"` + validULID + `","version":0,"type":"running","payload":"1"}`, false},
+	{"lookup: a payload that is not a string", "task_head", `{"task":"report-7","event_id":"` + validULID + `","version":1,"type":"running","payload":{"a":1}}`, false},
+	{"task head: a large body without content", "task_head", `{"task":"report-7","event_id":"` + validULID + `"` + strings.Repeat(" ", 200<<10) + `}`, false},
 	{"heads of several tasks", "task_head", `{"tasks":["report-7","report-8"]}`, true},
 	{"heads: an empty list", "task_head", `{"tasks":[]}`, false},
 	{"heads: a bad id in the list", "task_head", `{"tasks":["ok","not ok"]}`, false},
@@ -139,7 +148,7 @@ func TestAcceptedLeaseRequestsCarryWhatWasSent(t *testing.T) {
 	require.EqualValues(t, 42, *r.Generation)
 	require.EqualValues(t, 600, *r.TTLMillis)
 
-	h, err := decodeTaskHeadRequest([]byte(`{"task":"report-7","event_id":"` + validULID + `"}`))
+	h, err := decodeTaskHeadRequest([]byte(`{"task":"report-7","event_id":"`+validULID+`"}`), wire.MaxPayloadDefault)
 	require.NoError(t, err)
 	require.Equal(t, wire.TaskHeadRequest{Task: "report-7", EventID: validULID}, h)
 }

@@ -105,7 +105,7 @@ func DecodeArchiveLine(line []byte) (Committed, error) {
 	case *l.Seq < 1 || *l.Version < 1 || *l.Generation < 1 || *l.Partition < 0:
 		return Committed{}, fmt.Errorf("archive row: seq %d, version %d, generation %d, partition %d out of range",
 			*l.Seq, *l.Version, *l.Generation, *l.Partition)
-	case !wire.ValidEventID(*l.EventID):
+	case !wire.ValidEventIDAnyCase(*l.EventID):
 		return Committed{}, fmt.Errorf("archive row %d: event id %.40q is not a ULID", *l.Seq, *l.EventID)
 	case !wire.ValidID(*l.TaskID):
 		return Committed{}, fmt.Errorf("archive row %d: task id %.40q is not 1..128 of [A-Za-z0-9_-]", *l.Seq, *l.TaskID)

@@ -76,6 +76,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 // Partitions is the store's partition count N: partitions are 0..N-1.
 func (s *Store) Partitions() int { return s.cfg.Partitions }
 
+// MaxPayload is the largest event payload the store accepts (Config.MaxPayload).
+func (s *Store) MaxPayload() int { return s.cfg.MaxPayload }
+
 // Lease is a partition's lease as the database showed it.
 type Lease struct {
 	Partition  int

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowness/ledger/pkg/canonjson"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -48,4 +49,53 @@ func (s *Store) Verdict(ctx context.Context, task, eventID string) (Recorded, bo
 	}
 	rec.Verdict = wire.Verdict(verdict)
 	return rec, true, nil
+}
+
+// Content is an event's content as its publisher sent it: what VerdictFor
+// compares with what the ledger stored under the id.
+type Content struct {
+	Version int64
+	Type    string
+	// Payload is the body as published; empty means null.
+	Payload []byte
+}
+
+// VerdictFor is Verdict for the event with content c, as its publisher
+// sent it. A committed id answers committed only when the ledger stored
+// that content (same version and type, payloads equal as JSON values);
+// other content gets the verdict the ledger gives any copy of it,
+// conflict/event_id_reused, and an id whose row is archived, where content
+// can no longer be compared, conflict/archived. So a lookup never answers
+// committed for content the ledger did not store. A nil c is Verdict.
+func (s *Store) VerdictFor(ctx context.Context, task, eventID string, c *Content) (Recorded, bool, error) {
+	rec, found, err := s.Verdict(ctx, task, eventID)
+	if err != nil || !found || c == nil || rec.Verdict != wire.VerdictCommitted {
+		return rec, found, err
+	}
+	var (
+		version int64
+		typ     string
+		payload []byte
+	)
+	err = s.pool.QueryRow(ctx, sqlEventContent, rec.Seq).Scan(&version, &typ, &payload)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Recorded{EventID: eventID, Verdict: wire.VerdictConflict, Reason: wire.ReasonArchived}, true, nil
+	case err != nil:
+		return rec, false, fmt.Errorf("fence: read the content of event %s of task %s: %w", eventID, task, err)
+	}
+	if version != c.Version || typ != c.Type || !samePayload(c.Payload, payload) {
+		return Recorded{EventID: eventID, Verdict: wire.VerdictConflict, Reason: wire.ReasonEventIDReused}, true, nil
+	}
+	return rec, true, nil
+}
+
+// samePayload reports whether a payload as published equals a stored one
+// as jsonb compares them; a payload that is not JSON equals none.
+func samePayload(sent, stored []byte) bool {
+	if len(sent) == 0 {
+		sent = jsonNull
+	}
+	eq, err := canonjson.Equal(sent, stored)
+	return err == nil && eq
 }

@@ -347,6 +347,10 @@ SELECT verdict, reason, seq FROM (
     WHERE upper(left($1, 10)) < z.id_floor AND NOT EXISTS (SELECT FROM ledger.event_ids x WHERE x.event_id = $1)
 ) v ORDER BY rank LIMIT 1`
 
+// sqlEventContent reads the content of the hot row at seq $1, which
+// VerdictFor compares with what a publisher sent; no row: it is archived.
+const sqlEventContent = `SELECT version, type, payload::text FROM ledger.events WHERE seq = $1`
+
 // The archive's statements (archive.go). They run as the schema's owner.
 const (
 	sqlArchiveHorizon = `SELECT below_seq, id_floor, id_floor_at FROM ledger.horizon`

@@ -32,12 +32,15 @@ type Inbound struct {
 	Payload []byte
 }
 
-// InboundMsg is e as a LEDGER_IN message.
+// InboundMsg is e as a LEDGER_IN message. Its Nats-Msg-Id is the event id
+// and the content token (ContentToken), so that LEDGER_IN drops only an
+// identical re-send.
 func (s Subjects) InboundMsg(e Inbound) *nats.Msg {
 	m := nats.NewMsg(s.In(e.Holder, e.Partition, e.Task))
-	m.Header.Set(HeaderMsgID, e.ID)
-	m.Header.Set(HeaderGeneration, strconv.FormatInt(e.Generation, 10))
-	m.Header.Set(HeaderVersion, strconv.FormatInt(e.Version, 10))
+	gen, ver := strconv.FormatInt(e.Generation, 10), strconv.FormatInt(e.Version, 10)
+	m.Header.Set(HeaderMsgID, MsgID(e.ID, ContentToken(m.Subject, gen, ver, e.Type, e.Payload)))
+	m.Header.Set(HeaderGeneration, gen)
+	m.Header.Set(HeaderVersion, ver)
 	m.Header.Set(HeaderType, e.Type)
 	m.Data = e.Payload
 	return m
@@ -75,6 +78,11 @@ func (s Subjects) DecodeInbound(subject string, h nats.Header, data []byte) (Dec
 	d.HeaderBytes, values = HeaderSize(h)
 	holder, p, task, err := s.ParseIn(subject)
 	if err != nil {
+		// The holder and the id are read all the same: a valid holder gets
+		// its invalid receipt, matched by the event id.
+		d.Holder = holder
+		d.ID, _ = single(h, HeaderMsgID, ReasonMissingEventID)
+		d.ID = EventIDOf(d.ID)
 		return d, &Invalid{ReasonBadSubject, err.Error()}
 	}
 	d.SubjectOK = true
@@ -86,8 +94,14 @@ func (s Subjects) DecodeInbound(subject string, h nats.Header, data []byte) (Dec
 			bad = inv
 		}
 	}
-	d.ID, err = single(h, HeaderMsgID, ReasonMissingEventID)
+	msgID, err := single(h, HeaderMsgID, ReasonMissingEventID)
 	note(asInvalid(err))
+	id, token, ok := SplitMsgID(msgID)
+	if !ok {
+		note(&Invalid{ReasonBadEventID, fmt.Sprintf("header %s: token %.80q after the event id is not 1..%d of [A-Za-z0-9_-]",
+			HeaderMsgID, token, MaxMsgTokenLen)})
+	}
+	d.ID = id
 	if vals := h.Values(HeaderHolder); len(vals) > 1 {
 		note(&Invalid{ReasonRepeatedHeader, fmt.Sprintf("header %s is given %d times", HeaderHolder, len(vals))})
 	} else if len(vals) == 1 && vals[0] != holder {

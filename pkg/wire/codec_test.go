@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -141,4 +142,27 @@ func TestDecodeReceipt(t *testing.T) {
 	require.Error(t, err)
 	_, err = wire.DecodeReceipt([]byte(`nope`))
 	require.Error(t, err)
+}
+
+// BenchmarkInboundMsg measures what the content token costs a publisher:
+// token is InboundMsg as the SDKs send it, bare the same message with the
+// bare event id (contract v2), the baseline of the same run.
+func BenchmarkInboundMsg(b *testing.B) {
+	e := wire.Inbound{ID: "01JD0000000000000000000001", Partition: 3, Task: "report-7", Holder: "reports.pod-a",
+		Generation: 1, Version: 12, Type: "running", Payload: []byte(`{"step":12,"of":100,"url":"s3://reports/7.pdf","note":"a payload of a typical size"}`)}
+	b.Run("token", func(b *testing.B) {
+		for range b.N {
+			_ = wire.Subjects{}.InboundMsg(e)
+		}
+	})
+	b.Run("bare", func(b *testing.B) {
+		for range b.N {
+			m := nats.NewMsg(wire.Subjects{}.In(e.Holder, e.Partition, e.Task))
+			m.Header.Set(wire.HeaderMsgID, e.ID)
+			m.Header.Set(wire.HeaderGeneration, strconv.FormatInt(e.Generation, 10))
+			m.Header.Set(wire.HeaderVersion, strconv.FormatInt(e.Version, 10))
+			m.Header.Set(wire.HeaderType, e.Type)
+			m.Data = e.Payload
+		}
+	})
 }

@@ -16,6 +16,6 @@ package wire
 // this package encodes. The modules pkg/wire and pkg/worker are released
 // together, tagged pkg/wire/v0.<ContractVersion>.N and
 // pkg/worker/v0.<ContractVersion>.N: while they are v0, the minor version
-// is the contract's, so an SDK of v0.2.x speaks to any ledger of contract
-// v2 and a bump of the minor version says the wire changed.
-const ContractVersion = 2
+// is the contract's, so an SDK of v0.3.x speaks to any ledger of contract
+// v3 and a bump of the minor version says the wire changed.
+const ContractVersion = 3

@@ -1,10 +1,10 @@
 package wire
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"hash/fnv"
 	"strings"
-
-	"github.com/oklog/ulid/v2"
 )
 
 // MaxIDLen is the longest task or holder id.
@@ -75,14 +75,77 @@ func ValidType(s string) bool {
 	return true
 }
 
-// ValidEventID reports whether s is a ULID in its canonical 26-character
-// Crockford base32 form.
+// ValidEventID reports whether s is an event id: a ULID in its one
+// spelling, 26 characters of Crockford base32 in upper case, the first at
+// most '7' (docs/contract.md, Identifiers). Crockford base32 reads a lower
+// case letter as its upper case, so "01jd…" and "01JD…" are one ULID; the
+// ledger refuses the lower case rather than store one id twice.
 func ValidEventID(s string) bool {
-	if len(s) != ulid.EncodedSize {
+	if len(s) != eventIDLen || s[0] > '7' {
 		return false
 	}
-	_, err := ulid.ParseStrict(s)
-	return err == nil
+	for i := 0; i < len(s); i++ {
+		if !strings.ContainsRune(crockford, rune(s[i])) {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidEventIDAnyCase is ValidEventID also for a lower-case spelling: ids
+// the ledger stored before it refused that spelling (archive files).
+func ValidEventIDAnyCase(s string) bool { return ValidEventID(strings.ToUpper(s)) }
+
+const (
+	eventIDLen = 26
+	crockford  = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+	// MaxMsgTokenLen is the longest token after the event id in a
+	// Nats-Msg-Id.
+	MaxMsgTokenLen = 64
+)
+
+// SplitMsgID splits an inbound Nats-Msg-Id, <event id> or <event id>:<token>
+// (docs/contract.md §2), into the event id and the token ("" for the bare
+// form). ok is false when a token is there but is not 1..64 of
+// [A-Za-z0-9_-]; the event id is the caller's to check (ValidEventID).
+func SplitMsgID(v string) (id, token string, ok bool) {
+	id, token, found := strings.Cut(v, ":")
+	if !found {
+		return v, "", true
+	}
+	return id, token, len(token) <= MaxMsgTokenLen && ValidID(token)
+}
+
+// EventIDOf is the event id of an inbound Nats-Msg-Id (SplitMsgID).
+func EventIDOf(msgID string) string {
+	id, _, _ := strings.Cut(msgID, ":")
+	return id
+}
+
+// MsgID is the Nats-Msg-Id of event id with token ("": the bare id).
+func MsgID(id, token string) string {
+	if token == "" {
+		return id
+	}
+	return id + ":" + token
+}
+
+// ContentToken is the token the SDKs put after the event id in an event's
+// Nats-Msg-Id: the first 16 bytes, in lower-case hex, of the SHA-256 of
+// the subject, the Ledger-Generation, Ledger-Version and Ledger-Type values
+// and the body, joined by newlines. An identical re-send has the same
+// Nats-Msg-Id, and LEDGER_IN drops it within its duplicate window; a
+// message with other content under the same event id has another, and
+// reaches the ledger for its verdict (docs/contract.md §2).
+func ContentToken(subject, generation, version, typ string, body []byte) string {
+	h := sha256.New()
+	for _, s := range [...]string{subject, generation, version, typ} {
+		h.Write([]byte(s))
+		h.Write([]byte{'\n'})
+	}
+	h.Write(body)
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:16])
 }
 
 // PartitionOf is the Go SDK's default partition of a task: fnv1a32(task) mod n.

@@ -70,7 +70,7 @@ func FuzzDecodeInbound(f *testing.F) {
 		if d.HeaderBytes > wire.MaxHeaderBytes {
 			t.Fatalf("%d header bytes accepted", d.HeaderBytes)
 		}
-		if d.ID != h.Get(wire.HeaderMsgID) || d.Type != h.Get(wire.HeaderType) {
+		if d.ID != wire.EventIDOf(h.Get(wire.HeaderMsgID)) || d.Type != h.Get(wire.HeaderType) {
 			t.Fatalf("event %+v does not match headers %v", d.Inbound, h)
 		}
 		if d.Generation < 0 || d.Version < 0 || string(d.Payload) != string(data) {

@@ -77,6 +77,13 @@ type ErrorReply struct {
 type TaskHeadRequest struct {
 	Task    string `json:"task,omitempty"`
 	EventID string `json:"event_id,omitempty"`
+	// Version, Type and Payload go with EventID (contract v3): the event's
+	// content as sent, its Ledger-Version, Ledger-Type and body (a JSON
+	// text; "" is null). With them the verdict is committed only when the
+	// ledger stored that content under the id. All three or none.
+	Version int64   `json:"version,omitempty"`
+	Type    string  `json:"type,omitempty"`
+	Payload *string `json:"payload,omitempty"`
 	// Tasks, instead of Task, asks for the heads of up to 1000 tasks at
 	// once (this implementation's addition); the reply is a
 	// TaskHeadsReply.

@@ -185,7 +185,9 @@ func (s Subjects) ParseLease(op, subject string) (holder string, err error) {
 
 // ParseIn splits an inbound subject into holder, partition and task. It
 // checks the shape and the ids; whether the partition is below the
-// configured count is the caller's check. The ingest parses every inbound
+// configured count is the caller's check. A subject whose holder is valid
+// returns the holder also with an error about the rest, so that its
+// publisher can be told. The ingest parses every inbound
 // subject twice (to route it, to decode it), so a well-formed one costs no
 // allocation: the holder is the subject's own bytes.
 func (s Subjects) ParseIn(subject string) (holder string, partition int, task string, err error) {
@@ -202,9 +204,9 @@ func (s Subjects) ParseIn(subject string) (holder string, partition int, task st
 	partition, task, err = partitionTask(tail)
 	switch {
 	case err == errNotPartitionTask:
-		return "", 0, "", s.inShapeError(subject)
+		return holder, 0, "", s.inShapeError(subject)
 	case err != nil:
-		return "", 0, "", fmt.Errorf("subject %q: %w", subject, err)
+		return holder, 0, "", fmt.Errorf("subject %q: %w", subject, err)
 	}
 	return holder, partition, task, nil
 }

@@ -86,8 +86,48 @@ func TestIdentifierRules(t *testing.T) {
 	require.False(t, wire.ValidType(strings.Repeat("t", 65)))
 	require.False(t, wire.ValidType("has space"))
 	require.True(t, wire.ValidEventID("01JD0000000000000000000001"))
-	for _, bad := range []string{"", "01JD000000000000000000000", "01JD0000000000000000000001X", "01JD000000000000000000000U", "ZZZZZZZZZZZZZZZZZZZZZZZZZZ"} {
+	for _, bad := range []string{"", "01JD000000000000000000000", "01JD0000000000000000000001X", "01JD000000000000000000000U", "ZZZZZZZZZZZZZZZZZZZZZZZZZZ",
+		"01jd0000000000000000000001", "01JD000000000000000000000a", "01JD000000000000000000000I", "81JD0000000000000000000001"} {
 		require.False(t, wire.ValidEventID(bad), "%q", bad)
+	}
+	require.True(t, wire.ValidEventIDAnyCase("01jd0000000000000000000001"), "archives keep ids stored before v3")
+}
+
+// The holder of a subject whose holder part is valid is returned with the
+// error about the rest, so that its publisher gets its invalid receipt.
+func TestParseInReturnsAValidHolderOfAMalformedSubject(t *testing.T) {
+	t.Parallel()
+	h, _, _, err := wire.Subjects{}.ParseIn("ledger.in.a.b.3." + strings.Repeat("t", 129))
+	require.Error(t, err)
+	require.Equal(t, "a.b", h)
+	h, _, _, err = wire.Subjects{}.ParseIn("ledger.in.a*.b.3.task")
+	require.Error(t, err)
+	require.Empty(t, h)
+}
+
+// The content token has one definition in every language: this vector is
+// sha256sum's, and the TypeScript SDK's tests check the same one.
+func TestContentTokenIsTheContractsDigest(t *testing.T) {
+	t.Parallel()
+	tok := wire.ContentToken("ledger.in.reports.pod-a.3.report-7", "1", "1", "running", []byte(`{"status":"running"}`))
+	require.Equal(t, "7638f151d18a50cb6346906d9aecdee2", tok)
+	require.NotEqual(t, tok, wire.ContentToken("ledger.in.reports.pod-a.3.report-7", "1", "1", "running", []byte(`{"status":"done"}`)))
+	m := wire.Subjects{}.InboundMsg(wire.Inbound{ID: "01JD0000000000000000000001", Partition: 3, Task: "report-7",
+		Holder: "reports.pod-a", Generation: 1, Version: 1, Type: "running", Payload: []byte(`{"status":"running"}`)})
+	require.Equal(t, "01JD0000000000000000000001:"+tok, m.Header.Get(wire.HeaderMsgID))
+	for _, c := range []struct {
+		msgID, id, token string
+		ok               bool
+	}{
+		{"01JD0000000000000000000001", "01JD0000000000000000000001", "", true},
+		{"01JD0000000000000000000001:abc-_9", "01JD0000000000000000000001", "abc-_9", true},
+		{"01JD0000000000000000000001:", "01JD0000000000000000000001", "", false},
+		{"01JD0000000000000000000001:a b", "01JD0000000000000000000001", "a b", false},
+		{"01JD0000000000000000000001:a:b", "01JD0000000000000000000001", "a:b", false},
+		{"01JD0000000000000000000001:" + strings.Repeat("t", 65), "01JD0000000000000000000001", strings.Repeat("t", 65), false},
+	} {
+		id, token, ok := wire.SplitMsgID(c.msgID)
+		require.Equal(t, []any{c.id, c.token, c.ok}, []any{id, token, ok}, c.msgID)
 	}
 }
 

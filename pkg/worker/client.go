@@ -1,12 +1,14 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -191,10 +193,14 @@ func (c *Client) TaskHead(ctx context.Context, task string) (wire.TaskHeadReply,
 // reply into out. Error replies become *ServiceError; a service that cannot
 // be reached is ErrUnavailable.
 func (c *Client) request(ctx context.Context, subject string, body, out any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
+	// Without HTML escaping: a payload of '<' would grow sixfold.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(body); err != nil {
 		return fmt.Errorf("encode request: %w", err)
 	}
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	resp, err := c.nc.RequestWithContext(ctx, subject, b)
@@ -338,8 +344,52 @@ func (c *Client) lookUpVerdict(p *Pending) {
 		return
 	default:
 		c.log.Debug("no receipt, and no verdict recorded yet", slog.String("event_id", p.id))
+		c.publishAgain(p)
 	}
 	c.awaitVerdict(p)
+}
+
+// publishAgain sends p again after the ledger answered that it has no
+// record of it: its LEDGER_IN message may be lost (a stream that lost
+// acknowledged writes after a crash), and the event must not wait for
+// ever. The copy has p's id and content under a new Nats-Msg-Id token, so
+// LEDGER_IN stores it even where it still remembers the lost one; if the
+// first copy is only waiting, the ledger answers the second duplicate. It
+// sends on the first such answer and then after 2, 4, 8, ... of them, so a
+// long queue in LEDGER_IN gains few copies, and never once the lease has
+// ended.
+func (c *Client) publishAgain(p *Pending) {
+	p.mu.Lock()
+	p.unknown++
+	n := p.unknown
+	p.mu.Unlock()
+	if n&(n-1) != 0 || p.msg == nil || p.lease.ctx.Err() != nil {
+		return
+	}
+	m := againMsg(p.msg, n)
+	ctx, cancel := context.WithTimeout(p.lease.ctx, c.cfg.PublishAckTimeout)
+	defer cancel()
+	if _, err := c.js.PublishMsg(ctx, m); err != nil {
+		c.log.Debug("the ledger has no record of an event; publishing it again failed, trying later",
+			slog.String("event_id", p.id), slog.String("error", err.Error()))
+		return
+	}
+	c.log.Info("the ledger has no record of an event; published it again", slog.String("event_id", p.id),
+		slog.String("task", p.task), slog.Int64("version", p.version))
+}
+
+// againMsg is m, an event's LEDGER_IN message, as its n-th copy sent after
+// the ledger had no record of it: the same subject, headers and body, and
+// the Nats-Msg-Id token suffixed "-a<n>".
+func againMsg(m *nats.Msg, n int) *nats.Msg {
+	out := nats.NewMsg(m.Subject)
+	for k, vs := range m.Header {
+		out.Header[k] = vs
+	}
+	id, token, _ := wire.SplitMsgID(m.Header.Get(wire.HeaderMsgID))
+	out.Header.Set(wire.HeaderMsgID, wire.MsgID(id, token+"-a"+strconv.Itoa(n)))
+	out.Data = m.Data
+	return out
 }
 
 // verdictOf asks <prefix>.task.head for the verdict the ledger recorded for
@@ -349,7 +399,11 @@ func (c *Client) lookUpVerdict(p *Pending) {
 // identical content under another id), it answers null and found is false.
 func (c *Client) verdictOf(p *Pending) (r wire.Receipt, found bool, err error) {
 	var reply wire.TaskHeadEventReply
-	req := wire.TaskHeadRequest{Task: p.task, EventID: p.id}
+	// The content goes along, so that the ledger answers committed only
+	// for what it stored under the id.
+	payload := string(p.msg.Data)
+	req := wire.TaskHeadRequest{Task: p.task, EventID: p.id, Version: p.version,
+		Type: p.msg.Header.Get(wire.HeaderType), Payload: &payload}
 	if err := c.request(c.ctx, c.subj.TaskHead(), req, &reply); err != nil {
 		return r, false, fmt.Errorf("worker: verdict of event %s: %w", p.id, err)
 	}
@@ -412,7 +466,7 @@ func (c *Client) unregister(p *Pending) {
 
 // takeAcking removes and returns the event a publish ack is for.
 func (c *Client) takeAcking(m *nats.Msg) *Pending {
-	id := m.Header.Get(wire.HeaderMsgID)
+	id := wire.EventIDOf(m.Header.Get(wire.HeaderMsgID))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.acking[id]

@@ -77,8 +77,10 @@ type Config struct {
 	// recorded verdict on <prefix>.task.head. Receipts travel on core NATS
 	// and are lost while the client is disconnected; the answer settles the
 	// event as its receipt would have. While the ledger has no verdict yet
-	// (the event still waits in LEDGER_IN) the client asks again every
-	// ReceiptTimeout, one request at a time per event. Default 10 s.
+	// (the event still waits in LEDGER_IN, or its message was lost) the
+	// client asks again every ReceiptTimeout, one request at a time per
+	// event, and publishes the event again on the 1st, 2nd, 4th, ... such
+	// answer while the lease lasts. Default 10 s.
 	ReceiptTimeout time.Duration
 	// Logger receives the client's warnings (failed renewals, lost
 	// leases); default slog.Default().

@@ -141,13 +141,22 @@
 // # Publishing and in-flight events
 //
 // Publish sends the event to <prefix>.in.<principal>.<instance>.<partition>.<task>
-// with Nats-Msg-Id (a new ULID), Ledger-Generation, Ledger-Version and
-// Ledger-Type, and returns at once with a Pending. At most
-// Config.MaxInFlight events of a lease are published without a receipt;
-// Publish blocks (bounded by its ctx) while that many are. A publish whose
-// JetStream ack fails or times out is sent again with the same id while the
-// lease lasts (deduplicated by JetStream within its window, and by the
-// ledger by event id after it); nothing is sent after the lease ended.
+// with Nats-Msg-Id (a new ULID and the content token, wire.ContentToken),
+// Ledger-Generation, Ledger-Version and Ledger-Type, and returns at once
+// with a Pending. At most Config.MaxInFlight events of a lease are
+// published without a receipt; Publish blocks (bounded by its ctx) while
+// that many are. A publish whose JetStream ack fails or times out is sent
+// again with the same id while the lease lasts (deduplicated by JetStream
+// within its window, and by the ledger by event id after it); nothing is
+// sent after the lease ended.
+//
+// The client keeps every event until its verdict. When no receipt came
+// within Config.ReceiptTimeout it asks the ledger for the verdict, with the
+// event's content, so that committed is answered only for what the ledger
+// stored. While the ledger has no record of the event (its LEDGER_IN
+// message may have been lost by a JetStream server that crashed), the
+// client publishes it again, same id and content, on the 1st, 2nd, 4th,
+// 8th, ... such answer, while the lease lasts.
 // Release refuses new events, waits until every in-flight event has its
 // receipt, and only then releases the lease.
 //

@@ -409,6 +409,9 @@ type Pending struct {
 	// (Client.awaitVerdict); lookupsOver is set once none is wanted.
 	lookup      *time.Timer
 	lookupsOver bool
+	// unknown counts the lookups the ledger answered with no record of
+	// the event (Client.publishAgain).
+	unknown int
 }
 
 // ID returns the event id (a ULID), the key of its idempotency.

@@ -29,6 +29,8 @@ export interface Logger {
   debug(msg: string, attrs?: Record<string, unknown>): void;
 }
 
+const textDecoder = new TextDecoder();
+
 const defaultLogger: Logger = {
   warn: (msg, attrs) => console.warn(JSON.stringify({ level: "warn", msg, ...attrs })),
   info: () => {},
@@ -442,7 +444,11 @@ export class Client {
   async #lookUpVerdict(p: Pending): Promise<void> {
     p.lookingUp = true;
     try {
-      const reply = (await this.request(this.subjects.taskHead(), { task: p.task, event_id: p.id })) as TaskHead & { event: EventVerdict | null };
+      // The content goes along, so that the ledger answers committed only for what it stored under the id.
+      const content = { version: p.version, type: p.type, payload: textDecoder.decode(p.payload) };
+      const reply = (await this.request(this.subjects.taskHead(), { task: p.task, event_id: p.id, ...content })) as TaskHead & {
+        event: EventVerdict | null;
+      };
       const ev = reply.event;
       if (ev && ev.event_id === p.id && ["committed", "stale", "conflict", "gap", "invalid", "duplicate"].includes(ev.verdict)) {
         const l = p.lease;
@@ -460,6 +466,7 @@ export class Client {
         if (settled) this.log.info("no receipt; verdict learned from the ledger", { event_id: p.id, verdict: ev.verdict });
         return;
       }
+      if (ev === null) this.#publishAgain(p);
     } catch (err) {
       if (this.#closed) return;
       this.log.debug("no receipt, and the ledger could not be asked for the verdict; asking again later", { event_id: p.id, error: String(err) });
@@ -468,6 +475,24 @@ export class Client {
     }
     p.lookupDue = performance.now() + this.cfg.receiptTimeoutMs;
   }
+
+  /**
+   * publishAgain sends p again after the ledger answered that it has no record
+   * of it: its LEDGER_IN message may be lost (a stream that lost acknowledged
+   * writes), and the event must not wait for ever. Same id and content, a new
+   * Nats-Msg-Id token; if the first copy is only waiting, the ledger answers
+   * the second duplicate. It sends on the first such answer, then after 2, 4,
+   * 8, ... of them, and never once the lease has ended.
+   */
+  #publishAgain(p: Pending): void {
+    const n = ++p.unknown;
+    if ((n & (n - 1)) !== 0 || p.lease.signal.aborted || !p.headers || this.#closed || this.publishAgainOffForTest) return;
+    this.nc.publish(p.subject, p.payload, { headers: p.againHeaders(n) });
+    this.log.info("the ledger has no record of an event; published it again", { event_id: p.id, task: p.task, version: p.version });
+  }
+
+  /** publishAgainOffForTest switches publishAgain off: the negative control of its test. */
+  publishAgainOffForTest = false;
 
   /** dropReceiptsForTest stops receiving receipts, as a disconnected client misses them: for tests of the verdict lookup. */
   dropReceiptsForTest(): void {

@@ -14,7 +14,7 @@ export {
 export { Lease, Pending, safetyMarginMs, type PubAck, type PublishOptions } from "./lease.js";
 export { Reader, connectReader, type ReaderOptions, type WatchOptions } from "./reader.js";
 export { LedgerError, ServiceError, RejectedError, type ErrorCode } from "./errors.js";
-export { ulid, ulidTime } from "./ulid.js";
+export { contentToken, ulid, ulidTime, validEventId } from "./ulid.js";
 export {
   partitionOf,
   validHolder,

@@ -4,7 +4,7 @@ import type { MsgHdrs } from "@nats-io/transport-node";
 import type { CallOptions, Client } from "./client.js";
 import { raceAbort, sleep } from "./client.js";
 import { LedgerError, RejectedError } from "./errors.js";
-import { ulid } from "./ulid.js";
+import { contentToken, ulid } from "./ulid.js";
 import { validTask, validType, type LeaseReply, type Receipt, type TaskHead } from "./wire.js";
 
 /**
@@ -673,6 +673,9 @@ export class Pending {
   ackFailed = false;
   lookupDue = 0;
   lookingUp = false;
+  /** unknown counts the lookups the ledger answered with no record of the event. */
+  unknown = 0;
+  token = "";
   #done = false;
   #resolveDone!: (o: Outcome<Receipt>) => void;
   readonly #doneP = new Promise<Outcome<Receipt>>((r) => (this.#resolveDone = r));
@@ -708,12 +711,28 @@ export class Pending {
 
   build(subject: string, generation: number): void {
     this.subject = subject;
+    const gen = String(generation);
+    const ver = String(this.version);
+    this.token = contentToken(subject, gen, ver, this.type, this.payload);
+    this.headers = this.#headers(this.token, gen, ver);
+  }
+
+  #headers(token: string, gen: string, ver: string): MsgHdrs {
     const h = natsHeaders();
-    h.set("Nats-Msg-Id", this.id);
-    h.set("Ledger-Generation", String(generation));
-    h.set("Ledger-Version", String(this.version));
+    h.set("Nats-Msg-Id", `${this.id}:${token}`);
+    h.set("Ledger-Generation", gen);
+    h.set("Ledger-Version", ver);
     h.set("Ledger-Type", this.type);
-    this.headers = h;
+    return h;
+  }
+
+  /**
+   * againHeaders are the headers of the n-th copy sent after the ledger had
+   * no record of the event: the same, with the Nats-Msg-Id token suffixed
+   * "-a<n>", so that LEDGER_IN stores it even where it remembers a lost copy.
+   */
+  againHeaders(n: number): MsgHdrs {
+    return this.#headers(`${this.token}-a${n}`, String(this.lease.generation), String(this.version));
   }
 
   /** assigned resolves with the version once assigned, or 0 if the event ends unsent. */

@@ -1,4 +1,4 @@
-import { randomFillSync } from "node:crypto";
+import { createHash, randomFillSync } from "node:crypto";
 
 const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 const pool = new Uint8Array(10 * 256);
@@ -41,4 +41,30 @@ export function ulidTime(id: string): number {
   let t = 0;
   for (let i = 0; i < 10; i++) t = t * 32 + CROCKFORD.indexOf(id[i]!);
   return t;
+}
+
+/**
+ * validEventId says whether s is an event id in its one spelling: 26
+ * characters of Crockford base32 in upper case, the first at most "7". The
+ * ledger refuses a lower-case ULID (invalid/bad_event_id) rather than store
+ * one ULID under two spellings.
+ */
+export function validEventId(s: string): boolean {
+  if (s.length !== 26 || s[0]! > "7") return false;
+  for (const c of s) if (!CROCKFORD.includes(c)) return false;
+  return true;
+}
+
+/**
+ * contentToken is the token after the event id in an event's Nats-Msg-Id
+ * (docs/contract.md §2): the first 16 bytes, in lower-case hex, of the SHA-256
+ * of the subject, generation, version and type, each followed by a newline,
+ * and the body. LEDGER_IN then drops only an identical re-send, and a copy
+ * with other content under the same id reaches the ledger for its verdict.
+ */
+export function contentToken(subject: string, generation: string, version: string, type: string, body: Uint8Array): string {
+  const h = createHash("sha256");
+  for (const s of [subject, generation, version, type]) h.update(s + "\n");
+  h.update(body);
+  return h.digest("hex").slice(0, 32);
 }

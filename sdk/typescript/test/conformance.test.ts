@@ -71,23 +71,26 @@ export function match(where: string, want: unknown, got: unknown): string {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function runCase(nc: NatsConnection, name: string, steps: Step[]): Promise<void> {
-  const receipts = new Map<string, unknown>();
+  // Every receipt by event id, in arrival order.
+  const receipts = new Map<string, unknown[]>();
   nc.subscribe("ledger.receipt.>", {
     callback: (err, m) => {
       if (err) return;
       const r = m.json<{ event_id: string }>();
-      if (!receipts.has(r.event_id)) receipts.set(r.event_id, r);
+      receipts.set(r.event_id, [...(receipts.get(r.event_id) ?? []), r]);
     },
   });
   await nc.flush();
-  const awaitReceipt = async (where: string, id: string, want: unknown) => {
+  // awaitReceipt waits for the n-th receipt of event id (from 0).
+  const awaitReceipt = async (where: string, id: string, n: number, want: unknown) => {
     const until = performance.now() + GAP_WINDOW_MS + 8000;
-    while (!receipts.has(id)) {
+    while ((receipts.get(id)?.length ?? 0) <= n) {
       if (performance.now() > until) assert.fail(`${where}: no receipt of event ${id}`);
       await sleep(5);
     }
-    const d = match("receipt", want, receipts.get(id));
-    assert.equal(d, "", `${where}: ${d}\nreceipt: ${JSON.stringify(receipts.get(id))}`);
+    const got = receipts.get(id)![n];
+    const d = match("receipt", want, got);
+    assert.equal(d, "", `${where}: ${d}\nreceipt: ${JSON.stringify(got)}`);
   };
   for (const [i, s] of steps.entries()) {
     const where = `${name} step ${i + 1} (${s.step} ${s.subject ?? ""} ${s.note ?? ""})`;
@@ -104,16 +107,19 @@ async function runCase(nc: NatsConnection, name: string, steps: Step[]): Promise
       case "publish": {
         const h = natsHeaders();
         for (const [k, v] of Object.entries(s.headers ?? {})) h.set(k, v);
+        // The event id is the Nats-Msg-Id up to its first ":".
+        const id = s.headers!["Nats-Msg-Id"]!.split(":")[0]!;
+        const before = receipts.get(id)?.length ?? 0;
         const ack = await nc.request(s.subject!, typeof s.body === "string" ? s.body : "", { headers: h, timeout: 5000 });
         if (s.expect?.ack !== undefined) {
           const d = match("ack", s.expect.ack, ack.json());
           assert.equal(d, "", `${where}: ${d}\nack: ${ack.string()}`);
         }
-        if (s.expect?.receipt !== undefined) await awaitReceipt(where, s.headers!["Nats-Msg-Id"]!, s.expect.receipt);
+        if (s.expect?.receipt !== undefined) await awaitReceipt(where, id, before, s.expect.receipt);
         break;
       }
       case "receipt":
-        await awaitReceipt(where, s.event_id!, s.expect?.receipt);
+        await awaitReceipt(where, s.event_id!, 0, s.expect?.receipt);
         break;
       case "projection": {
         const until = performance.now() + 10_000;

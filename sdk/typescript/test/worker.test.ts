@@ -25,6 +25,14 @@ async function client(holder: string, extra: Partial<Parameters<typeof connect>[
   return c;
 }
 
+// jsApi sends one JetStream API request, as an operator's tool would.
+async function jsApi(nc: Awaited<ReturnType<typeof natsConnect>>, api: string, body: unknown): Promise<Record<string, unknown>> {
+  const m = await nc.request(`$JS.API.${api}`, JSON.stringify(body), { timeout: 5000 });
+  const r = m.json<Record<string, unknown> & { error?: { description?: string } }>();
+  if (r.error) throw new Error(`${api}: ${r.error.description}`);
+  return r;
+}
+
 const quiet = { warn: () => {}, info: () => {}, debug: () => {} };
 const timeout = (ms: number) => ({ signal: AbortSignal.timeout(ms) });
 
@@ -220,6 +228,36 @@ describe("receipts", () => {
     assert.equal(r.verdict, "committed");
     assert.equal(r.current_generation, 0, "a looked-up verdict, not a receipt");
     assert.ok(r.seq > 0);
+    await lease.release(timeout(5000));
+  });
+
+  test("an event lost from LEDGER_IN before the ledger saw it is published again and committed", async () => {
+    const c = await client("reports.r3", { receiptTimeoutMs: 300 });
+    const task = "report-lost-event";
+    const partition = c.partitionOf(task);
+    const lease = await c.acquire(partition, timeout(5000));
+    const nc = await natsConnect({ servers: ledger.natsUrl });
+    try {
+      // The partition's consumers are paused, so the ingest cannot see the
+      // event before it is lost from the stream.
+      const names = ((await jsApi(nc, "CONSUMER.NAMES.LEDGER_IN", {})).consumers as string[]).filter((n) =>
+        n.startsWith(`ingest-${partition}-`),
+      );
+      assert.ok(names.length > 0, "the partition has an ingest consumer");
+      const until = new Date(Date.now() + 60_000).toISOString();
+      for (const n of names) await jsApi(nc, `CONSUMER.PAUSE.LEDGER_IN.${n}`, { pause_until: until });
+      const p = await lease.publishJSON(task, "completed", { step: 1 });
+      const ack = await p.pubAck();
+      assert.ok(ack);
+      await jsApi(nc, "STREAM.MSG.DELETE.LEDGER_IN", { seq: ack.seq });
+      for (const n of names) await jsApi(nc, `CONSUMER.PAUSE.LEDGER_IN.${n}`, {});
+      const r = await p.wait(timeout(10_000));
+      assert.equal(r.verdict, "committed");
+      assert.equal(r.event_id, p.id);
+      assert.equal(r.version, 1);
+    } finally {
+      await nc.close();
+    }
     await lease.release(timeout(5000));
   });
 

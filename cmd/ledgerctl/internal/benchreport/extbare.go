@@ -88,7 +88,7 @@ func (p *barePublisher) publish(ctx context.Context, counts []int, rate float64)
 		_, err := pace(ctx, rate, total, func(int) error {
 			m := p.src.next(1)[0]
 			mu.Lock()
-			sent[m.Header.Get(wire.HeaderMsgID)] = time.Now().UnixNano()
+			sent[wire.EventIDOf(m.Header.Get(wire.HeaderMsgID))] = time.Now().UnixNano()
 			mu.Unlock()
 			_, err := p.js.PublishMsgAsync(m, jetstream.WithStallWait(ReceiptTimeout))
 			return err

@@ -360,7 +360,7 @@ func (p *rawPublisher) publish(ctx context.Context, counts []int, rate float64) 
 	send := func(int) error {
 		m := p.src.next(1)[0]
 		mu.Lock()
-		waiting[m.Header.Get(wire.HeaderMsgID)] = time.Now().UnixNano()
+		waiting[wire.EventIDOf(m.Header.Get(wire.HeaderMsgID))] = time.Now().UnixNano()
 		mu.Unlock()
 		if _, err := p.js.PublishMsgAsync(m, jetstream.WithStallWait(ReceiptTimeout)); err != nil {
 			return fmt.Errorf("publish: %w", err)

@@ -412,7 +412,7 @@ func (r *rawBench) rawLatency(ctx context.Context, title string, n, rate int) (*
 	}
 	elapsed, err := pace(ctx, float64(rate), n, func(int) error {
 		m := r.full.next(1)[0]
-		t.sent(m.Header.Get(wire.HeaderMsgID))
+		t.sent(wire.EventIDOf(m.Header.Get(wire.HeaderMsgID)))
 		return r.publish(m)
 	})
 	if err != nil {
@@ -434,7 +434,7 @@ func (r *rawBench) bareLatency(ctx context.Context, title string, n, rate int) (
 		var err error
 		elapsed, err = pace(ctx, float64(rate), n, func(int) error {
 			m := r.bare.next(1)[0]
-			t.sent(m.Header.Get(wire.HeaderMsgID))
+			t.sent(wire.EventIDOf(m.Header.Get(wire.HeaderMsgID)))
 			return r.publish(m)
 		})
 		return err

@@ -124,7 +124,7 @@ func parseLetter(subj wire.Subjects, streamSeq uint64, subject string, h nats.He
 		n, _ := wire.ParseInt(d.Header.Get(name))
 		return n
 	}
-	l := Letter{StreamSeq: streamSeq, Subject: subject, EventID: d.Header.Get(wire.HeaderMsgID),
+	l := Letter{StreamSeq: streamSeq, Subject: subject, EventID: wire.EventIDOf(d.Header.Get(wire.HeaderMsgID)),
 		Version: num(wire.HeaderVersion), Holder: d.Header.Get(wire.HeaderHolder), Generation: num(wire.HeaderGeneration),
 		Verdict: string(d.Verdict), Reason: d.Reason}
 	if err != nil {

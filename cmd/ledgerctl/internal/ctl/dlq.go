@@ -73,7 +73,7 @@ func newDeadLetter(subj wire.Subjects, seq uint64, subject string, h nats.Header
 	if h, _, _, perr := subj.ParseIn(letter.SourceSubject); perr == nil {
 		holder = h
 	}
-	d := deadLetter{StreamSeq: seq, Subject: subject, EventID: oh.Get(wire.HeaderMsgID),
+	d := deadLetter{StreamSeq: seq, Subject: subject, EventID: wire.EventIDOf(oh.Get(wire.HeaderMsgID)),
 		Version: num(wire.HeaderVersion), Type: oh.Get(wire.HeaderType), Holder: holder,
 		Generation: num(wire.HeaderGeneration), Verdict: string(letter.Verdict), Reason: letter.Reason,
 		CurrentGeneration: letter.CurrentGeneration, CurrentHolder: letter.CurrentHolder,

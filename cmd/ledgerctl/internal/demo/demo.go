@@ -441,7 +441,7 @@ func (r *run) sayDeadLetter(ctx context.Context, id string) error {
 			continue
 		}
 		h := m.Headers()
-		if h.Get(wire.HeaderMsgID) == id {
+		if wire.EventIDOf(h.Get(wire.HeaderMsgID)) == id {
 			r.say("dlq", "%s: %s=%s %s=%s %s=%s", m.Subject(), wire.HeaderVerdict, h.Get(wire.HeaderVerdict),
 				wire.HeaderReason, h.Get(wire.HeaderReason), wire.HeaderCurrentHolder, h.Get(wire.HeaderCurrentHolder))
 			return nil
