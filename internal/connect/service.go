@@ -66,6 +66,7 @@ func (s *Service) Parse(fs *flag.FlagSet, args []string) (bool, error) {
 		return false, err
 	}
 	s.Log = log
+	s.Conn.Logger = log
 	TuneGC(log)
 	return true, nil
 }
