@@ -122,6 +122,10 @@ SELECT DISTINCT ON (event_id) event_id, verdict, reason
 FROM ledger.rejections WHERE event_id = ANY($1::text[])
 ORDER BY event_id, id`
 
+	// sqlLocalStatementTimeout bounds the statements of a long
+	// operation's transaction, in milliseconds.
+	sqlLocalStatementTimeout = `SELECT set_config('statement_timeout', $1, true)`
+
 	// sqlSetTimeouts bounds the transaction it runs in (Config), in
 	// milliseconds, 0 for none. A stricter timeout the session already
 	// has (the server's for the role or database, as a provider sets it)
