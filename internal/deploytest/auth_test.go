@@ -103,7 +103,8 @@ func startAuthStack(t *testing.T, mode string) *authStack {
 	proj, err := projector.New(projector.Config{}, projector.Deps{NC: s.projectorNC.Conn,
 		Pool: openPool(t, loginUser(t, db, roleProjector)), Logger: s.log})
 	require.NoError(t, err)
-	// As `projector -rebuild` does: it deletes its consumer and the bucket.
+	// As `projector -rebuild` does: it builds in a scratch bucket, swaps
+	// it into ledger_tasks and recreates its consumer.
 	require.NoError(t, proj.Rebuild(ctx, nil))
 	require.NoError(t, proj.Start(ctx))
 	t.Cleanup(proj.Stop)

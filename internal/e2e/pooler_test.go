@@ -114,7 +114,7 @@ func TestServicesWorkThroughPgBouncer(t *testing.T) {
 // tasks, renews its lease meanwhile, and releases it.
 func runWorker(ctx context.Context, nc *nats.Conn, w, tasks, versions int, log *slog.Logger) error {
 	holder := fmt.Sprintf("pooled.w%d", w)
-	c, err := worker.New(nc, worker.Config{Holder: holder, TTL: time.Second, Logger: log})
+	c, err := worker.New(nc, worker.Config{Holder: holder, TTL: 5 * time.Second, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func runWorker(ctx context.Context, nc *nats.Conn, w, tasks, versions int, log *
 			}
 			ps = append(ps, p)
 		}
-		time.Sleep(100 * time.Millisecond) // spans renewals of the 1 s lease
+		time.Sleep(400 * time.Millisecond) // spans a renewal of the 5 s lease (every TTL/3)
 	}
 	for _, p := range ps {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)

@@ -67,9 +67,9 @@ type RebuildSource struct {
 // RebuildSource.StatementTimeout: 10 minutes.
 const RebuildStatementTimeoutDefault = 10 * time.Minute
 
-// scratchBucket is where a rebuild builds the projections before it
-// swaps them into ledger_tasks.
-const scratchBucket = wire.BucketTasks + "_rebuild"
+// RebuildBucket is the scratch bucket a rebuild builds the projections in
+// before it swaps them into ledger_tasks: ledger_tasks_rebuild.
+const RebuildBucket = wire.BucketTasks + "_rebuild"
 
 // Rebuild is RebuildFrom the hot log alone: it fails with
 // ErrHistoryArchived, before changing anything, if history was archived.
@@ -397,14 +397,14 @@ func (s *Service) stage(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("projector: rebuild: %s: %w", wire.StreamLog, err)
 	}
-	if err := s.js.DeleteKeyValue(ctx, scratchBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+	if err := s.js.DeleteKeyValue(ctx, RebuildBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return 0, fmt.Errorf("projector: rebuild: delete the scratch bucket left by an earlier rebuild: %w", err)
 	}
 	cfg, err := streams.Bucket(wire.BucketTasks, streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Replicas})
 	if err != nil {
 		return 0, err
 	}
-	cfg.Bucket, cfg.Description = scratchBucket, "ledger rebuild in progress: swapped into "+wire.BucketTasks+" when done"
+	cfg.Bucket, cfg.Description = RebuildBucket, "ledger rebuild in progress: swapped into "+wire.BucketTasks+" when done"
 	if s.cfg.TasksMaxBytes != 0 {
 		cfg.MaxBytes = s.cfg.TasksMaxBytes
 	}
@@ -412,7 +412,7 @@ func (s *Service) stage(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("projector: rebuild: create the scratch bucket: %w", err)
 	}
-	s.kv, s.tasks = kv, scratchBucket
+	s.kv, s.tasks = kv, RebuildBucket
 	engine, err := projection.New(s.cfg.Engine)
 	if err != nil {
 		return 0, fmt.Errorf("projector: rebuild: %w", err)
@@ -426,7 +426,7 @@ func (s *Service) stage(ctx context.Context) (uint64, error) {
 func (s *Service) unstage() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = s.js.DeleteKeyValue(ctx, scratchBucket)
+	_ = s.js.DeleteKeyValue(ctx, RebuildBucket)
 	if live, err := s.js.KeyValue(ctx, wire.BucketTasks); err == nil {
 		s.kv, s.tasks = live, wire.BucketTasks
 	}
@@ -502,8 +502,8 @@ func (s *Service) swap(ctx context.Context, logEnd uint64) (int, error) {
 		return n, fmt.Errorf("projector: rebuild: %w", err)
 	}
 	s.kv, s.tasks = live, wire.BucketTasks
-	if err := s.js.DeleteKeyValue(ctx, scratchBucket); err != nil {
-		s.log.Warn("the rebuild's scratch bucket was not deleted", slog.String("bucket", scratchBucket), slog.String("error", err.Error()))
+	if err := s.js.DeleteKeyValue(ctx, RebuildBucket); err != nil {
+		s.log.Warn("the rebuild's scratch bucket was not deleted", slog.String("bucket", RebuildBucket), slog.String("error", err.Error()))
 	}
 	return n, nil
 }
