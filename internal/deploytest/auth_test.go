@@ -638,11 +638,12 @@ func (s *authStack) confined(t *testing.T) {
 		require.NoError(t, s.reader.PublishRequest(subj, s.reader.NewRespInbox(), []byte(`{}`)))
 		s.reader.requireDenied(t, subj)
 	}
-	// Neither service can delete or purge a stream of the ledger; the
-	// projector may delete only its own bucket (for -rebuild).
+	// Neither service can delete or purge a stream of the ledger, nor the
+	// projections (a rebuild builds in a scratch bucket of its own).
 	for name, uc := range map[string]*userConn{"ingest": s.ingestNC, "projector": s.projectorNC} {
 		for _, subj := range []string{"$JS.API.STREAM.DELETE.LEDGER_IN", "$JS.API.STREAM.PURGE.LEDGER_LOG",
-			"$JS.API.STREAM.DELETE.LEDGER_DLQ", "$JS.API.STREAM.PURGE.KV_ledger_tasks", "$JS.API.CONSUMER.DELETE.LEDGER_IN.ingest"} {
+			"$JS.API.STREAM.DELETE.LEDGER_DLQ", "$JS.API.STREAM.PURGE.KV_ledger_tasks", "$JS.API.STREAM.DELETE.KV_ledger_tasks",
+			"$JS.API.CONSUMER.DELETE.LEDGER_IN.ingest"} {
 			if name == "ingest" && subj == "$JS.API.CONSUMER.DELETE.LEDGER_IN.ingest" {
 				continue
 			}

@@ -169,12 +169,11 @@ func (l Layout) Permissions(role, name string) (Permissions, error) {
 		// writes the buckets, lists its gap markers with an ordered
 		// consumer, and on -rebuild builds in a scratch bucket, which it
 		// reads with an ordered consumer and deletes, then recreates its
-		// consumer.
+		// consumer. It never deletes ledger_tasks.
 		kvRebuild := "KV_" + projector.RebuildBucket
 		pub := append([]string{"$JS.API.INFO"}, streamAPI(wire.StreamIn, wire.StreamLog, wire.StreamDLQ, kvTasks, kvMarks, kvRebuild)...)
 		pub = append(pub, msgGetAPI(kvTasks, kvMarks, kvRebuild)...)
 		pub = append(pub,
-			"$JS.API.STREAM.DELETE."+kvTasks,
 			"$JS.API.STREAM.DELETE."+kvRebuild,
 			"$JS.API.CONSUMER.CREATE."+kvRebuild+".>",
 			"$JS.API.CONSUMER.INFO."+kvRebuild+".*",
