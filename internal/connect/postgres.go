@@ -85,6 +85,9 @@ func (o *Options) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	s, err := o.configureSession(pctx, cfg)
+	if errors.Is(err, ErrTransactionPooler) {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s is not reachable: %w", where, err)
 	}
