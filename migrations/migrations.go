@@ -1,14 +1,20 @@
 // Package migrations holds the ledger's schema as numbered SQL files, embedded
 // in every binary, and applies them.
 //
-// Up is safe to call from several processes at once: goose holds a Postgres
-// session advisory lock while it migrates, so one process applies and the
-// others wait and then find nothing to do.
+// The files keep goose's format (-- +goose Up / Down) and the applied
+// versions goose's table, but Up applies them itself:
+//   - Every pending migration is applied in one transaction: a failure
+//     leaves the schema as it was, never half migrated.
+//   - The transaction takes a transaction-scoped advisory lock first, so
+//     concurrent migrators wait for each other, also through a pooler in
+//     transaction mode, where a session lock would be taken on one
+//     server session and released on another.
+//   - The transaction sets its own statement_timeout (StatementTimeout),
+//     whatever the server's default for the role is.
 package migrations
 
 import (
 	"context"
-	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
@@ -16,10 +22,6 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/database"
-	"github.com/pressly/goose/v3/lock"
 )
 
 //go:embed *.sql
@@ -28,28 +30,6 @@ var files embed.FS
 // VersionTable is the table goose records applied versions in. It lives in
 // the public schema so that it exists before the ledger schema does.
 const VersionTable = "ledger_schema_version"
-
-func provider(db *sql.DB, logger *slog.Logger) (*goose.Provider, error) {
-	// Poll every second (goose polls every 5 s by default) for up to 5 minutes:
-	// services starting together should not idle for seconds behind one migrator.
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
-	if err != nil {
-		return nil, fmt.Errorf("migrations: session locker: %w", err)
-	}
-	store, err := database.NewStore(database.DialectPostgres, VersionTable)
-	if err != nil {
-		return nil, fmt.Errorf("migrations: version store: %w", err)
-	}
-	opts := []goose.ProviderOption{goose.WithStore(store), goose.WithSessionLocker(locker)}
-	if logger != nil {
-		opts = append(opts, goose.WithSlog(logger))
-	}
-	p, err := goose.NewProvider("", db, files, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("migrations: provider: %w", err)
-	}
-	return p, nil
-}
 
 // Up applies every pending migration through pool and returns the versions it
 // applied (none when the schema is current).
@@ -67,21 +47,11 @@ func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]int64, 
 		}
 		return nil, err
 	}
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	p, err := provider(db, logger)
+	ms, err := load(files)
 	if err != nil {
 		return nil, err
 	}
-	res, err := p.Up(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("migrations: up: %w", err)
-	}
-	applied := make([]int64, 0, len(res))
-	for _, r := range res {
-		applied = append(applied, r.Source.Version)
-	}
-	return applied, nil
+	return apply(ctx, pool, ms, logger)
 }
 
 // ErrPending is returned by Check when the database is behind the binary.
@@ -90,13 +60,11 @@ var ErrPending = errors.New("migrations: schema is not current")
 // Check reports whether every embedded migration has been applied; it returns
 // ErrPending (wrapped with the versions) when some have not.
 func Check(ctx context.Context, pool *pgxpool.Pool) error {
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	p, err := provider(db, nil)
+	target, err := latestVersion()
 	if err != nil {
 		return err
 	}
-	current, target, err := p.GetVersions(ctx)
+	current, err := currentVersion(ctx, pool)
 	if err != nil {
 		return fmt.Errorf("migrations: read version: %w", err)
 	}

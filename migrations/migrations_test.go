@@ -13,7 +13,7 @@ import (
 )
 
 // Several processes starting at once each run Up: one migrates, the others
-// wait on the advisory lock and find nothing left to do.
+// wait on the advisory lock, then find nothing left to do.
 func TestConcurrentUpIsSafe(t *testing.T) {
 	t.Parallel()
 	url := dbtest.NewEmpty(t)

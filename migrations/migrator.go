@@ -68,23 +68,15 @@ func checkMigrator(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // schemaCurrent reports whether every embedded migration is recorded as
-// applied, reading only: unlike Check (goose creates its version table when
-// it is missing) it leaves nothing behind for a role that may not migrate
-// to own. Any failure to read counts as not current.
+// applied, reading only, so that it leaves nothing behind for a role that
+// may not migrate to own. Any failure to read counts as not current.
 func schemaCurrent(ctx context.Context, pool *pgxpool.Pool) bool {
 	target, err := latestVersion()
 	if err != nil {
 		return false
 	}
-	var exists bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass('public.`+VersionTable+`') IS NOT NULL`).Scan(&exists); err != nil || !exists {
-		return false
-	}
-	var current *int64
-	if err := pool.QueryRow(ctx, `SELECT max(version_id) FROM public.`+VersionTable).Scan(&current); err != nil || current == nil {
-		return false
-	}
-	return *current >= target
+	current, err := currentVersion(ctx, pool)
+	return err == nil && current >= target
 }
 
 // latestVersion is the highest version among the embedded migrations.

@@ -102,5 +102,5 @@ func run(args []string) error {
 	}
 	return admin.ServeUntilDone(ctx, svcf.AdminAddr, reg, append(admin.ServiceChecks(pool, nc, svc.CheckConsumer),
 		admin.Check{Name: "durability", Func: svc.CheckDurability}, admin.Check{Name: "primary", Func: svc.CheckPrimary},
-		admin.Check{Name: "memory", Func: svc.CheckMemory}), svc.Stop, log)
+		admin.Check{Name: "memory", Func: svc.CheckMemory}, admin.Check{Name: "pooler", Func: conn.CheckPooler(pool)}), svc.Stop, log)
 }

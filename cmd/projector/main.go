@@ -84,5 +84,6 @@ func run(args []string) error {
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
-	return admin.ServeUntilDone(ctx, svcf.AdminAddr, reg, admin.ServiceChecks(pool, nc, svc.CheckConsumer), svc.Stop, log)
+	checks := append(admin.ServiceChecks(pool, nc, svc.CheckConsumer), admin.Check{Name: "pooler", Func: conn.CheckPooler(pool)})
+	return admin.ServeUntilDone(ctx, svcf.AdminAddr, reg, checks, svc.Stop, log)
 }

@@ -3,7 +3,6 @@
 package connect
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -16,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowness/ledger/pkg/fence"
@@ -52,6 +50,11 @@ type Options struct {
 	// MinPoolSize raises the PostgreSQL pool's size to at least this many
 	// connections unless the URL sets pool_max_conns itself.
 	MinPoolSize int
+	// Logger, if set, hears what Postgres learned about a pooler in between.
+	Logger *slog.Logger
+	// Session is what Postgres learned about the server's sessions.
+	Session Session
+	clashes *clashTracer
 }
 
 // InboxPrefixFor is the inbox prefix of a ledger component that is not a
@@ -134,46 +137,6 @@ func EnvDuration(name string, def time.Duration) time.Duration {
 		return def
 	}
 	return d
-}
-
-// ErrNoDatabase is returned when no database URL was given.
-var ErrNoDatabase = errors.New("no database: set DATABASE_URL or -database-url")
-
-// Postgres opens a pool and checks that the server answers. The pool's
-// connections carry fence.ConfigurePool's defaults: TCP keepalives on both
-// ends (15 s) and idle_in_transaction_session_timeout (30 s), so that a
-// connection gone half-open holds no lock for long, whichever service it
-// belongs to; the connection string may override each.
-func (o *Options) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
-	if o.DatabaseURL == "" {
-		return nil, ErrNoDatabase
-	}
-	cfg, err := pgxpool.ParseConfig(o.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("database URL: %w", err)
-	}
-	if o.Name != "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = o.Name
-	}
-	fence.ConfigurePool(cfg, fence.Config{})
-	if o.Primary != nil {
-		fence.GuardPool(cfg, o.Primary)
-	}
-	if !strings.Contains(o.DatabaseURL, "pool_max_conns") && int(cfg.MaxConns) < o.MinPoolSize {
-		cfg.MaxConns = int32(o.MinPoolSize)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("database: %w", err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("database %s@%s:%d/%s is not reachable: %w",
-			cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
-	}
-	return pool, nil
 }
 
 // NATSOptions returns the nats.Connect options for o: authentication, TLS,

@@ -66,6 +66,7 @@ func (s *Service) Parse(fs *flag.FlagSet, args []string) (bool, error) {
 		return false, err
 	}
 	s.Log = log
+	s.Conn.Logger = log
 	TuneGC(log)
 	return true, nil
 }
@@ -74,7 +75,7 @@ func (s *Service) Parse(fs *flag.FlagSet, args []string) (bool, error) {
 // exit status: 0, or 1 after writing the error to stderr.
 func Run(name string, run func(args []string) error, args []string, stderr io.Writer) int {
 	if err := run(args); err != nil {
-		fmt.Fprintln(stderr, name+":", err)
+		fmt.Fprintln(stderr, name+":", Explain(err))
 		return 1
 	}
 	return 0

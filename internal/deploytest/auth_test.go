@@ -103,7 +103,8 @@ func startAuthStack(t *testing.T, mode string) *authStack {
 	proj, err := projector.New(projector.Config{}, projector.Deps{NC: s.projectorNC.Conn,
 		Pool: openPool(t, loginUser(t, db, roleProjector)), Logger: s.log})
 	require.NoError(t, err)
-	// As `projector -rebuild` does: it deletes its consumer and the bucket.
+	// As `projector -rebuild` does: it builds in a scratch bucket, swaps
+	// it into ledger_tasks and recreates its consumer.
 	require.NoError(t, proj.Rebuild(ctx, nil))
 	require.NoError(t, proj.Start(ctx))
 	t.Cleanup(proj.Stop)
@@ -637,11 +638,12 @@ func (s *authStack) confined(t *testing.T) {
 		require.NoError(t, s.reader.PublishRequest(subj, s.reader.NewRespInbox(), []byte(`{}`)))
 		s.reader.requireDenied(t, subj)
 	}
-	// Neither service can delete or purge a stream of the ledger; the
-	// projector may delete only its own bucket (for -rebuild).
+	// Neither service can delete or purge a stream of the ledger, nor the
+	// projections (a rebuild builds in a scratch bucket of its own).
 	for name, uc := range map[string]*userConn{"ingest": s.ingestNC, "projector": s.projectorNC} {
 		for _, subj := range []string{"$JS.API.STREAM.DELETE.LEDGER_IN", "$JS.API.STREAM.PURGE.LEDGER_LOG",
-			"$JS.API.STREAM.DELETE.LEDGER_DLQ", "$JS.API.STREAM.PURGE.KV_ledger_tasks", "$JS.API.CONSUMER.DELETE.LEDGER_IN.ingest"} {
+			"$JS.API.STREAM.DELETE.LEDGER_DLQ", "$JS.API.STREAM.PURGE.KV_ledger_tasks", "$JS.API.STREAM.DELETE.KV_ledger_tasks",
+			"$JS.API.CONSUMER.DELETE.LEDGER_IN.ingest"} {
 			if name == "ingest" && subj == "$JS.API.CONSUMER.DELETE.LEDGER_IN.ingest" {
 				continue
 			}

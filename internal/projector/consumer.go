@@ -26,7 +26,7 @@ func (s *Service) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.kv, s.marks = kv, marks
+	s.kv, s.tasks, s.marks = kv, wire.BucketTasks, marks
 	s.valueLimit = valueLimit(cfg.MaxValueSize, s.nc.MaxPayload())
 	return nil
 }
@@ -65,9 +65,10 @@ func valueLimit(maxValueSize int32, maxPayload int64) int {
 }
 
 // consumer binds the durable consumer of the partition set, creating it
-// with the given deliver policy if it does not exist. An existing consumer
-// keeps its position (a deliver policy cannot be changed).
-func (s *Service) consumer(ctx context.Context, policy jetstream.DeliverPolicy) (jetstream.Consumer, error) {
+// with the given deliver policy if it does not exist (from seq startSeq
+// of the log when it is not 0). An existing consumer keeps its position
+// (a deliver policy cannot be changed).
+func (s *Service) consumer(ctx context.Context, policy jetstream.DeliverPolicy, startSeq uint64) (jetstream.Consumer, error) {
 	durable := s.cfg.durable()
 	if c, err := s.js.Consumer(ctx, wire.StreamLog, durable); err == nil {
 		return c, nil
@@ -81,6 +82,9 @@ func (s *Service) consumer(ctx context.Context, policy jetstream.DeliverPolicy) 
 	cfg.Durable, cfg.Name = durable, durable
 	cfg.FilterSubjects, cfg.FilterSubject = s.cfg.filters(), ""
 	cfg.DeliverPolicy = policy
+	if startSeq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, startSeq
+	}
 	cfg.AckWait = s.cfg.AckWait
 	c, err := s.js.CreateConsumer(ctx, wire.StreamLog, cfg)
 	if errors.Is(err, jetstream.ErrConsumerExists) {

@@ -12,7 +12,7 @@ func (s *Service) Prepare(ctx context.Context) (jetstream.Consumer, error) {
 	if err := s.prepare(ctx); err != nil {
 		return nil, err
 	}
-	cons, err := s.consumer(ctx, jetstream.DeliverAllPolicy)
+	cons, err := s.consumer(ctx, jetstream.DeliverAllPolicy, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -1,21 +1,25 @@
 package projector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
+	"github.com/flowness/ledger/streams"
 )
 
 // scanChunk is how many events one scan query of a rebuild reads.
@@ -53,7 +57,19 @@ type RebuildSource struct {
 	// HotOnly rebuilds from the hot log alone although history is
 	// archived: tasks whose early versions are archived wait at a gap.
 	HotOnly bool
+	// StatementTimeout bounds each of the rebuild's scans of PostgreSQL,
+	// set in the scan's own transaction whatever the server's default for
+	// the role: default RebuildStatementTimeoutDefault.
+	StatementTimeout time.Duration
 }
+
+// RebuildStatementTimeoutDefault is the default of
+// RebuildSource.StatementTimeout: 10 minutes.
+const RebuildStatementTimeoutDefault = 10 * time.Minute
+
+// RebuildBucket is the scratch bucket a rebuild builds the projections in
+// before it swaps them into ledger_tasks: ledger_tasks_rebuild.
+const RebuildBucket = wire.BucketTasks + "_rebuild"
 
 // Rebuild is RebuildFrom the hot log alone: it fails with
 // ErrHistoryArchived, before changing anything, if history was archived.
@@ -72,14 +88,19 @@ func (s *Service) Rebuild(ctx context.Context, progress func(Progress)) error {
 // is seen by the scan; one committed after has its log copy delivered to the
 // new consumer; one seen by both is a duplicate to the engine.
 //
-// For every partition the bucket is deleted and created anew; for a subset,
-// the subset's tasks are overwritten and the other tasks are left alone.
-func (s *Service) RebuildFrom(ctx context.Context, src RebuildSource, progress func(Progress)) error {
+// Readers never see fewer projections than before: the projections are
+// built in a scratch bucket, and only once the rebuild succeeded is each
+// copied over its task's value in ledger_tasks, and the consumer moved to
+// where the scan began. A rebuild that fails leaves the bucket and the
+// consumer as they were. Values of tasks the rebuild did not meet are left
+// alone.
+func (s *Service) RebuildFrom(ctx context.Context, src RebuildSource, progress func(Progress)) (err error) {
 	if src.Snapshot != nil && src.ArchiveDir != "" {
 		return errors.New("projector: rebuild: from a snapshot or from the archive, not both")
 	}
+	timeout := cmp.Or(src.StatementTimeout, RebuildStatementTimeoutDefault)
 	var below, first int64
-	if err := s.pool.QueryRow(ctx, sqlHorizon).Scan(&below, &first); err != nil {
+	if err := s.scanRow(ctx, timeout, sqlHorizon, nil, &below, &first); err != nil {
 		return fmt.Errorf("projector: rebuild: read the archive horizon: %w", err)
 	}
 	if below > 1 && src.Snapshot == nil && src.ArchiveDir == "" && !src.HotOnly {
@@ -96,19 +117,24 @@ func (s *Service) RebuildFrom(ctx context.Context, src RebuildSource, progress f
 		}
 		manifest = m
 	}
-	whole := s.cfg.Partitions == nil
-	if err := s.resetForRebuild(ctx, whole); err != nil {
+	logEnd, err := s.stage(ctx)
+	if err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil {
+			s.unstage()
+		}
+	}()
 	parts := s.cfg.partitionsOrAll()
 	var total, last int64
-	if err := s.pool.QueryRow(ctx, sqlScanCount, parts).Scan(&total, &last); err != nil {
+	if err := s.scanRow(ctx, timeout, sqlScanCount, []any{parts}, &total, &last); err != nil {
 		return fmt.Errorf("projector: rebuild: count: %w", err)
 	}
 	for _, f := range manifest.Files {
 		total += f.Rows
 	}
-	r := &rebuild{s: s, whole: whole, parts: parts, mine: map[int]bool{}, seen: map[string]bool{}, total: total,
+	r := &rebuild{s: s, timeout: timeout, parts: parts, mine: map[int]bool{}, seen: map[string]bool{}, total: total,
 		start: time.Now(), progress: progress}
 	for _, p := range parts {
 		r.mine[int(p)] = true
@@ -140,7 +166,7 @@ func (s *Service) RebuildFrom(ctx context.Context, src RebuildSource, progress f
 		return fmt.Errorf("projector: rebuild: the bucket refused the projections of %d tasks for lack of space (see ledger_projector_kv_refused_total); raise its max_bytes and rebuild again", len(s.held))
 	}
 	var after, ignored int64
-	if err := s.pool.QueryRow(ctx, sqlHorizon).Scan(&after, &ignored); err != nil {
+	if err := s.scanRow(ctx, timeout, sqlHorizon, nil, &after, &ignored); err != nil {
 		return fmt.Errorf("projector: rebuild: read the archive horizon: %w", err)
 	}
 	if after != below {
@@ -148,7 +174,11 @@ func (s *Service) RebuildFrom(ctx context.Context, src RebuildSource, progress f
 		// read them: it may have missed some.
 		return fmt.Errorf("projector: rebuild: an archive moved the horizon from seq %d to %d during the rebuild; rebuild again", below, after)
 	}
-	s.log.Info("rebuild done", slog.Int64("events", r.done), slog.Int64("from_snapshot", r.loaded),
+	copied, err := s.swap(ctx, logEnd)
+	if err != nil {
+		return err
+	}
+	s.log.Info("rebuild done", slog.Int("projections", copied), slog.Int64("events", r.done), slog.Int64("from_snapshot", r.loaded),
 		slog.String("took", time.Since(r.start).String()))
 	if below > 1 {
 		return s.waitingOnArchived(ctx, below)
@@ -159,7 +189,7 @@ func (s *Service) RebuildFrom(ctx context.Context, src RebuildSource, progress f
 // rebuild is the progress of a rebuild.
 type rebuild struct {
 	s        *Service
-	whole    bool            // every partition: the bucket was made anew
+	timeout  time.Duration   // of each scan
 	parts    []int32         // the partitions rebuilt
 	mine     map[int]bool    // the same, as a set
 	seen     map[string]bool // tasks this rebuild has begun
@@ -352,40 +382,162 @@ func (s *Service) reportArchivedRefetch(ctx context.Context, due []projection.Re
 	}
 }
 
-// resetForRebuild recreates the consumer at the log's end, the whole bucket
-// if the rebuild is of every partition, and an empty engine.
-func (s *Service) resetForRebuild(ctx context.Context, whole bool) error {
-	if err := s.js.DeleteConsumer(ctx, wire.StreamLog, s.cfg.durable()); err != nil &&
-		!errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("projector: rebuild: delete consumer: %w", err)
-	}
-	if whole {
-		if err := s.js.DeleteKeyValue(ctx, wire.BucketTasks); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return fmt.Errorf("projector: rebuild: delete bucket: %w", err)
-		}
-	}
+// stage prepares a rebuild: the buckets exist, an empty scratch bucket
+// takes the writes, and the engine is empty. It returns the log's last
+// seq: the consumer resumes after it once the rebuild swaps.
+func (s *Service) stage(ctx context.Context) (uint64, error) {
 	if err := s.prepare(ctx); err != nil {
-		return err
+		return 0, err
 	}
-	if _, err := s.consumer(ctx, jetstream.DeliverNewPolicy); err != nil {
-		return err
+	str, err := s.js.Stream(ctx, wire.StreamLog)
+	if err != nil {
+		return 0, fmt.Errorf("projector: rebuild: %s: %w", wire.StreamLog, err)
 	}
+	info, err := str.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("projector: rebuild: %s: %w", wire.StreamLog, err)
+	}
+	if err := s.js.DeleteKeyValue(ctx, RebuildBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return 0, fmt.Errorf("projector: rebuild: delete the scratch bucket left by an earlier rebuild: %w", err)
+	}
+	cfg, err := streams.Bucket(wire.BucketTasks, streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Replicas})
+	if err != nil {
+		return 0, err
+	}
+	cfg.Bucket, cfg.Description = RebuildBucket, "ledger rebuild in progress: swapped into "+wire.BucketTasks+" when done"
+	if s.cfg.TasksMaxBytes != 0 {
+		cfg.MaxBytes = s.cfg.TasksMaxBytes
+	}
+	kv, err := s.js.CreateKeyValue(ctx, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("projector: rebuild: create the scratch bucket: %w", err)
+	}
+	s.kv, s.tasks = kv, RebuildBucket
 	engine, err := projection.New(s.cfg.Engine)
 	if err != nil {
-		return fmt.Errorf("projector: rebuild: %w", err)
+		return 0, fmt.Errorf("projector: rebuild: %w", err)
 	}
 	s.engine, s.revs, s.gaps, s.held = engine, map[string]uint64{}, map[string]time.Time{}, map[string]*heldTask{}
-	return nil
+	return info.State.LastSeq, nil
+}
+
+// unstage drops what a failed rebuild built: ledger_tasks and the
+// consumer were not touched.
+func (s *Service) unstage() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.js.DeleteKeyValue(ctx, RebuildBucket)
+	if live, err := s.js.KeyValue(ctx, wire.BucketTasks); err == nil {
+		s.kv, s.tasks = live, wire.BucketTasks
+	}
+	if engine, err := projection.New(s.cfg.Engine); err == nil {
+		s.engine, s.revs, s.gaps, s.held = engine, map[string]uint64{}, map[string]time.Time{}, map[string]*heldTask{}
+	}
+}
+
+// swapWindow is how many copies a swap has in flight.
+const swapWindow = 512
+
+// swap copies every value of the scratch bucket over its task's value in
+// ledger_tasks, moves the consumer to the log's seq logEnd+1, and drops
+// the scratch bucket. It returns how many values it copied.
+func (s *Service) swap(ctx context.Context, logEnd uint64) (int, error) {
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return 0, fmt.Errorf("projector: rebuild: read the scratch bucket: %w", err)
+	}
+	defer w.Stop() //nolint:errcheck
+	type copied struct {
+		task string
+		f    jetstream.PubAckFuture
+	}
+	var inFlight []copied
+	settle := func() error {
+		for _, c := range inFlight {
+			select {
+			case ack := <-c.f.Ok():
+				s.revs[c.task] = ack.Sequence
+			case err := <-c.f.Err():
+				return fmt.Errorf("projector: rebuild: copy %s into %s: %w", c.task, wire.BucketTasks, err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		inFlight = inFlight[:0]
+		return nil
+	}
+	n := 0
+	for entry := range w.Updates() {
+		if entry == nil {
+			break // every value was delivered
+		}
+		m := nats.NewMsg("$KV." + wire.BucketTasks + "." + entry.Key())
+		m.Data = entry.Value()
+		f, err := s.js.PublishMsgAsync(m)
+		if err != nil {
+			return n, fmt.Errorf("projector: rebuild: copy %s into %s: %w", entry.Key(), wire.BucketTasks, err)
+		}
+		inFlight = append(inFlight, copied{entry.Key(), f})
+		if n++; len(inFlight) == swapWindow {
+			if err := settle(); err != nil {
+				return n, err
+			}
+		}
+	}
+	if err := settle(); err != nil {
+		return n, err
+	}
+	if err := ctx.Err(); err != nil {
+		return n, err
+	}
+	if err := s.js.DeleteConsumer(ctx, wire.StreamLog, s.cfg.durable()); err != nil &&
+		!errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return n, fmt.Errorf("projector: rebuild: delete consumer: %w", err)
+	}
+	if _, err := s.consumer(ctx, jetstream.DeliverNewPolicy, logEnd+1); err != nil {
+		return n, err
+	}
+	live, err := s.js.KeyValue(ctx, wire.BucketTasks)
+	if err != nil {
+		return n, fmt.Errorf("projector: rebuild: %w", err)
+	}
+	s.kv, s.tasks = live, wire.BucketTasks
+	if err := s.js.DeleteKeyValue(ctx, RebuildBucket); err != nil {
+		s.log.Warn("the rebuild's scratch bucket was not deleted", slog.String("bucket", RebuildBucket), slog.String("error", err.Error()))
+	}
+	return n, nil
+}
+
+// scanRow reads one row in a read-only transaction of its own whose
+// statements time out after timeout.
+func (s *Service) scanRow(ctx context.Context, timeout time.Duration, sql string, args []any, dest ...any) error {
+	return s.scan(ctx, timeout, func(tx pgx.Tx) error { return tx.QueryRow(ctx, sql, args...).Scan(dest...) })
+}
+
+// scan runs fn in a read-only transaction whose statements time out after
+// timeout (SET LOCAL), so that neither a provider's short default nor no
+// bound at all decides how long a rebuild's scan may take.
+func (s *Service) scan(ctx context.Context, timeout time.Duration, fn func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlStatementTimeout, strconv.FormatInt(timeout.Milliseconds(), 10)); err != nil {
+			return fmt.Errorf("set statement_timeout: %w", err)
+		}
+		return fn(tx)
+	})
 }
 
 // chunk folds and stores the events after seq cursor, a chunk of them,
 // and returns how many it read and the seq of the last one.
 func (r *rebuild) chunk(ctx context.Context, cursor int64) (n int, last int64, err error) {
-	rows, err := r.s.pool.Query(ctx, sqlScan, cursor, r.parts, scanChunk)
-	if err != nil {
-		return 0, 0, fmt.Errorf("projector: rebuild: scan after seq %d: %w", cursor, err)
-	}
-	events, err := scanEvents(rows)
+	var events []projection.Event
+	err = r.s.scan(ctx, r.timeout, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sqlScan, cursor, r.parts, scanChunk)
+		if err != nil {
+			return err
+		}
+		events, err = scanEvents(rows)
+		return err
+	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("projector: rebuild: scan after seq %d: %w", cursor, err)
 	}
@@ -445,19 +597,9 @@ func (r *rebuild) offer(ctx context.Context, ev projection.Event, changed map[st
 }
 
 // begin marks task as begun by the rebuild, whose first write of it
-// replaces the value the bucket holds, at that value's revision (none when
-// the whole bucket was made anew).
-func (r *rebuild) begin(ctx context.Context, task string) error {
-	s := r.s
-	s.revs[task] = 0
-	if !r.whole {
-		entry, err := s.kv.Get(ctx, task)
-		if err == nil {
-			s.revs[task] = entry.Revision()
-		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("read %s: %w", task, err)
-		}
-	}
+// creates its value in the scratch bucket.
+func (r *rebuild) begin(_ context.Context, task string) error {
+	r.s.revs[task] = 0
 	r.seen[task] = true
 	return nil
 }

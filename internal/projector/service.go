@@ -43,7 +43,10 @@ type Service struct {
 	// What the run loop owns; Rebuild uses it before Start.
 	engine *projection.Engine
 	kv     jetstream.KeyValue
-	marks  jetstream.KeyValue // open-gap markers (bucket ledger_projector)
+	// tasks is the name of kv's bucket: ledger_tasks, or the scratch
+	// bucket a rebuild builds in before it swaps.
+	tasks string
+	marks jetstream.KeyValue // open-gap markers (bucket ledger_projector)
 	// revs is the bucket revision of the value of each resident task, and
 	// of each held one. A revision is dropped only with its task: a
 	// compare-and-set on a forgotten one fails and costs a re-read.
@@ -106,7 +109,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.prepare(ctx); err != nil {
 		return err
 	}
-	cons, err := s.consumer(ctx, jetstream.DeliverAllPolicy)
+	cons, err := s.consumer(ctx, jetstream.DeliverAllPolicy, 0)
 	if err != nil {
 		return err
 	}

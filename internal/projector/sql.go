@@ -14,6 +14,10 @@ CROSS JOIN LATERAL (
     ORDER BY e.version LIMIT $4
 ) e`
 
+	// sqlStatementTimeout bounds the statements of a rebuild's
+	// transaction, in milliseconds.
+	sqlStatementTimeout = `SELECT set_config('statement_timeout', $1, true)`
+
 	// sqlScan reads the log in seq order for a rebuild.
 	sqlScan = `
 SELECT task_id, partition, version, seq, type, payload::text FROM ledger.events

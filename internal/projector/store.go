@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowness/ledger/pkg/projection"
-	"github.com/flowness/ledger/pkg/wire"
 )
 
 // load makes a task resident with its latest state: the one the bucket
@@ -186,7 +185,7 @@ func (s *Service) publish(ctx context.Context, changed, retry map[string]project
 			s.log.Error("projection does not encode", slog.String("task", task), slog.String("error", err.Error()))
 			continue
 		}
-		m := nats.NewMsg("$KV." + wire.BucketTasks + "." + task)
+		m := nats.NewMsg("$KV." + s.tasks + "." + task)
 		m.Data = value
 		f, err := s.js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(s.revs[task]))
 		if err != nil {

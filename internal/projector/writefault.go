@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowness/ledger/pkg/projection"
-	"github.com/flowness/ledger/pkg/wire"
 )
 
 // writeFault is what a failed write means for its state.
@@ -141,11 +140,11 @@ func (s *Service) resolveConflict(ctx context.Context, ours projection.State) (a
 // lastRevision is the revision of a key's last entry, a delete marker
 // included (kv.Get does not report one), or 0.
 func (s *Service) lastRevision(ctx context.Context, task string) (uint64, error) {
-	str, err := s.js.Stream(ctx, "KV_"+wire.BucketTasks)
+	str, err := s.js.Stream(ctx, "KV_"+s.tasks)
 	if err != nil {
 		return 0, err
 	}
-	m, err := str.GetLastMsgForSubject(ctx, "$KV."+wire.BucketTasks+"."+task)
+	m, err := str.GetLastMsgForSubject(ctx, "$KV."+s.tasks+"."+task)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}

@@ -2,6 +2,7 @@ package fence
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -54,7 +55,18 @@ type ArchiveOptions struct {
 	DryRun bool
 	// Progress, if set, is called as each partition is archived.
 	Progress func(ArchiveProgress)
+	// StatementTimeout bounds each statement that reads, moves or drops
+	// a partition, set in the statement's own transaction whatever the
+	// server's default for the role: default
+	// ArchiveStatementTimeoutDefault. The detach, which PostgreSQL runs
+	// outside any transaction, is bounded by the server's default alone;
+	// an interrupted one is finished by the next run.
+	StatementTimeout time.Duration
 }
+
+// ArchiveStatementTimeoutDefault is the default of
+// ArchiveOptions.StatementTimeout: 1 hour.
+const ArchiveStatementTimeoutDefault = time.Hour
 
 // ArchiveProgress is a step of an archive.
 type ArchiveProgress struct {
@@ -98,6 +110,7 @@ func (s *Store) Archive(ctx context.Context, opts ArchiveOptions) (ArchiveReport
 	if opts.Dir == "" {
 		return rep, errors.New("fence: archive: no directory given")
 	}
+	opts.StatementTimeout = cmp.Or(opts.StatementTimeout, ArchiveStatementTimeoutDefault)
 	cands, z, err := s.archiveCandidates(ctx, opts)
 	if err != nil {
 		return rep, err
@@ -112,7 +125,7 @@ func (s *Store) Archive(ctx context.Context, opts ArchiveOptions) (ArchiveReport
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return rep, fmt.Errorf("fence: archive: %w", err)
 	}
-	if rep.Horizon, err = s.moveHorizon(ctx, cands); err != nil {
+	if rep.Horizon, err = s.moveHorizon(ctx, cands, opts.StatementTimeout); err != nil {
 		return rep, err
 	}
 	for _, c := range cands {
@@ -172,7 +185,7 @@ func (s *Store) archiveCandidates(ctx context.Context, opts ArchiveOptions) ([]a
 // moveHorizon raises ledger.horizon over the candidates: below_seq to the
 // end of the last, the id floor to the newest commit time among them (it
 // never falls).
-func (s *Store) moveHorizon(ctx context.Context, cands []archiveCandidate) (ManifestHorizon, error) {
+func (s *Store) moveHorizon(ctx context.Context, cands []archiveCandidate, timeout time.Duration) (ManifestHorizon, error) {
 	var z ManifestHorizon
 	below := cands[len(cands)-1].hi
 	var floorAt time.Time
@@ -186,7 +199,9 @@ func (s *Store) moveHorizon(ctx context.Context, cands []archiveCandidate) (Mani
 		prefix = ulidPrefix(floorAt)
 	}
 	var at *time.Time
-	err := s.pool.QueryRow(ctx, sqlArchiveMoveHorizon, below, prefix, nullTime(floorAt)).Scan(&z.BelowSeq, &z.IDFloor, &at)
+	err := s.timed(ctx, timeout, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, sqlArchiveMoveHorizon, below, prefix, nullTime(floorAt)).Scan(&z.BelowSeq, &z.IDFloor, &at)
+	})
 	if err != nil {
 		return z, fmt.Errorf("fence: archive: move the horizon to seq %d: %w", below, err)
 	}
@@ -223,7 +238,7 @@ func (s *Store) archivePartition(ctx context.Context, opts ArchiveOptions, c arc
 	if s.archiveCopyFirst {
 		// The negative control: the rows are read before the detach has
 		// waited for the transactions still writing them.
-		if f, err = s.writePartition(ctx, opts.Dir, c, table); err != nil {
+		if f, err = s.writePartition(ctx, opts, c, table); err != nil {
 			return f, err
 		}
 	}
@@ -232,7 +247,7 @@ func (s *Store) archivePartition(ctx context.Context, opts ArchiveOptions, c arc
 	}
 	progress("detached", 0)
 	if !s.archiveCopyFirst {
-		if f, err = s.writePartition(ctx, opts.Dir, c, table); err != nil {
+		if f, err = s.writePartition(ctx, opts, c, table); err != nil {
 			return f, err
 		}
 	}
@@ -251,7 +266,7 @@ func (s *Store) archivePartition(ctx context.Context, opts ArchiveOptions, c arc
 	if err := writeManifest(opts.Dir, m); err != nil {
 		return f, fmt.Errorf("fence: archive: write the manifest: %w", err)
 	}
-	if err := s.dropArchived(ctx, c, table, f, z); err != nil {
+	if err := s.dropArchived(ctx, opts.StatementTimeout, c, table, f, z); err != nil {
 		return f, err
 	}
 	progress("dropped", f.Rows)
@@ -284,7 +299,8 @@ func (s *Store) detach(ctx context.Context, c archiveCandidate, table string) er
 // a temporary file, then reads the file back and checks it against the
 // table: every row, in seq order, within the range, as many as the table
 // holds.
-func (s *Store) writePartition(ctx context.Context, dir string, c archiveCandidate, table string) (ManifestFile, error) {
+func (s *Store) writePartition(ctx context.Context, opts ArchiveOptions, c archiveCandidate, table string) (ManifestFile, error) {
+	dir := opts.Dir
 	f := ManifestFile{File: archiveFileName(c.lo, c.hi), FromSeq: c.lo, BelowSeq: c.hi}
 	tmp, err := os.CreateTemp(dir, "."+f.File+".*")
 	if err != nil {
@@ -298,36 +314,38 @@ func (s *Store) writePartition(ctx context.Context, dir string, c archiveCandida
 		tmp.Close()
 		return f, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT seq, event_id, partition, task_id, version, type, payload::text, holder, generation, committed_at
-FROM `+table+` ORDER BY seq`)
-	if err != nil {
-		tmp.Close()
-		return f, fmt.Errorf("fence: archive: read partition %s: %w", c.name, err)
-	}
 	var buf bytes.Buffer
 	var row Committed
 	var payload string
 	lost := !s.archiveLoseRow
-	_, err = pgx.ForEachRow(rows, []any{&row.Seq, &row.EventID, &row.Partition, &row.Task, &row.Version, &row.Type,
-		&payload, &row.Holder, &row.Generation, &row.CommittedAt}, func() error {
-		row.Payload = []byte(payload)
-		if !lost {
-			lost = true // the negative control: the first row goes missing
+	err = s.timed(ctx, opts.StatementTimeout, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT seq, event_id, partition, task_id, version, type, payload::text, holder, generation, committed_at
+FROM `+table+` ORDER BY seq`)
+		if err != nil {
+			return fmt.Errorf("read partition %s: %w", c.name, err)
+		}
+		_, err = pgx.ForEachRow(rows, []any{&row.Seq, &row.EventID, &row.Partition, &row.Task, &row.Version, &row.Type,
+			&payload, &row.Holder, &row.Generation, &row.CommittedAt}, func() error {
+			row.Payload = []byte(payload)
+			if !lost {
+				lost = true // the negative control: the first row goes missing
+				return nil
+			}
+			buf.Reset()
+			if err := encodeArchiveLine(&buf, &row); err != nil {
+				return fmt.Errorf("encode row %d: %w", row.Seq, err)
+			}
+			if _, err := gz.Write(buf.Bytes()); err != nil {
+				return err
+			}
+			if f.Rows == 0 {
+				f.FirstCommittedAt = row.CommittedAt
+			}
+			f.Rows++
+			f.LastCommittedAt = row.CommittedAt
 			return nil
-		}
-		buf.Reset()
-		if err := encodeArchiveLine(&buf, &row); err != nil {
-			return fmt.Errorf("encode row %d: %w", row.Seq, err)
-		}
-		if _, err := gz.Write(buf.Bytes()); err != nil {
-			return err
-		}
-		if f.Rows == 0 {
-			f.FirstCommittedAt = row.CommittedAt
-		}
-		f.Rows++
-		f.LastCommittedAt = row.CommittedAt
-		return nil
+		})
+		return err
 	})
 	if err == nil {
 		err = gz.Close()
@@ -349,7 +367,9 @@ FROM `+table+` ORDER BY seq`)
 		return f, fmt.Errorf("fence: archive: %w", err)
 	}
 	var inTable int64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&inTable); err != nil {
+	if err := s.timed(ctx, opts.StatementTimeout, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&inTable)
+	}); err != nil {
 		return f, fmt.Errorf("fence: archive: count partition %s: %w", c.name, err)
 	}
 	if err := s.checkWritten(dir, f, inTable); err != nil {
@@ -378,16 +398,19 @@ func (s *Store) checkWritten(dir string, f ManifestFile, inTable int64) error {
 // floor from ledger.event_ids (in slices, so that no transaction holds
 // millions of row locks), then records the file and drops the table in one
 // transaction.
-func (s *Store) dropArchived(ctx context.Context, c archiveCandidate, table string, f ManifestFile, z ManifestHorizon) error {
+func (s *Store) dropArchived(ctx context.Context, timeout time.Duration, c archiveCandidate, table string, f ManifestFile, z ManifestHorizon) error {
 	const slice = 50_000
 	for lo := c.lo; lo < c.hi; lo += slice {
-		if _, err := s.pool.Exec(ctx, `DELETE FROM ledger.event_ids x USING `+table+` e
+		if err := s.timed(ctx, timeout, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `DELETE FROM ledger.event_ids x USING `+table+` e
 WHERE e.seq >= $1 AND e.seq < $2 AND x.event_id = e.event_id AND upper(left(x.event_id, 10)) < $3`,
-			lo, min(lo+slice, c.hi), z.IDFloor); err != nil {
+				lo, min(lo+slice, c.hi), z.IDFloor)
+			return err
+		}); err != nil {
 			return fmt.Errorf("fence: archive: remove the ids of partition %s: %w", c.name, err)
 		}
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.timed(ctx, timeout, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlArchiveRecord, c.lo, f.Rows, f.File, f.SHA256, f.Bytes,
 			nullTime(f.FirstCommittedAt), nullTime(f.LastCommittedAt)); err != nil {
 			return err
@@ -415,4 +438,16 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// timed runs fn in a transaction whose statements time out after timeout
+// (SET LOCAL): a long operation sets its own bound rather than take the
+// server's default for the role, short or none.
+func (s *Store) timed(ctx context.Context, timeout time.Duration, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlLocalStatementTimeout, ms(timeout)); err != nil {
+			return fmt.Errorf("set statement_timeout: %w", err)
+		}
+		return fn(tx)
+	})
 }

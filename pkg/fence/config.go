@@ -79,7 +79,8 @@ type Config struct {
 	MaxAhead int
 	// StatementTimeout bounds each statement of an append or a takeover
 	// (SET LOCAL statement_timeout), so that no statement holds lease rows
-	// locked for long whatever it meets. Default 30 s; negative disables.
+	// locked for long whatever it meets. A stricter one the session has
+	// already is kept. Default 30 s; negative disables.
 	StatementTimeout time.Duration
 	// AttemptTimeout bounds each attempt of an append by the client's own
 	// clock. The database bounds its statements (StatementTimeout), but a
@@ -96,7 +97,8 @@ type Config struct {
 	// idle_in_transaction_session_timeout): a client behind a half-open
 	// connection would otherwise keep its lease rows locked, and every
 	// takeover of them waiting, until TCP gives up, which can take hours.
-	// Default 30 s; negative disables.
+	// A stricter one the session has already is kept. Default 30 s;
+	// negative disables.
 	IdleInTransactionTimeout time.Duration
 	// Primary, when set, refuses a superseded primary: every append checks
 	// that its server writes on the newest timeline the guard knows

@@ -151,10 +151,12 @@
 //
 //  9. Bounded locks. Every append and takeover transaction sets
 //     statement_timeout and idle_in_transaction_session_timeout locally
-//     (Config.StatementTimeout, Config.IdleInTransactionTimeout, 30 s), so a
-//     client gone silent or a runaway statement releases its lease rows
-//     within that time, not when TCP gives up; ConfigurePool adds TCP
-//     keepalives on both ends. The client bounds each append attempt by its
+//     (Config.StatementTimeout, Config.IdleInTransactionTimeout, 30 s), or
+//     keeps the session's own where it is stricter (a provider's, for the
+//     role; sqlSetTimeouts), so a client gone silent or a runaway statement
+//     releases its lease rows within that time, not when TCP gives up;
+//     ConfigurePool adds TCP keepalives on both ends. Tested in
+//     timeouts_test.go. The client bounds each append attempt by its
 //     own clock as well (Config.AttemptTimeout, 65 s): a connection dropped
 //     in between without a reset carries no statement to the server, whose
 //     timeouts then never start; the attempt fails with ErrNoAnswer, a

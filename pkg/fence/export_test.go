@@ -112,3 +112,6 @@ func WithoutClaimCheck(s *Store) *Store {
 	c.noClaimCheck = true
 	return &c
 }
+
+// SetTimeoutsSQL is the statement that bounds an append's transaction.
+const SetTimeoutsSQL = sqlSetTimeouts

@@ -122,9 +122,21 @@ SELECT DISTINCT ON (event_id) event_id, verdict, reason
 FROM ledger.rejections WHERE event_id = ANY($1::text[])
 ORDER BY event_id, id`
 
-	// sqlSetTimeouts bounds the transaction it runs in (Config).
+	// sqlLocalStatementTimeout bounds the statements of a long
+	// operation's transaction, in milliseconds.
+	sqlLocalStatementTimeout = `SELECT set_config('statement_timeout', $1, true)`
+
+	// sqlSetTimeouts bounds the transaction it runs in (Config), in
+	// milliseconds, 0 for none. A stricter timeout the session already
+	// has (the server's for the role or database, as a provider sets it)
+	// is kept.
 	sqlSetTimeouts = `
-SELECT set_config('statement_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true)`
+WITH t(name, want, cur) AS (VALUES
+    ('statement_timeout', $1::bigint, extract(epoch FROM current_setting('statement_timeout')::interval) * 1000),
+    ('idle_in_transaction_session_timeout', $2::bigint,
+     extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000))
+SELECT set_config(name, (CASE WHEN cur > 0 AND (want = 0 OR cur < want) THEN cur ELSE want END)::bigint::text, true)
+FROM t`
 
 	// sqlAppendHeads reads each task's head from ledger.heads, one probe of
 	// its primary key per task, whatever the length of the log.

@@ -46,10 +46,12 @@ func Archive(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	olderThan := f.Duration("older-than", 0, "archive the partitions whose newest event committed longer ago than this (e.g. 720h)")
 	before := f.String("before", "", "archive the partitions whose newest event committed before this time (RFC 3339)")
 	dryRun := f.Bool("dry-run", false, "list what would be archived; change nothing")
+	timeout := f.Duration("statement-timeout", fence.ArchiveStatementTimeoutDefault,
+		"bound of each statement that reads, moves or drops a partition, set by the archive itself whatever the server's default")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
-	opts := fence.ArchiveOptions{Dir: *dir, BeforeSeq: *beforeSeq, DryRun: *dryRun}
+	opts := fence.ArchiveOptions{Dir: *dir, BeforeSeq: *beforeSeq, DryRun: *dryRun, StatementTimeout: *timeout}
 	switch {
 	case f.NArg() > 0:
 		return Usagef("unexpected argument %q", f.Arg(0))

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/flowness/ledger/internal/connect"
 )
 
 // Func is one command. It parses its own args with NewFlags (which also
@@ -189,9 +191,9 @@ func exitCode(err error, stderr io.Writer) int {
 
 func errorText(err error, ce *cmdError) string {
 	if ce != nil {
-		return ce.err.Error()
+		err = ce.err
 	}
-	return err.Error()
+	return connect.Explain(err).Error()
 }
 
 func oneLine(s string) string {

@@ -27,6 +27,8 @@ func Rebuild(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	snapshot := f.String("snapshot", "", "start from this snapshot (ledgerctl snapshot), then replay the hot log")
 	archive := f.String("archive", "", "replay this archive directory's files (ledgerctl archive) before the hot log")
 	hotOnly := f.Bool("hot-only", false, "replay the hot log alone although history is archived")
+	timeout := f.Duration("statement-timeout", projector.RebuildStatementTimeoutDefault,
+		"bound of each scan of PostgreSQL, set by the rebuild itself whatever the server's default")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -36,7 +38,7 @@ func Rebuild(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *snapshot != "" && *archive != "" {
 		return Usagef("give -snapshot or -archive, not both")
 	}
-	src := projector.RebuildSource{ArchiveDir: *archive, HotOnly: *hotOnly}
+	src := projector.RebuildSource{ArchiveDir: *archive, HotOnly: *hotOnly, StatementTimeout: *timeout}
 	if *snapshot != "" {
 		file, err := os.Open(*snapshot)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/flowness/ledger/internal/connect"
+	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/streams"
 )
@@ -166,11 +167,19 @@ func (l Layout) Permissions(role, name string) (Permissions, error) {
 		// Applies the streams (so it may start before the ingest) and its
 		// buckets, consumes LEDGER_LOG with one durable per partition set,
 		// writes the buckets, lists its gap markers with an ordered
-		// consumer, and on -rebuild deletes its consumer and ledger_tasks.
-		pub := append([]string{"$JS.API.INFO"}, streamAPI(wire.StreamIn, wire.StreamLog, wire.StreamDLQ, kvTasks, kvMarks)...)
-		pub = append(pub, msgGetAPI(kvTasks, kvMarks)...)
+		// consumer, and on -rebuild builds in a scratch bucket, which it
+		// reads with an ordered consumer and deletes, then recreates its
+		// consumer. It never deletes ledger_tasks.
+		kvRebuild := "KV_" + projector.RebuildBucket
+		pub := append([]string{"$JS.API.INFO"}, streamAPI(wire.StreamIn, wire.StreamLog, wire.StreamDLQ, kvTasks, kvMarks, kvRebuild)...)
+		pub = append(pub, msgGetAPI(kvTasks, kvMarks, kvRebuild)...)
 		pub = append(pub,
-			"$JS.API.STREAM.DELETE."+kvTasks,
+			"$JS.API.STREAM.DELETE."+kvRebuild,
+			"$JS.API.CONSUMER.CREATE."+kvRebuild+".>",
+			"$JS.API.CONSUMER.INFO."+kvRebuild+".*",
+			"$JS.API.CONSUMER.DELETE."+kvRebuild+".*",
+			"$JS.FC."+kvRebuild+".>",
+			"$KV."+projector.RebuildBucket+".>",
 			"$JS.API.CONSUMER.CREATE."+wire.StreamLog+".*",
 			"$JS.API.CONSUMER.CREATE."+wire.StreamLog+".*.>",
 			"$JS.API.CONSUMER.INFO."+wire.StreamLog+".*",
