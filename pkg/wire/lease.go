@@ -69,6 +69,20 @@ type ErrorReply struct {
 	ExpiresAt  string `json:"expires_at,omitempty"`
 	// Partitions is the deployment's partition count, on replies of get.
 	Partitions int `json:"partitions,omitempty"`
+	// Revoked, on a lost reply, is the operator's revoke that fenced the
+	// requester's generation; Cordoned, on a held reply, the cordon that
+	// refuses every grant of the partition (docs/contract.md §12).
+	Revoked  *OperatorAction `json:"revoked,omitempty"`
+	Cordoned *OperatorAction `json:"cordoned,omitempty"`
+}
+
+// OperatorAction is an operator's revoke or cordon as an error reply tells
+// it: who (as the operator named themself), why and when (RFC 3339, the
+// database's clock).
+type OperatorAction struct {
+	By     string `json:"by"`
+	Reason string `json:"reason"`
+	At     string `json:"at"`
 }
 
 // TaskHeadRequest is the body of ledger.task.head. EventID is optional

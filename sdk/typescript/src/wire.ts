@@ -113,6 +113,17 @@ export interface ErrorReply {
   generation?: number;
   expires_at?: string;
   partitions?: number;
+  /** On a lost reply: the operator's revoke that fenced the requester's generation (contract §12). */
+  revoked?: OperatorAction;
+  /** On a held reply: the cordon that refuses every grant of the partition (contract §12). */
+  cordoned?: OperatorAction;
+}
+
+/** OperatorAction is an operator's revoke or cordon: who, why, when (RFC 3339, the database's clock). */
+export interface OperatorAction {
+  by: string;
+  reason: string;
+  at: string;
 }
 
 /** Projection is a task's value in the bucket ledger_tasks (contract §6). */

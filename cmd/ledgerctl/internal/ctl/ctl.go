@@ -50,6 +50,9 @@ var commands = map[string]Command{
 	"chaos":   {Chaos, "[flags] | writer|check ...", "run the ledger as processes under faults and check every promise"},
 
 	"archive":  {Archive, "-dir DIR -before-seq N | -older-than D", "move history older than a horizon into files, online"},
+	"revoke":   {Revoke, "-partition P -reason R", "fence a partition's holder now: raise its generation, end its lease"},
+	"cordon":   {Cordon, "-partition P -reason R", "grant a partition to nobody until it is uncordoned; its holder drains"},
+	"uncordon": {Uncordon, "-partition P -reason R", "let a cordoned partition be granted again"},
 	"snapshot": {Snapshot, "-out FILE", "write the projection bucket to a file a rebuild can start from"},
 }
 
