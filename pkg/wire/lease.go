@@ -146,6 +146,13 @@ type Receipt struct {
 	Seq               int64   `json:"seq"`
 	Generation        int64   `json:"generation"`
 	CurrentGeneration int64   `json:"current_generation"`
+	// FenceMode is the partition's effective fence mode when the event was
+	// decided, "enforce" or "observe" (docs/contract.md §13); absent on an
+	// invalid receipt, decided before the fence.
+	FenceMode string `json:"fence_mode,omitempty"`
+	// WouldReject, on a commit under observe, is what enforce would have
+	// answered: "stale/<reason>".
+	WouldReject string `json:"would_reject,omitempty"`
 }
 
 // BucketLeases is the KV bucket the ingest mirrors every partition's lease

@@ -75,6 +75,10 @@ export interface Receipt {
   generation: number;
   /** The partition's generation as the ledger saw it: 0 when never leased, and for invalid receipts. */
   current_generation: number;
+  /** The partition's effective fence mode (contract §13); absent on invalid receipts. */
+  fence_mode?: "enforce" | "observe";
+  /** On a commit under observe: what enforce would have answered, "stale/<reason>". */
+  would_reject?: string;
 }
 
 /** TaskHead is a task's head: partition and type are null for a task never committed. */

@@ -32,6 +32,9 @@ SELECT partition, action, coalesce(holder, ''), coalesce(generation, 0), coalesc
        floor(extract(epoch FROM clock_timestamp() - at) * 1000)::bigint
 FROM ledger.lease_actions ORDER BY id DESC LIMIT $1`
 
+	// sqlObserved lists the partitions in the observe fence mode.
+	sqlObserved = `SELECT partition FROM ledger.fence_modes WHERE mode = 'observe'`
+
 	// sqlCordons lists the partitions cordoned now.
 	sqlCordons = `
 SELECT partition, 'cordon', '', 0::bigint, 0::bigint, changed_by, reason,
@@ -67,4 +70,23 @@ func (h *hub) operatorActions(ctx context.Context) ([]operatorAction, map[int]op
 		byPartition[c.Partition] = c
 	}
 	return recent, byPartition, nil
+}
+
+// observed reads the partitions in the observe fence mode; every other
+// partition enforces the fence.
+func (h *hub) observed(ctx context.Context) (map[int]bool, error) {
+	rows, err := h.deps.Pool.Query(ctx, sqlObserved)
+	if err != nil {
+		return nil, fmt.Errorf("list fence modes: %w", err)
+	}
+	out := map[int]bool{}
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&n}, func() error {
+		out[n] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list fence modes: %w", err)
+	}
+	return out, nil
 }

@@ -40,6 +40,8 @@ type tile struct {
 	Commit *lastCommit
 	// Cordon is the partition's cordon, nil when it is not cordoned.
 	Cordon *operatorAction
+	// Mode is the partition's effective fence mode: enforce or observe.
+	Mode string
 }
 
 // lastCommit is a partition's newest committed event.
@@ -107,6 +109,10 @@ func (h *hub) partitions(ctx context.Context, now time.Time, head int64, p *prob
 		p.partitions = append(p.partitions, h.problem("read operator actions", "the operators' actions could not be read (the console's log says why)", err))
 	}
 	v.Actions = actions
+	observed, err := h.observed(ctx)
+	if err != nil {
+		p.partitions = append(p.partitions, h.problem("read fence modes", "the fence modes could not be read (the console's log says why)", err))
+	}
 
 	commits := h.lastCommits(ctx, now, head, leases, p)
 	// A tile for every partition of the deployment, and for any other that
@@ -125,6 +131,9 @@ func (h *hub) partitions(ctx context.Context, now time.Time, head int64, p *prob
 		shown[n] = true
 	}
 	for n := range cordons {
+		shown[n] = true
+	}
+	for n := range observed {
 		shown[n] = true
 	}
 	for _, n := range slices.Sorted(maps.Keys(shown)) {
@@ -149,6 +158,12 @@ func (h *hub) partitions(ctx context.Context, now time.Time, head int64, p *prob
 	}
 	for n, c := range cordons {
 		byPartition[n].Cordon = &c
+	}
+	for i := range v.Tiles {
+		v.Tiles[i].Mode = "enforce"
+		if observed[v.Tiles[i].Partition] {
+			v.Tiles[i].Mode = "observe"
+		}
 	}
 	return v
 }

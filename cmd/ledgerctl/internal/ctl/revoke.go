@@ -58,9 +58,15 @@ func (f *operatorFlags) parse(args []string) error {
 	if err := f.Parse(args); err != nil {
 		return err
 	}
-	switch {
-	case f.NArg() > 0:
+	if f.NArg() > 0 {
 		return Usagef("unexpected argument %q", f.Arg(0))
+	}
+	return f.check()
+}
+
+// check checks the flags every action requires.
+func (f *operatorFlags) check() error {
+	switch {
 	case *f.partition < 0:
 		return Usagef("-partition is required (>= 0)")
 	case strings.TrimSpace(*f.reason) == "":
