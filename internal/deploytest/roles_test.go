@@ -97,6 +97,10 @@ func TestRolesAllowTheirWorkAndForbidRewritingHistory(t *testing.T) {
 		{roleOperator, "cannot move a lease itself", `UPDATE ledger.leases SET generation = 9`, false},
 		{roleOperator, "cannot forge an action", `INSERT INTO ledger.lease_actions (partition, action, by_name, reason)
 			VALUES (3, 'revoke', 'x', 'y')`, false},
+		{roleOperator, "switches a fence mode", `SELECT * FROM ledger.set_fence_mode(3, 'observe', 'ops', 'drill')`, true},
+		{roleOperator, "cannot set a mode itself", `INSERT INTO ledger.fence_modes VALUES (3, 'observe', 'x', 'y', now())`, false},
+		{roleIngest, "reads the fence modes", `SELECT * FROM ledger.fence_modes`, true},
+		{roleIngest, "cannot switch a fence mode", `SELECT * FROM ledger.set_fence_mode(3, 'observe', 'ops', 'drill')`, false},
 		{roleIngest, "cannot revoke", `SELECT * FROM ledger.revoke_lease(3, 0, 'ops', 'drill')`, false},
 		{roleProjector, "cannot cordon", `SELECT * FROM ledger.cordon_partition(3, true, 'ops', 'drill')`, false},
 	}
