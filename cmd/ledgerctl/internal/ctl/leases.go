@@ -26,6 +26,8 @@ type leaseRow struct {
 	// it to its generation (nobody was granted it since); nil if none.
 	Cordoned *actionRow `json:"cordoned,omitempty"`
 	Revoked  *actionRow `json:"revoked,omitempty"`
+	// FenceMode is the partition's effective fence mode (contract §13).
+	FenceMode string `json:"fence_mode"`
 }
 
 // Leases lists the leases of every partition ever leased ("leases").

@@ -26,6 +26,11 @@ func TestFenceModeSwitchAndWouldRejectReport(t *testing.T) {
 	assert.Equal(t, "observe", lines[0]["mode"])
 	assert.Equal(t, "carol", lines[0]["by"])
 
+	lines = e.run("leases", "-partition", "4", "-json").ok(t).jsonLines(t)
+	require.Len(t, lines, 1)
+	assert.Equal(t, "observe", lines[0]["fence_mode"])
+	assert.Contains(t, e.run("leases").ok(t).stdout, "fence observe")
+
 	e.expire(4)
 	b := e.acquire(4, "worker-b.1")
 	ev := func(l fence.Lease, v int64) fence.Event {

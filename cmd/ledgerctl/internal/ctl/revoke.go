@@ -170,9 +170,28 @@ func withOperatorActions(ctx context.Context, pool *pgxpool.Pool, leases []lease
 	if err != nil {
 		return nil, err
 	}
+	modes, err := fence.FenceModes(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
 	byPartition := map[int]int{}
 	for i, l := range leases {
 		byPartition[l.Partition] = i
+	}
+	for _, m := range modes {
+		if m.Mode != fence.ModeObserve || (partition >= 0 && m.Partition != partition) {
+			continue
+		}
+		if _, ok := byPartition[m.Partition]; !ok {
+			leases = append(leases, leaseRow{Partition: m.Partition})
+			byPartition[m.Partition] = len(leases) - 1
+		}
+		leases[byPartition[m.Partition]].FenceMode = fence.ModeObserve
+	}
+	for i := range leases {
+		if leases[i].FenceMode == "" {
+			leases[i].FenceMode = fence.ModeEnforce
+		}
 	}
 	for _, a := range cordons {
 		if partition >= 0 && a.Partition != partition {
@@ -181,7 +200,7 @@ func withOperatorActions(ctx context.Context, pool *pgxpool.Pool, leases []lease
 		row := toActionRow(a)
 		i, ok := byPartition[a.Partition]
 		if !ok {
-			leases = append(leases, leaseRow{Partition: a.Partition})
+			leases = append(leases, leaseRow{Partition: a.Partition, FenceMode: fence.ModeEnforce})
 			i = len(leases) - 1
 			byPartition[a.Partition] = i
 		}
@@ -202,6 +221,9 @@ func withOperatorActions(ctx context.Context, pool *pgxpool.Pool, leases []lease
 // operatorNote tells a lease's cordon and revoke in a table cell.
 func operatorNote(l leaseRow) string {
 	var notes []string
+	if l.FenceMode == fence.ModeObserve {
+		notes = append(notes, "fence observe (would-reject commits)")
+	}
 	if a := l.Revoked; a != nil {
 		notes = append(notes, fmt.Sprintf("revoked %s (generation %d) by %s at %s: %s", a.Holder, a.Generation, a.By, a.At, a.Reason))
 	}
