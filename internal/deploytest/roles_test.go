@@ -91,6 +91,18 @@ func TestRolesAllowTheirWorkAndForbidRewritingHistory(t *testing.T) {
 		{roleOperator, "reads grants", `SELECT * FROM ledger.lease_grants`, true},
 		{roleOperator, "cannot append", insertEvent, false},
 		{roleOperator, "cannot truncate events", `TRUNCATE ledger.events`, false},
+		{roleOperator, "revokes a lease", `SELECT * FROM ledger.revoke_lease(3, 0, 'ops', 'drill')`, true},
+		{roleOperator, "cordons a partition", `SELECT * FROM ledger.cordon_partition(3, true, 'ops', 'drill')`, true},
+		{roleOperator, "reads the operator actions", `SELECT * FROM ledger.lease_actions, ledger.partition_controls`, true},
+		{roleOperator, "cannot move a lease itself", `UPDATE ledger.leases SET generation = 9`, false},
+		{roleOperator, "cannot forge an action", `INSERT INTO ledger.lease_actions (partition, action, by_name, reason)
+			VALUES (3, 'revoke', 'x', 'y')`, false},
+		{roleOperator, "switches a fence mode", `SELECT * FROM ledger.set_fence_mode(3, 'observe', 'ops', 'drill')`, true},
+		{roleOperator, "cannot set a mode itself", `INSERT INTO ledger.fence_modes VALUES (3, 'observe', 'x', 'y', now())`, false},
+		{roleIngest, "reads the fence modes", `SELECT * FROM ledger.fence_modes`, true},
+		{roleIngest, "cannot switch a fence mode", `SELECT * FROM ledger.set_fence_mode(3, 'observe', 'ops', 'drill')`, false},
+		{roleIngest, "cannot revoke", `SELECT * FROM ledger.revoke_lease(3, 0, 'ops', 'drill')`, false},
+		{roleProjector, "cannot cordon", `SELECT * FROM ledger.cordon_partition(3, true, 'ops', 'drill')`, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.role+" "+tc.name, func(t *testing.T) {

@@ -178,6 +178,7 @@ func (ls *leaseService) replyError(name string, req micro.Request, err error) {
 		if cur := le.Current; cur != nil {
 			body.Holder, body.Generation, body.ExpiresAt = cur.Holder, cur.Generation, wire.FormatTime(cur.ExpiresAt)
 		}
+		body.Revoked, body.Cordoned = operatorAction(le.Revoked), operatorAction(le.Cordon)
 	case errors.Is(err, errBadRequest):
 	default:
 		// The database's own words go to the log only: they name hosts,

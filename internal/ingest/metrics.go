@@ -21,6 +21,9 @@ type metrics struct {
 	takeovers prometheus.Counter
 	claims    prometheus.Gauge
 	durable   *prometheus.GaugeVec
+	// wouldReject counts commits under the observe fence mode that
+	// enforce would have refused (docs/contract.md §13).
+	wouldReject *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -50,6 +53,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		durable: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ledger_postgres_durability", Help: "1 for the durability the database offers now (none, local or sync), 0 for the others.",
 		}, []string{"level"}),
+		wouldReject: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_ingest_would_reject_total",
+			Help: "Events committed under the observe fence mode that enforce would have refused, by what it would have answered (stale/<reason>).",
+		}, []string{"would_reject"}),
 		claims: f.NewGauge(prometheus.GaugeOpts{
 			Name: "ledger_ingest_partitions", Help: "Partitions this ingest decides now (its claims).",
 		}),
@@ -70,8 +77,11 @@ func watchAppends(reg prometheus.Registerer, store *fence.Store) {
 	}, func() float64 { _, m := store.FastPath(); return float64(m) })
 }
 
-func (m *metrics) verdict(v wire.Verdict, reason string) {
+func (m *metrics) verdict(v wire.Verdict, reason, wouldReject string) {
 	m.events.WithLabelValues(string(v), reason).Inc()
+	if wouldReject != "" {
+		m.wouldReject.WithLabelValues(wouldReject).Inc()
+	}
 }
 
 func (m *metrics) batch(n int, d time.Duration) {

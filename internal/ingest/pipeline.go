@@ -351,7 +351,7 @@ func (s *Service) finish(l *lane, cb *committedBatch) {
 			s.log.Warn("ack failed; the message will be redelivered and get the same verdict",
 				slog.Uint64("source_seq", in.sourceSeq), slog.String("error", err.Error()))
 		}
-		s.metrics.verdict(in.result.Verdict, in.result.Reason)
+		s.metrics.verdict(in.result.Verdict, in.result.Reason, in.result.WouldReject)
 	}
 	s.metrics.batch(cb.size, time.Since(cb.started))
 }
@@ -535,5 +535,5 @@ func receiptJSON(in *inbound) []byte {
 	r := in.result
 	return wire.AppendReceipt(make([]byte, 0, 256), &wire.Receipt{EventID: in.event.ID, Task: in.event.Task,
 		Partition: in.event.Partition, Version: in.event.Version, Verdict: r.Verdict, Reason: r.Reason, Seq: r.Seq,
-		Generation: in.event.Generation, CurrentGeneration: r.CurrentGeneration})
+		Generation: in.event.Generation, CurrentGeneration: r.CurrentGeneration, FenceMode: r.FenceMode, WouldReject: r.WouldReject})
 }

@@ -62,6 +62,12 @@ type Result struct {
 	CurrentHolder     string
 	// Committed is the stored copy, for committed and duplicate.
 	Committed *Committed
+	// FenceMode is the partition's effective fence mode when the event
+	// was decided: ModeEnforce or ModeObserve (modes.go).
+	FenceMode string
+	// WouldReject, on a commit under ModeObserve, is what ModeEnforce
+	// would have answered instead, as "stale/<reason>"; empty otherwise.
+	WouldReject string
 	// Repeat is set when Verdict and Reason are the ones an earlier append
 	// recorded for this event id (ledger.rejections), or an earlier event of
 	// this batch with the same id got: an event id has one final verdict,
@@ -222,6 +228,9 @@ type batch struct {
 	keyCache *batchKeys
 	// canon holds the canonical form of payloads compared so far.
 	canon map[int][]byte
+	// locked are the leases the fast path read under their locks: the
+	// fence modes its results report.
+	locked map[int]leaseState
 }
 
 // batchKeys are a batch's distinct partitions, tasks and event ids.

@@ -70,6 +70,12 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 		return err
 	}
 	s.rememberHeads(b, p.commits)
+	if fast {
+		// The prediction's modes were guessed; the locked read's decide.
+		for _, i := range b.order {
+			res[i].FenceMode = modeOf(b.locked[b.events[i].Partition])
+		}
+	}
 	var top int64
 	for _, i := range p.commits {
 		c := inserted[b.events[i].ID]
@@ -280,7 +286,7 @@ func readLeases(br pgx.BatchResults) (map[int]leaseState, error) {
 	rows, _ := br.Query()
 	var p int
 	var l leaseState
-	if _, err := pgx.ForEachRow(rows, []any{&p, &l.holder, &l.gen, &l.valid}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&p, &l.holder, &l.gen, &l.valid, &l.observe}, func() error {
 		leases[p] = l
 		return nil
 	}); err != nil {
@@ -355,7 +361,7 @@ func (s *Store) write(ctx context.Context, conn *pgxpool.Conn, b *batch, p plan,
 		s.queueFastReads(pb, b)
 	}
 	if len(p.commits) > 0 {
-		queueInsert(pb, b, p.commits, s.insertSQL())
+		queueInsert(pb, b, p.commits, res, s.insertSQL())
 	}
 	if len(p.rejects) > 0 {
 		queueRejections(pb, b, p.rejects, res)
@@ -372,7 +378,7 @@ func (s *Store) write(ctx context.Context, conn *pgxpool.Conn, b *batch, p plan,
 	var out map[string]*Committed
 	if len(p.commits) > 0 {
 		var err error
-		if out, err = readInserted(br, b, p.commits); err != nil {
+		if out, err = readInserted(br, b, p.commits, res); err != nil {
 			return nil, err
 		}
 	}
@@ -409,12 +415,18 @@ func (s *Store) insertSQL() string {
 
 // queueInsert queues the fenced insert of the commits: the columns of
 // sqlProbeInsert, and how many rows the fence must let through.
-func queueInsert(pb *pgx.Batch, b *batch, commits []int, sql string) {
-	pb.Queue(sql, append(eventColumns(b, commits), int64(len(commits)))...)
+func queueInsert(pb *pgx.Batch, b *batch, commits []int, res []Result, sql string) {
+	would := make([]*string, len(commits))
+	for k, i := range commits {
+		if w := res[i].WouldReject; w != "" {
+			would[k] = &w
+		}
+	}
+	pb.Queue(sql, append(eventColumns(b, commits), int64(len(commits)), would)...)
 }
 
 // readInserted reads the rows the fenced insert returned.
-func readInserted(br pgx.BatchResults, b *batch, commits []int) (map[string]*Committed, error) {
+func readInserted(br pgx.BatchResults, b *batch, commits []int, res []Result) (map[string]*Committed, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err
@@ -434,7 +446,8 @@ func readInserted(br pgx.BatchResults, b *batch, commits []int) (map[string]*Com
 		}
 		e := &b.events[i]
 		out[id] = &Committed{Seq: seq, EventID: id, Partition: e.Partition, Task: e.Task, Version: e.Version,
-			Type: e.Type, Payload: []byte(b.payloads[i]), Holder: e.Holder, Generation: e.Generation, CommittedAt: at}
+			Type: e.Type, Payload: []byte(b.payloads[i]), Holder: e.Holder, Generation: e.Generation, CommittedAt: at,
+			WouldReject: res[i].WouldReject}
 		return nil
 	})
 	if err != nil {

@@ -20,6 +20,9 @@ type leaseState struct {
 	holder string
 	gen    int64
 	valid  bool
+	// observe is the partition's fence mode (modes.go): read with the
+	// lease, under its lock.
+	observe bool
 }
 
 // taskHead is a task's partition and last committed version, and the seq
@@ -111,7 +114,16 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 		r := &res[i]
 		h, known := heads[e.Task]
 		l, leased := leases[e.Partition]
-		*r = Result{CurrentGeneration: l.gen, CurrentHolder: l.holder}
+		*r = Result{CurrentGeneration: l.gen, CurrentHolder: l.holder, FenceMode: modeOf(l)}
+		stale := ""
+		if !s.unfenced {
+			stale = staleReason(leased, l, e)
+		}
+		if stale != "" && observing(leased, l) {
+			// The shadow fence: what enforce would answer is told, and the
+			// event is decided on as if the fence held.
+			r.WouldReject, stale = string(wire.VerdictStale)+"/"+stale, ""
+		}
 		x := ex[k]
 		hotID := x.byID != nil && x.byID.hot
 		jID, inID := plannedID[e.ID]
@@ -143,8 +155,8 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 			// a second time, and which it was cannot be told here.
 			r.Verdict, r.Reason = wire.VerdictInvalid, wire.ReasonBeforeHorizon
 			r.Detail = fmt.Sprintf("event id %s was minted before the archive horizon's id floor (%s)", e.ID, st.horizon.idFloor)
-		case !s.unfenced && staleReason(leased, l, e) != "":
-			r.Verdict, r.Reason = wire.VerdictStale, staleReason(leased, l, e)
+		case stale != "":
+			r.Verdict, r.Reason = wire.VerdictStale, stale
 			p.rejects = append(p.rejects, i)
 		case x.byID != nil && !hotID:
 			// The id is committed, in archived history: its content cannot
@@ -189,6 +201,7 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 			plannedTV[key{e.Task, e.Version}] = i
 			continue
 		}
+		r.WouldReject = "" // only a commit can be one enforce would have refused
 		if len(p.rejects) > 0 && p.rejects[len(p.rejects)-1] == i {
 			if _, ok := rejectedID[e.ID]; !ok {
 				rejectedID[e.ID] = i

@@ -245,4 +245,16 @@
 // without that full lookup, so a cached head or a skipped lookup can cost a
 // retry, never a wrong verdict. A cached head is never above the truth: it
 // is written only after a commit, and heads only rise.
+//
+// The operator's fence (operator.go, migration 00014) and the shadow fence
+// (modes.go, migration 00015) keep these rules:
+//   - A revoke takes the lease row FOR UPDATE, like a takeover: every
+//     event of the revoked generation commits before it or not at all. It
+//     raises the generation and grants it to nobody.
+//   - A cordon is checked by a trigger on ledger.lease_grants, in the
+//     statement that moves the lease: no path grants a cordoned partition.
+//   - The fence mode is read with the lease row, under the append's lock,
+//     and a switch takes that row FOR UPDATE: an append decides and commits
+//     under one mode. The insert lets a row the fence refuses through only
+//     when it is marked would_reject and the mode it reads is observe.
 package fence

@@ -46,6 +46,10 @@ type LeaseError struct {
 	Msg string
 	// Current is the lease as the database showed it, or nil if unknown.
 	Current *Lease
+	// Revoked is the operator's revoke that fenced the caller's generation
+	// (ErrLost), and Cordon the cordon that refused a grant (ErrHeld);
+	// nil otherwise (operator.go).
+	Revoked, Cordon *Action
 }
 
 func (e *LeaseError) Error() string { return e.Kind.Error() + ": " + e.Msg }

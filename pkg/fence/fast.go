@@ -113,6 +113,7 @@ func (s *Store) readFastReads(br pgx.BatchResults, b *batch) error {
 		return err
 	}
 	s.last.note(leases, nil)
+	b.locked = leases
 	if err := readPrimaryCheck(br, b); err != nil {
 		return err
 	}

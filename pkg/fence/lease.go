@@ -158,6 +158,11 @@ func (s *Store) TakeOver(ctx context.Context, partition int, holder string, obse
 }
 
 func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl time.Duration, observed *int64, opts []AcquireOption) (Lease, error) {
+	l, err := s.grant(ctx, partition, holder, ttl, observed, opts)
+	return l, s.cordoned(ctx, partition, err)
+}
+
+func (s *Store) grant(ctx context.Context, partition int, holder string, ttl time.Duration, observed *int64, opts []AcquireOption) (Lease, error) {
 	var o acquireOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -289,6 +294,11 @@ func (s *Store) lostError(ctx context.Context, partition int, holder string, gen
 		return leaseErr(ErrLost, &cur, "%s: generation %d of partition %d was never granted; the current generation is %d",
 			op, generation, partition, cur.Generation)
 	case generation < cur.Generation:
+		if a := s.revokeOf(ctx, partition, generation); a != nil {
+			return &LeaseError{Kind: ErrLost, Current: &cur, Revoked: a, Msg: fmt.Sprintf(
+				"%s: generation %d of partition %d was revoked by %s at %s (%s); the current generation is %d",
+				op, generation, partition, a.By, a.At.UTC().Format(time.RFC3339), a.Reason, cur.Generation)}
+		}
 		return leaseErr(ErrLost, &cur, "%s: generation %d of partition %d is not the current one; the current generation is %d",
 			op, generation, partition, cur.Generation)
 	case cur.Holder != holder:

@@ -110,9 +110,10 @@ WHERE h.task_id = ANY($1::text[]) AND h.first_seq < z.below_seq`
 	sqlAppendLockLeasesExclusive = sqlAppendLockLeasesRead + `FOR UPDATE`
 
 	sqlAppendLockLeasesRead = `
-SELECT partition, holder, generation, expires_at > clock_timestamp()
-FROM ledger.leases WHERE partition = ANY($1::int[])
-ORDER BY partition `
+SELECT l.partition, l.holder, l.generation, l.expires_at > clock_timestamp(),
+       EXISTS (SELECT FROM ledger.fence_modes m WHERE m.partition = l.partition AND m.mode = 'observe')
+FROM ledger.leases l WHERE l.partition = ANY($1::int[])
+ORDER BY l.partition `
 
 	// sqlAppendRecorded reads the verdict recorded for each event id, the
 	// earliest if an id has several (rows written before finality was
@@ -214,13 +215,17 @@ JOIN ledger.events e ON e.task_id = i.task_id AND e.version = i.version AND e.se
 	sqlAppendInsert = `
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 ins AS (
-    INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
+    INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at,
+                               would_reject)
     SELECT i.event_id, i.partition, i.task_id, i.version, i.type, i.payload::jsonb, i.holder, i.generation,
-           (SELECT t FROM now)
-    FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[])
-         WITH ORDINALITY AS i(event_id, partition, task_id, version, type, payload, holder, generation, ord)
+           (SELECT t FROM now), i.would_reject
+    FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[],
+                $10::text[])
+         WITH ORDINALITY AS i(event_id, partition, task_id, version, type, payload, holder, generation, would_reject, ord)
     JOIN ledger.leases l ON l.partition = i.partition
     WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > (SELECT t FROM now)
+      OR (i.would_reject IS NOT NULL AND EXISTS (
+          SELECT FROM ledger.fence_modes m WHERE m.partition = i.partition AND m.mode = 'observe'))
     ORDER BY i.ord
     RETURNING event_id, seq, committed_at, partition, task_id, version, type
 ),
@@ -281,6 +286,13 @@ FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::tex
 const appendFencePredicate = `
     WHERE l.holder = i.holder AND l.generation = i.generation AND l.expires_at > (SELECT t FROM now)`
 
+// appendObservePredicate lets through a row the fence refuses only when
+// the append marked it would_reject and its partition is in observe mode
+// (modes.go): the mode is checked again where the row is written.
+const appendObservePredicate = `
+      OR (i.would_reject IS NOT NULL AND EXISTS (
+          SELECT FROM ledger.fence_modes m WHERE m.partition = i.partition AND m.mode = 'observe'))`
+
 // appendFenceJoin is the join of sqlAppendInsert to the leases the fence
 // predicate reads.
 const appendFenceJoin = `
@@ -289,7 +301,7 @@ const appendFenceJoin = `
 // sqlAppendInsertUnfenced is sqlAppendInsert without the fence: no join to
 // the leases, no predicate. It exists only for the test that proves the race
 // checker can fail; no exported API reaches it.
-var sqlAppendInsertUnfenced = without(sqlAppendInsert, appendFencePredicate, appendFenceJoin)
+var sqlAppendInsertUnfenced = without(sqlAppendInsert, appendObservePredicate, appendFencePredicate, appendFenceJoin)
 
 // appendHeadsPredicate and appendHeadsCheck are what make sqlAppendInsert
 // move a head only from the version the batch planned from, or fail;

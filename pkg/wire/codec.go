@@ -188,6 +188,9 @@ type LogCopy struct {
 	// CommittedAt is the database clock's time of the commit.
 	CommittedAt time.Time
 	Payload     []byte
+	// WouldReject is set on an event committed under the observe fence
+	// mode that enforce would have refused: "stale/<reason>".
+	WouldReject string
 }
 
 // LogMsg is c as a LEDGER_LOG message. It is built with few allocations:
@@ -216,7 +219,7 @@ func (s Subjects) LogMsg(c *LogCopy) *nats.Msg {
 		FormatTime(c.CommittedAt),
 	}
 	v := vals[:] // one allocation for all nine values
-	return &nats.Msg{
+	m := &nats.Msg{
 		Subject: s.Log(c.Partition, c.Task),
 		Header: nats.Header{
 			HeaderMsgID:       v[0:1:1],
@@ -231,6 +234,20 @@ func (s Subjects) LogMsg(c *LogCopy) *nats.Msg {
 		},
 		Data: c.Payload,
 	}
+	if c.WouldReject != "" {
+		m.Header[HeaderWouldReject] = []string{c.WouldReject}
+	}
+	return m
+}
+
+// ValidWouldReject reports whether w is what a would_reject says: the
+// stale verdict and one of its reasons.
+func ValidWouldReject(w string) bool {
+	switch w {
+	case "stale/" + ReasonSuperseded, "stale/" + ReasonNotHolder, "stale/" + ReasonLeaseExpired, "stale/" + ReasonNoLease:
+		return true
+	}
+	return false
 }
 
 // DecodeLog reads a LEDGER_LOG message. Every header of docs/contract.md §4 must be
@@ -269,6 +286,12 @@ func (s Subjects) DecodeLog(subject string, h nats.Header, data []byte) (LogCopy
 		errs = append(errs, errors.New("an id, type or holder header is missing"))
 	}
 	c.Payload = data
+	if w, ok := h[HeaderWouldReject]; ok {
+		c.WouldReject = h.Get(HeaderWouldReject)
+		if len(w) != 1 || !ValidWouldReject(c.WouldReject) {
+			errs = append(errs, fmt.Errorf("header %s: %q is not stale/<reason>", HeaderWouldReject, w))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("log copy %s: %w", subject, err)
 	}
@@ -296,6 +319,14 @@ func AppendReceipt(b []byte, r *Receipt) []byte {
 	b = strconv.AppendInt(b, r.Generation, 10)
 	b = append(b, `,"current_generation":`...)
 	b = strconv.AppendInt(b, r.CurrentGeneration, 10)
+	if r.FenceMode != "" {
+		b = append(b, `,"fence_mode":`...)
+		b = appendJSONString(b, r.FenceMode)
+	}
+	if r.WouldReject != "" {
+		b = append(b, `,"would_reject":`...)
+		b = appendJSONString(b, r.WouldReject)
+	}
 	return append(b, '}')
 }
 

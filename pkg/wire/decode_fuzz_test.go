@@ -20,6 +20,7 @@ func FuzzDecodeReceipt(f *testing.F) {
 		`{"event_id":"01J","verdict":"stale","reason":"superseded","current_generation":4}`,
 		`{"event_id":"","verdict":"committed"}`, `{"event_id":"x","verdict":"not_yet"}`, `null`, `[]`, `{"version":1e999}`,
 		`{"event_id":"\u0000","verdict":"gap","task":"\ud800"}`, `{"event_id":"a","verdict":"invalid","event_id":"b"}`,
+		`{"event_id":"01J","verdict":"committed","seq":9,"fence_mode":"observe","would_reject":"stale/superseded"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -71,6 +72,34 @@ func FuzzDecodeLogCopy(f *testing.F) {
 		again.CommittedAt, c.CommittedAt = time.Time{}, time.Time{}
 		if !reflect.DeepEqual(again, c) {
 			t.Fatalf("%+v: LogMsg makes a copy that decodes to %+v", c, again)
+		}
+	})
+}
+
+// FuzzDecodeLogWouldReject: a log copy committed under the observe fence
+// mode carries Ledger-Would-Reject. The decoder accepts only stale/<reason>
+// there, and a copy it accepts is exactly what LogMsg makes of it.
+func FuzzDecodeLogWouldReject(f *testing.F) {
+	for _, s := range []string{"stale/superseded", "stale/no_lease", "", "stale/", "conflict/version_taken", "stale/superseded\x00"} {
+		f.Add(s)
+	}
+	subjects := wire.Subjects{}
+	f.Fuzz(func(t *testing.T, would string) {
+		c := wire.LogCopy{Seq: 7, EventID: "01J", Partition: 3, Task: "t", Version: 2, Type: "step", Holder: "p.i",
+			Generation: 1, CommittedAt: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC), Payload: []byte(`{}`)}
+		m := subjects.LogMsg(&c)
+		m.Header[wire.HeaderWouldReject] = []string{would}
+		got, err := subjects.DecodeLog(m.Subject, m.Header, m.Data)
+		if err != nil {
+			return
+		}
+		if !wire.ValidWouldReject(got.WouldReject) {
+			t.Fatalf("accepted would-reject %q", got.WouldReject)
+		}
+		again := subjects.LogMsg(&got)
+		back, err := subjects.DecodeLog(again.Subject, again.Header, again.Data)
+		if err != nil || back.WouldReject != got.WouldReject {
+			t.Fatalf("%q: LogMsg makes a copy that decodes to %q, %v", would, back.WouldReject, err)
 		}
 	})
 }

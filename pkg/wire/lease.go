@@ -69,6 +69,20 @@ type ErrorReply struct {
 	ExpiresAt  string `json:"expires_at,omitempty"`
 	// Partitions is the deployment's partition count, on replies of get.
 	Partitions int `json:"partitions,omitempty"`
+	// Revoked, on a lost reply, is the operator's revoke that fenced the
+	// requester's generation; Cordoned, on a held reply, the cordon that
+	// refuses every grant of the partition (docs/contract.md §12).
+	Revoked  *OperatorAction `json:"revoked,omitempty"`
+	Cordoned *OperatorAction `json:"cordoned,omitempty"`
+}
+
+// OperatorAction is an operator's revoke or cordon as an error reply tells
+// it: who (as the operator named themself), why and when (RFC 3339, the
+// database's clock).
+type OperatorAction struct {
+	By     string `json:"by"`
+	Reason string `json:"reason"`
+	At     string `json:"at"`
 }
 
 // TaskHeadRequest is the body of ledger.task.head. EventID is optional
@@ -139,6 +153,13 @@ type Receipt struct {
 	Seq               int64   `json:"seq"`
 	Generation        int64   `json:"generation"`
 	CurrentGeneration int64   `json:"current_generation"`
+	// FenceMode is the partition's effective fence mode when the event was
+	// decided, "enforce" or "observe" (docs/contract.md §13); absent on an
+	// invalid receipt, decided before the fence.
+	FenceMode string `json:"fence_mode,omitempty"`
+	// WouldReject, on a commit under observe, is what enforce would have
+	// answered: "stale/<reason>".
+	WouldReject string `json:"would_reject,omitempty"`
 }
 
 // BucketLeases is the KV bucket the ingest mirrors every partition's lease

@@ -45,6 +45,9 @@ const (
 	HeaderTask        = "Ledger-Task"
 	HeaderPartition   = "Ledger-Partition"
 	HeaderCommittedAt = "Ledger-Committed-At"
+	// HeaderWouldReject, on a log copy committed under the observe fence
+	// mode, is what enforce would have answered: "stale/<reason>".
+	HeaderWouldReject = "Ledger-Would-Reject"
 )
 
 // Extra headers of dead letters (docs/contract.md §5).

@@ -71,11 +71,18 @@ type ServiceError struct {
 	// Partitions is the deployment's partition count, told by a get's
 	// no_lease reply; 0 otherwise.
 	Partitions int
+	// Revoked is set on a lost reply when an operator revoked the lease
+	// (ledgerctl revoke): who, why and when. A lease ended by it has a
+	// cause that matches ErrLeaseLost and wraps this error.
+	Revoked *wire.OperatorAction
+	// Cordoned is set on a held reply when an operator cordoned the
+	// partition (ledgerctl cordon): nobody is granted it until uncordoned.
+	Cordoned *wire.OperatorAction
 }
 
 func newServiceError(r wire.ErrorReply) *ServiceError {
 	e := &ServiceError{Code: r.Error, Message: r.Message, Holder: r.Holder, Generation: r.Generation,
-		Partitions: r.Partitions}
+		Partitions: r.Partitions, Revoked: r.Revoked, Cordoned: r.Cordoned}
 	if r.ExpiresAt != "" {
 		e.ExpiresAt, _ = time.Parse(time.RFC3339Nano, r.ExpiresAt)
 	}

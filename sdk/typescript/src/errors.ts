@@ -1,4 +1,4 @@
-import type { ErrorReply, Receipt } from "./wire.js";
+import type { ErrorReply, OperatorAction, Receipt } from "./wire.js";
 
 /**
  * ErrorCode says what went wrong, for callers to branch on (err.code):
@@ -63,6 +63,10 @@ export class ServiceError extends LedgerError {
   readonly expiresAt?: Date;
   /** The deployment's partition count, told by a get's no_lease reply. */
   readonly partitions?: number;
+  /** Set on a lost reply when an operator revoked the lease: who, why and when. */
+  readonly revoked?: OperatorAction;
+  /** Set on a held reply when an operator cordoned the partition. */
+  readonly cordoned?: OperatorAction;
   constructor(reply: ErrorReply) {
     super(SERVICE_CODES[reply.error] ?? "INVALID", `ledger: lease service: ${reply.error}: ${reply.message}`);
     this.error = reply.error;
@@ -70,6 +74,8 @@ export class ServiceError extends LedgerError {
     this.generation = reply.generation;
     this.expiresAt = reply.expires_at ? new Date(reply.expires_at) : undefined;
     this.partitions = reply.partitions;
+    this.revoked = reply.revoked;
+    this.cordoned = reply.cordoned;
   }
 }
 

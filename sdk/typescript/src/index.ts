@@ -33,5 +33,6 @@ export {
   type EventVerdict,
   type LeaseReply,
   type ErrorReply,
+  type OperatorAction,
   type Projection,
 } from "./wire.js";

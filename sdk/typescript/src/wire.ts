@@ -75,6 +75,10 @@ export interface Receipt {
   generation: number;
   /** The partition's generation as the ledger saw it: 0 when never leased, and for invalid receipts. */
   current_generation: number;
+  /** The partition's effective fence mode (contract §13); absent on invalid receipts. */
+  fence_mode?: "enforce" | "observe";
+  /** On a commit under observe: what enforce would have answered, "stale/<reason>". */
+  would_reject?: string;
 }
 
 /** TaskHead is a task's head: partition and type are null for a task never committed. */
@@ -113,6 +117,17 @@ export interface ErrorReply {
   generation?: number;
   expires_at?: string;
   partitions?: number;
+  /** On a lost reply: the operator's revoke that fenced the requester's generation (contract §12). */
+  revoked?: OperatorAction;
+  /** On a held reply: the cordon that refuses every grant of the partition (contract §12). */
+  cordoned?: OperatorAction;
+}
+
+/** OperatorAction is an operator's revoke or cordon: who, why, when (RFC 3339, the database's clock). */
+export interface OperatorAction {
+  by: string;
+  reason: string;
+  at: string;
 }
 
 /** Projection is a task's value in the bucket ledger_tasks (contract §6). */

@@ -38,6 +38,10 @@ type tile struct {
 	// Recent is set when the last takeover is younger than recentTakeover.
 	Recent bool
 	Commit *lastCommit
+	// Cordon is the partition's cordon, nil when it is not cordoned.
+	Cordon *operatorAction
+	// Mode is the partition's effective fence mode: enforce or observe.
+	Mode string
 }
 
 // lastCommit is a partition's newest committed event.
@@ -63,6 +67,8 @@ type takeover struct {
 type partitionsView struct {
 	Tiles     []tile
 	Takeovers []takeover
+	// Actions are the newest operator actions (revoke, cordon, uncordon).
+	Actions []operatorAction
 	// Count is the deployment's partition count, 0 when unknown (no ingest
 	// answered ledger.lease.get).
 	Count    int
@@ -98,6 +104,15 @@ func (h *hub) partitions(ctx context.Context, now time.Time, head int64, p *prob
 	}
 	v.Takeovers = takeovers
 	v.Count = h.partitionCount(ctx)
+	actions, cordons, err := h.operatorActions(ctx)
+	if err != nil {
+		p.partitions = append(p.partitions, h.problem("read operator actions", "the operators' actions could not be read (the console's log says why)", err))
+	}
+	v.Actions = actions
+	observed, err := h.observed(ctx)
+	if err != nil {
+		p.partitions = append(p.partitions, h.problem("read fence modes", "the fence modes could not be read (the console's log says why)", err))
+	}
 
 	commits := h.lastCommits(ctx, now, head, leases, p)
 	// A tile for every partition of the deployment, and for any other that
@@ -113,6 +128,12 @@ func (h *hub) partitions(ctx context.Context, now time.Time, head int64, p *prob
 		shown[n] = true
 	}
 	for n := range commits {
+		shown[n] = true
+	}
+	for n := range cordons {
+		shown[n] = true
+	}
+	for n := range observed {
 		shown[n] = true
 	}
 	for _, n := range slices.Sorted(maps.Keys(shown)) {
@@ -134,6 +155,15 @@ func (h *hub) partitions(ctx context.Context, now time.Time, head int64, p *prob
 	for n, c := range commits {
 		c.AgoMS = max(now.Sub(c.At).Milliseconds(), 0)
 		byPartition[n].Commit = &c
+	}
+	for n, c := range cordons {
+		byPartition[n].Cordon = &c
+	}
+	for i := range v.Tiles {
+		v.Tiles[i].Mode = "enforce"
+		if observed[v.Tiles[i].Partition] {
+			v.Tiles[i].Mode = "observe"
+		}
 	}
 	return v
 }

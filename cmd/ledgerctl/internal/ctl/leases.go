@@ -22,6 +22,12 @@ type leaseRow struct {
 	TimeLeftMS int64  `json:"time_left_ms"`
 	TTLMS      int64  `json:"ttl_ms"`
 	ExpiresAt  string `json:"expires_at"`
+	// Cordoned is the partition's cordon, Revoked the revoke that raised
+	// it to its generation (nobody was granted it since); nil if none.
+	Cordoned *actionRow `json:"cordoned,omitempty"`
+	Revoked  *actionRow `json:"revoked,omitempty"`
+	// FenceMode is the partition's effective fence mode (contract §13).
+	FenceMode string `json:"fence_mode"`
 }
 
 // Leases lists the leases of every partition ever leased ("leases").
@@ -29,6 +35,8 @@ func Leases(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f := NewFlags("ledgerctl leases", "[-partition N]",
 		"List the partitions' leases from the database: holder, generation, whether the lease is\nvalid, and the time left by the database's clock (the one that decides expiry).", stderr)
 	partition := f.Int("partition", -1, "show only this partition (-1: all)")
+	history := f.Bool("history", false, "list the grants and the operators' actions (revoke, cordon, uncordon), newest first")
+	limit := f.Int("n", 50, "with -history: at most this many entries")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -47,6 +55,9 @@ func Leases(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer pool.Close()
+	if *history {
+		return leaseHistory(ctx, pool, *partition, *limit, f.JSON, stdout)
+	}
 
 	rows, err := pool.Query(ctx, sqlLeases, only)
 	if err != nil {
@@ -61,6 +72,10 @@ func Leases(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	})
 	if err != nil {
 		return schemaHint("list leases", err)
+	}
+	leases, err = withOperatorActions(ctx, pool, leases, *partition)
+	if err != nil {
+		return schemaHint("list operator actions", err)
 	}
 
 	if f.JSON {
@@ -79,10 +94,14 @@ func Leases(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return nil
 	}
-	t := newTable(stdout, "PARTITION", "HOLDER", "GENERATION", "VALID", "TIME LEFT", "TTL", "EXPIRES AT")
+	t := newTable(stdout, "PARTITION", "HOLDER", "GENERATION", "VALID", "TIME LEFT", "TTL", "EXPIRES AT", "OPERATOR")
 	for _, l := range leases {
+		if l.Generation == 0 { // cordoned, never leased
+			t.row(l.Partition, "-", "-", false, "-", "-", "-", operatorNote(l))
+			continue
+		}
 		t.row(l.Partition, l.Holder, l.Generation, l.Valid, timeLeft(l.TimeLeftMS),
-			time.Duration(l.TTLMS)*time.Millisecond, l.ExpiresAt)
+			time.Duration(l.TTLMS)*time.Millisecond, l.ExpiresAt, operatorNote(l))
 	}
 	return t.flush()
 }

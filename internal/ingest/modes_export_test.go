@@ -1,0 +1,13 @@
+package ingest
+
+import dto "github.com/prometheus/client_model/go"
+
+// WouldRejectCount is the service's ledger_ingest_would_reject_total of
+// would (stale/<reason>).
+func WouldRejectCount(s *Service, would string) float64 {
+	var m dto.Metric
+	if err := s.metrics.wouldReject.WithLabelValues(would).Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}
