@@ -46,7 +46,7 @@ func (c *Cluster) StartStandby(ctx context.Context, o Options, name string) (*Cl
 	}
 	data := filepath.Join(dir, "data")
 	if out, err := s.run(ctx, basebackup, "-D", data, "-h", "127.0.0.1", "-p", strconv.Itoa(c.port), "-U", "postgres",
-		"-X", "stream", "-C", "-S", name, "-R", "--no-sync"); err != nil {
+		"-X", "stream", "-c", "fast", "-C", "-S", name, "-R", "--no-sync"); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("pgtemp: pg_basebackup: %w: %s", err, out)
 	}
@@ -169,3 +169,6 @@ func (c *Cluster) StartAgain(ctx context.Context, settings ...string) error {
 	}
 	return nil
 }
+
+// Port is the server's port.
+func (c *Cluster) Port() int { return c.port }
