@@ -71,11 +71,17 @@ type PGFailover struct {
 	// wrote back (async).
 	Forgotten, Restored int
 	// Noticed is how long after the promotion an ingest's /readyz failed
-	// its "memory" check (async); 0 if none did.
-	Noticed time.Duration
-	// Resumed is how long after the promotion the first new event
-	// committed; 0 if none did within a minute.
-	Resumed time.Duration
+	// its "memory" check, and RestoreDone when "ledgerctl restore" had
+	// finished (async); 0 if not.
+	Noticed, RestoreDone time.Duration
+	// Judged is how long after the promotion (async: after the restore)
+	// the ingests wrote their first verdict, a commit or a rejection;
+	// Resumed how long after the promotion the first new event committed.
+	// 0 if none within a minute. After an asynchronous failover the
+	// writers resumed from the forgetful database's heads: their first
+	// sends are conflicts with the restored versions, so the first new
+	// commit comes later than the first verdict.
+	Judged, Resumed time.Duration
 	// SupersededCommits and SupersededGrants count what the old primary,
 	// started again writable (split brain), committed and granted.
 	SupersededCommits, SupersededGrants int
@@ -260,12 +266,14 @@ func (r *run) failoverPG(ctx context.Context) {
 	if r.o.Replication == ReplicationAsync {
 		r.restoreForgotten(ctx, promoted, &f)
 	}
-	f.Resumed = r.waitResume(ctx, promoted)
-	if f.Resumed > 0 {
-		r.logf("commits resumed %v after the promote", f.Resumed.Round(time.Millisecond))
-	} else {
-		r.logf("no commit within %v of the promote", resumeWait)
+	from, what := promoted, "the promote"
+	if f.RestoreDone > 0 {
+		from, what = promoted.Add(f.RestoreDone), "the restore"
 	}
+	f.Judged = r.waitFirst(ctx, sqlFirstVerdictAfter, from)
+	f.Resumed = r.waitFirst(ctx, sqlFirstCommitAfterT, promoted)
+	r.logf("the first verdict %v after %s, the first new commit %v after the promote (0s: none within %v)",
+		f.Judged.Round(time.Millisecond), what, f.Resumed.Round(time.Millisecond), resumeWait)
 	if r.o.SplitBrain {
 		r.splitBrain(ctx, old, &f)
 	}
@@ -342,20 +350,28 @@ func (r *run) restoreForgotten(ctx context.Context, promoted time.Time, f *PGFai
 			f.Restored++
 		}
 	}
+	f.RestoreDone = time.Since(promoted)
 	r.logf("ledgerctl restore: %d of %d forgotten commits restored from LEDGER_LOG", f.Restored, f.Forgotten)
 }
 
-// waitResume is how long after promoted the first event committed that
-// the new primary took itself (a restored row keeps its commit time); 0 if
-// none did within resumeWait.
-func (r *run) waitResume(ctx context.Context, promoted time.Time) time.Duration {
-	for deadline := promoted.Add(resumeWait); time.Now().Before(deadline); sleep(ctx, 20*time.Millisecond) {
+// The first commit after $1 that the database took itself (a restored row
+// keeps its commit time), and the first verdict, commit or rejection.
+const (
+	sqlFirstCommitAfterT = `SELECT min(committed_at) FROM ledger.events WHERE committed_at > $1`
+	sqlFirstVerdictAfter = `SELECT least((SELECT min(committed_at) FROM ledger.events WHERE committed_at > $1),
+             (SELECT min(rejected_at) FROM ledger.rejections WHERE rejected_at > $1))`
+)
+
+// waitFirst is how long after since the time sql reads is; 0 if it reads
+// none within resumeWait.
+func (r *run) waitFirst(ctx context.Context, sql string, since time.Time) time.Duration {
+	for deadline := since.Add(resumeWait); time.Now().Before(deadline); sleep(ctx, 20*time.Millisecond) {
 		var at *time.Time
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := r.pool.QueryRow(qctx, `SELECT min(committed_at) FROM ledger.events WHERE committed_at > $1`, promoted).Scan(&at)
+		err := r.pool.QueryRow(qctx, sql, since).Scan(&at)
 		cancel()
 		if err == nil && at != nil {
-			return at.Sub(promoted)
+			return at.Sub(since)
 		}
 	}
 	return 0

@@ -41,6 +41,7 @@ func TestPGFailoverBreaksNoPromise(t *testing.T) {
 			f := res.PGFailovers[0]
 			t.Logf("failover: %+v", f)
 			assert.Positive(t, f.Resumed, "commits resumed on the new primary")
+			assert.Positive(t, f.Judged, "the ingests judged events again")
 			assert.Positive(t, r.Commits, res.Summary)
 			assert.Positive(t, r.StaleSends, "no writer sent after a takeover: %s", res.Summary)
 			if c.replication == chaos.ReplicationAsync {
