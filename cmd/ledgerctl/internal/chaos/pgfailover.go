@@ -56,7 +56,7 @@ const (
 	splitBrainFor = 5 * time.Second
 	// restoreWait bounds the wait, after an asynchronous failover, for an
 	// ingest to report that the database forgot acknowledged commits.
-	restoreWait = 20 * time.Second
+	restoreWait = 10 * time.Second
 	// resumeWait bounds the wait for the first commit after a promotion.
 	resumeWait = 60 * time.Second
 )
@@ -263,6 +263,13 @@ func (r *run) failoverPG(ctx context.Context) {
 	}
 	r.mu.Unlock()
 	r.logf("standby %s promoted: the new primary", next.HostPort())
+	// The run's own pool: onto the new primary, and never back.
+	var timeline int64
+	if err := queryPG(ctx, next, `SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`,
+		nil, &timeline); err == nil {
+		r.guard.Raise(timeline)
+	}
+	r.pool.Reset()
 	if r.o.Replication == ReplicationAsync {
 		r.restoreForgotten(ctx, promoted, &f)
 	}
@@ -282,6 +289,7 @@ func (r *run) failoverPG(ctx context.Context) {
 	r.keepLog(old)
 	port := old.Port()
 	old.Stop()
+	r.pool.Reset()
 	r.mu.Lock()
 	r.failovers = append(r.failovers, f)
 	r.mu.Unlock()

@@ -11,11 +11,11 @@ import (
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
 )
 
-// failoverRun is a short run with one PostgreSQL failover, 6 to 12 s in:
+// failoverRun is a short run with one PostgreSQL failover, 4.5 to 9 s in:
 // four partitions, writers' SIGSTOPs, no other fault.
 func failoverRun(bin, ingestBin, replication string, splitBrain bool) chaos.Options {
 	return chaos.Options{Bin: bin, IngestBin: ingestBin, Replication: replication, SplitBrain: splitBrain,
-		Duration: 20 * time.Second, PGFailoverEvery: time.Minute, Partitions: 4, Rate: 100,
+		Duration: 15 * time.Second, PGFailoverEvery: time.Minute, Partitions: 4, Rate: 100,
 		KillIngestEvery: chaos.Off, NATSRestartEvery: chaos.Off, Show: 2}
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
 	"github.com/flowness/ledger/internal/faultproxy"
+	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/pkg/worker/effect"
 )
@@ -80,6 +81,9 @@ type run struct {
 	failovers   []PGFailover
 	superseded  History
 	ingestPorts []int
+	// guard keeps the run's own pool off an old primary (Replication):
+	// the checker must read the newest one.
+	guard *fence.PrimaryGuard
 	// pgProxies[i] carries ingest i's connections to PostgreSQL (the
 	// pg_cut fault); none against an external deployment.
 	pgProxies []*faultproxy.Proxy
@@ -451,6 +455,10 @@ func (r *run) connect(ctx context.Context, dial func() (*nats.Conn, error)) erro
 		return fmt.Errorf("chaos: database URL: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "ledger-chaos"
+	if r.o.Replication != "" {
+		r.guard = &fence.PrimaryGuard{}
+		fence.GuardPool(cfg, r.guard)
+	}
 	if r.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return fmt.Errorf("chaos: database: %w", err)
 	}
