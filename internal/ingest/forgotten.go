@@ -17,6 +17,10 @@ import (
 // forgot commits the ledger acknowledged.
 var errForgotten = errors.New("the database forgot commits the ledger acknowledged")
 
+// buildUnguarded is set only in a build with the tag ledger_noguards
+// (noguard_chaos.go): the memory check and the witness are off.
+var buildUnguarded bool
+
 // memory checks, before anything commits on a database and after every
 // reconnect, that the database still holds what the ledger acknowledged:
 // the newest copy in LEDGER_LOG, stored before its receipt was sent. A

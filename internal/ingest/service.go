@@ -170,7 +170,7 @@ func (s *Service) Start(ctx context.Context) error {
 		s.copies.close()
 		return err
 	}
-	w.off = s.cfg.hooks != nil && s.cfg.hooks.noWitness
+	w.off = buildUnguarded || s.cfg.hooks != nil && s.cfg.hooks.noWitness
 	s.witness = w
 	if err := w.syncPrimary(ctx, s.store); errors.Is(err, fence.ErrSupersededPrimary) {
 		// Not fatal: appends refuse an old primary, and the beat tries again.
@@ -198,7 +198,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.held.off = s.cfg.hooks != nil && s.cfg.hooks.noKeepAlive
 	go s.held.keepAlive(s.cfg.AckWait/3, s.stopping)
-	s.memory = memory{checked: -1, off: s.cfg.hooks != nil && s.cfg.hooks.noMemoryCheck}
+	s.memory = memory{checked: -1, off: buildUnguarded || s.cfg.hooks != nil && s.cfg.hooks.noMemoryCheck}
 	if err := s.verify(ctx, true); err != nil && !errors.Is(err, errForgotten) {
 		s.log.Warn("cannot tell yet whether the database holds every acknowledged commit; appends wait until it can",
 			slog.String("error", err.Error()))

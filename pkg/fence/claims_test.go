@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -187,4 +188,30 @@ func TestGuardedPoolRefusesAnOlderTimeline(t *testing.T) {
 		require.ErrorIs(t, err, fence.ErrSupersededPrimary)
 		require.ErrorContains(t, err, "timeline 1, but the ledger has written to timeline 2")
 	}
+}
+
+// A store's pool that connected while its guard knew an older timeline
+// (an ingest that started while an old primary was back, first in the
+// connection string) drops those connections once the guard learns a
+// newer one: the next statement connects anew, and is refused.
+func TestGuardLearningANewerTimelineDropsThePoolsConnections(t *testing.T) {
+	t.Parallel()
+	_, db := newStore(t, fence.Config{})
+	ctx := context.Background()
+	g := &fence.PrimaryGuard{}
+	pc, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	fence.GuardPool(pc, g)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = fence.New(pool, fence.Config{Primary: g})
+	require.NoError(t, err)
+	require.NoError(t, pool.Ping(ctx))
+	require.Equal(t, int64(1), g.Newest())
+
+	g.Raise(2) // another ingest wrote to a promoted standby
+	require.Eventually(t, func() bool {
+		return errors.Is(pool.Ping(ctx), fence.ErrSupersededPrimary)
+	}, 10*time.Second, 10*time.Millisecond, "a pooled connection to the old primary still served")
 }

@@ -70,6 +70,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if cfg.HeadCacheSize > 0 {
 		s.heads = newHeadCache(cfg.HeadCacheSize)
 	}
+	if cfg.Primary != nil {
+		cfg.Primary.track(pool)
+	}
 	return s, nil
 }
 

@@ -12,7 +12,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -43,26 +45,58 @@ type PrimaryGuard struct {
 	newest atomic.Int64
 	// off is a test seam: nothing is refused.
 	off bool
+	// pools are the pools of the stores that use the guard (New). They are
+	// reset when it learns a newer timeline: each connection they hold
+	// was checked against an older one, and may reach an old primary.
+	mu    sync.Mutex
+	pools []*pgxpool.Pool
+}
+
+// track resets pool whenever the guard learns a newer timeline.
+func (g *PrimaryGuard) track(pool *pgxpool.Pool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pools = append(g.pools, pool)
 }
 
 // Newest is the newest timeline known.
 func (g *PrimaryGuard) Newest() int64 { return g.newest.Load() }
 
-// Raise makes timeline the newest known, if it is newer.
+// Raise makes timeline the newest known, if it is newer. A pool that
+// connected under an older newest timeline (not none) is reset: its
+// connections are checked again as they are made anew, so none stays on a
+// superseded primary (an ingest that started while an old primary was
+// back, first in the connection string, had its first connections there).
 func (g *PrimaryGuard) Raise(timeline int64) {
 	for {
 		cur := g.newest.Load()
-		if timeline <= cur || g.newest.CompareAndSwap(cur, timeline) {
+		if timeline <= cur {
+			return
+		}
+		if g.newest.CompareAndSwap(cur, timeline) {
+			if cur > 0 {
+				g.mu.Lock()
+				pools := slices.Clone(g.pools)
+				g.mu.Unlock()
+				for _, p := range pools {
+					// Not here: Raise may run inside one of p's connects.
+					go p.Reset()
+				}
+			}
 			return
 		}
 	}
 }
 
+// buildUnguarded is set only in a build with the tag ledger_noguards
+// (noguard_chaos.go): every guard is off.
+var buildUnguarded bool
+
 // check refuses a server on an older timeline than the newest known, and
 // learns a newer one. A standby (timeline 0 here) is left to the
 // connection string's target_session_attrs.
 func (g *PrimaryGuard) check(timeline int64) error {
-	if g == nil || g.off || timeline == 0 {
+	if g == nil || g.off || buildUnguarded || timeline == 0 {
 		return nil
 	}
 	if newest := g.newest.Load(); timeline < newest {
@@ -113,7 +147,7 @@ func (s *Store) Timeline(ctx context.Context) (int64, error) {
 // primaryFloor is the timeline an append's server must be on; 0 checks
 // nothing.
 func (s *Store) primaryFloor() int64 {
-	if g := s.cfg.Primary; g != nil && !g.off {
+	if g := s.cfg.Primary; g != nil && !g.off && !buildUnguarded {
 		return g.Newest()
 	}
 	return 0

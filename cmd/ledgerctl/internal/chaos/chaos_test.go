@@ -21,12 +21,14 @@ import (
 )
 
 // binaries builds ingest, projector and ledgerctl once per test binary, and
-// the ingest again with the tag ledger_nofence (the fence switched off).
+// the ingest again with the tag ledger_nofence (the fence switched off) and
+// with the tag ledger_noguards (the failover guards switched off).
 var binaries struct {
-	once    sync.Once
-	dir     string
-	nofence string
-	err     error
+	once     sync.Once
+	dir      string
+	nofence  string
+	noguards string
+	err      error
 }
 
 func TestMain(m *testing.M) {
@@ -53,6 +55,7 @@ func build(t *testing.T) (dir, nofenceIngest string) {
 		for _, args := range [][]string{
 			{"build", "-o", binaries.dir + "/", "./cmd/..."},
 			{"build", "-tags", "ledger_nofence", "-o", filepath.Join(binaries.dir, "nofence", "ingest"), "./cmd/ingest"},
+			{"build", "-tags", "ledger_noguards", "-o", filepath.Join(binaries.dir, "noguards", "ingest"), "./cmd/ingest"},
 		} {
 			cmd := exec.Command(gobin, args...)
 			cmd.Dir = root
@@ -62,6 +65,7 @@ func build(t *testing.T) (dir, nofenceIngest string) {
 			}
 		}
 		binaries.nofence = filepath.Join(binaries.dir, "nofence", "ingest")
+		binaries.noguards = filepath.Join(binaries.dir, "noguards", "ingest")
 	})
 	require.NoError(t, binaries.err)
 	return binaries.dir, binaries.nofence

@@ -21,10 +21,22 @@ const (
 	// Lost: an event JetStream acked into LEDGER_IN has no verdict: no row
 	// in ledger.events or ledger.rejections and no dead letter.
 	Lost ViolationKind = "lost"
+	// ReceiptedMissing: a writer received a receipt saying an event was
+	// committed (with its seq), but ledger.events has no row of that event
+	// at that seq: the database forgot an acknowledged commit.
+	ReceiptedMissing ViolationKind = "receipted_missing"
 	// StaleCommit: an event of generation g is committed although it was
 	// first sent after a writer's grant of a later generation of its
 	// partition had been acknowledged to that writer.
 	StaleCommit ViolationKind = "stale_commits"
+	// SupersededCommit: an old primary that came back writable after a
+	// failover committed one of the run's events, or granted a lease of
+	// one of its partitions (History.Superseded*).
+	SupersededCommit ViolationKind = "superseded_commits"
+	// GenerationTwice: one generation of a partition was granted to two
+	// holders, by the writers' grants or by ledger.lease_grants: a fencing
+	// token issued twice.
+	GenerationTwice ViolationKind = "generations_twice"
 	// NotDense: a task's committed versions are not exactly 1..n.
 	NotDense ViolationKind = "not_dense"
 	// MultiVerdict: an event id has more than one distinct final verdict:
@@ -56,7 +68,7 @@ const (
 )
 
 // Kinds lists every ViolationKind in report order.
-var Kinds = []ViolationKind{Lost, StaleCommit, NotDense, MultiVerdict, FaultGap, ProjectionDiffers, LogOutOfOrder, Unknown,
+var Kinds = []ViolationKind{Lost, ReceiptedMissing, StaleCommit, SupersededCommit, GenerationTwice, NotDense, MultiVerdict, FaultGap, ProjectionDiffers, LogOutOfOrder, Unknown,
 	SupersededEffect, IntentWithoutEffect}
 
 // rejectionVerdicts are the verdicts Report.Rejections counts, in the
@@ -108,6 +120,12 @@ type Report struct {
 	// EffectsChecked is set when the downstream's effects were read and
 	// checked (not against an external deployment).
 	EffectsChecked bool
+	// ForgottenGrants counts grants a writer was given that
+	// ledger.lease_grants does not record, given while the database was
+	// allowed to forget (History.Forgetful): an asynchronous failover
+	// loses them with its tail. Their generations must still not be given
+	// again (generations_twice).
+	ForgottenGrants int
 }
 
 // Total is the number of violations.
@@ -159,7 +177,10 @@ func Check(h *History) *Report {
 	c.index()
 	c.receiptLatency()
 	c.lostAndVerdicts()
+	c.receiptedMissing()
 	c.staleCommits()
+	c.superseded()
+	c.generationsTwice()
 	c.dense()
 	c.faultGaps()
 	c.projections()
@@ -577,10 +598,101 @@ func (c *checker) unknown() {
 	}
 	for _, p := range sortedKeys(c.grants) {
 		for _, g := range c.grants[p] {
-			if h, ok := recorded[grant{p, g.gen}]; !ok || h != g.holder {
+			h, ok := recorded[grant{p, g.gen}]
+			switch {
+			case ok: // another holder is generations_twice
+			case c.forgetful(g.t):
+				c.r.ForgottenGrants++
+			default:
 				c.r.add(Violation{Kind: Unknown, Detail: fmt.Sprintf("%s was granted partition %d generation %d, but ledger.lease_grants records %q",
 					g.holder, p, g.gen, h)})
 			}
+		}
+	}
+}
+
+// forgetful reports whether t (Unix ns) is in a window in which the
+// database was allowed to forget.
+func (c *checker) forgetful(t int64) bool {
+	for _, w := range c.h.Forgetful {
+		if t >= w[0] && t <= w[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// receiptedMissing finds committed receipts whose event the database does
+// not hold at the receipt's seq.
+func (c *checker) receiptedMissing() {
+	seen := map[string]bool{}
+	for _, w := range c.h.Writers {
+		for _, rec := range w.Records {
+			if rec.Kind != KindReceipt || rec.Verdict != string(wire.VerdictCommitted) || seen[rec.ID] {
+				continue
+			}
+			seen[rec.ID] = true
+			row := c.rows[rec.ID]
+			switch {
+			case row == nil:
+				c.r.add(Violation{Kind: ReceiptedMissing, EventID: rec.ID, Task: rec.Task,
+					Detail: fmt.Sprintf("receipt said committed at seq %d (version %d); ledger.events has no such event", rec.Seq, rec.Version)})
+			case rec.Seq != 0 && uint64(row.Seq) != rec.Seq:
+				c.r.add(Violation{Kind: ReceiptedMissing, EventID: rec.ID, Task: rec.Task,
+					Detail: fmt.Sprintf("receipt said committed at seq %d; ledger.events holds it at seq %d", rec.Seq, row.Seq)})
+			}
+		}
+	}
+}
+
+// superseded counts what an old primary committed or granted after it
+// came back writable.
+func (c *checker) superseded() {
+	for _, e := range c.h.SupersededEvents {
+		c.r.add(Violation{Kind: SupersededCommit, EventID: e.EventID, Task: e.Task,
+			Detail: fmt.Sprintf("committed on a superseded primary: version %d generation %d seq %d", e.Version, e.Generation, e.Seq)})
+	}
+	for _, g := range c.h.SupersededGrants {
+		c.r.add(Violation{Kind: SupersededCommit,
+			Detail: fmt.Sprintf("a superseded primary granted partition %d generation %d to %s", g.Partition, g.Generation, g.Holder)})
+	}
+}
+
+// generationsTwice finds a generation of a partition given to two holders:
+// in the writers' grants, or a writer's grant that ledger.lease_grants
+// records for another holder.
+func (c *checker) generationsTwice() {
+	type key struct {
+		partition int
+		gen       int64
+	}
+	holders := map[key][]string{}
+	add := func(k key, h string) {
+		if !slices.Contains(holders[k], h) {
+			holders[k] = append(holders[k], h)
+		}
+	}
+	for _, p := range sortedKeys(c.grants) {
+		for _, g := range c.grants[p] {
+			add(key{p, g.gen}, g.holder)
+		}
+	}
+	for _, g := range c.h.Grants {
+		if _, ok := holders[key{g.Partition, g.Generation}]; ok {
+			add(key{g.Partition, g.Generation}, g.Holder)
+		}
+	}
+	keys := make([]key, 0, len(holders))
+	for k := range holders {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].partition < keys[j].partition || keys[i].partition == keys[j].partition && keys[i].gen < keys[j].gen
+	})
+	for _, k := range keys {
+		if hs := holders[k]; len(hs) > 1 {
+			c.r.add(Violation{Kind: GenerationTwice,
+				Detail: fmt.Sprintf("partition %d generation %d was granted to %s", k.partition, k.gen, strings.Join(hs, " and "))})
 		}
 	}
 }

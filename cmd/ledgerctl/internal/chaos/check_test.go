@@ -244,9 +244,35 @@ func TestCheckerFindsEachViolation(t *testing.T) {
 			s.h.DLQ[0].Err = "header Ledger-Verdict: \"maybe\" is not a verdict"
 		}, map[ViolationKind]int{Unknown: 1}, "does not read"},
 
-		{"a grant recorded for another holder is unknown", func(t *testing.T, s *story) {
+		{"a grant recorded for another holder is a generation given twice", func(t *testing.T, s *story) {
 			s.h.Grants[1].Holder = "w-c"
-		}, map[ViolationKind]int{Unknown: 1}, `records "w-c"`},
+		}, map[ViolationKind]int{GenerationTwice: 1}, "generation 2 was granted to w-b and w-c"},
+
+		{"one generation acknowledged to two writers is given twice", func(t *testing.T, s *story) {
+			s.log("w-a", Record{Kind: KindGrant, T: s.at(3000), Sent: s.at(2999), Gen: 2})
+		}, map[ViolationKind]int{GenerationTwice: 1}, "generation 2 was granted to w-b and w-a"},
+
+		{"a grant nobody recorded outside a forgetful window is unknown", func(t *testing.T, s *story) {
+			s.h.Grants = s.h.Grants[:1]
+		}, map[ViolationKind]int{Unknown: 1}, `records ""`},
+
+		{"a committed receipt whose row is gone is receipted_missing", func(t *testing.T, s *story) {
+			s.log("w-b", Record{Kind: KindReceipt, T: s.at(2020), ID: "e3", Task: "t1", Version: 3, Gen: 2,
+				Verdict: "committed", Seq: 3})
+			s.h.Events = s.h.Events[:2]
+			s.h.Log = s.h.Log[:3]
+			s.project(t)
+		}, map[ViolationKind]int{Lost: 1, ReceiptedMissing: 1}, "no row, rejection or dead letter"},
+
+		{"a committed receipt whose row has another seq is receipted_missing", func(t *testing.T, s *story) {
+			s.log("w-b", Record{Kind: KindReceipt, T: s.at(2020), ID: "e3", Task: "t1", Version: 3, Gen: 2,
+				Verdict: "committed", Seq: 7})
+		}, map[ViolationKind]int{ReceiptedMissing: 1}, "holds it at seq 3"},
+
+		{"what an old primary committed and granted is a superseded commit", func(t *testing.T, s *story) {
+			s.h.SupersededEvents = []EventRow{{Seq: 9, EventID: "e4", Task: "t1", Version: 3, Generation: 1}}
+			s.h.SupersededGrants = []GrantRow{{Partition: 0, Generation: 2, Holder: "w-a"}}
+		}, map[ViolationKind]int{SupersededCommit: 2}, "committed on a superseded primary"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -274,6 +300,10 @@ func TestCheckerAcceptsWhatTheLedgerMayDo(t *testing.T) {
 			s.send("w-a", "e5", "t2", 1, 1, 1999, true)
 			s.commit("e5")
 			s.project(t)
+		}},
+		{"a grant given while the database could forget may be missing from lease_grants", func(t *testing.T, s *story) {
+			s.h.Grants = s.h.Grants[:1]
+			s.h.Forgetful = [][2]int64{{s.at(1500), s.at(2500)}}
 		}},
 		{"a gap whose predecessor was never acked is the writer's doing", func(t *testing.T, s *story) {
 			s.send("w-b", "e5", "t1", 4, 2, 2100, false)

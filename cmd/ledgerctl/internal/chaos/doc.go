@@ -13,7 +13,12 @@
 // a lease holder past its TTL (it wakes as a zombie and keeps publishing
 // with its old generation for a moment), kill -9 of an ingest, kill -9 of
 // the nats-server (or of a cluster node), and an immediate-mode PostgreSQL
-// restart. Then it stops the faults and the writers, waits until LEDGER_IN
+// restart. With Replication the database is a primary and a streaming
+// standby on one multi-host URL, and the PostgreSQL fault is a failover
+// instead: kill -9 of the primary and promotion of the standby, frozen
+// behind first when replication is asynchronous, and with SplitBrain the
+// old primary started again, writable (pgfailover.go). Then it stops the
+// faults and the writers, waits until LEDGER_IN
 // is empty and the projections caught up, and checks.
 //
 // # The writers

@@ -27,7 +27,11 @@ func (r *run) startFaults(ctx context.Context, wg *sync.WaitGroup) {
 		} else {
 			kinds = append(kinds, kind{FaultNATSRestart, r.o.NATSRestartEvery, r.restartNATS})
 		}
-		kinds = append(kinds, kind{FaultPGRestart, r.o.PGRestartEvery, r.restartPG})
+		if r.o.Replication != "" {
+			kinds = append(kinds, kind{FaultPGFailover, r.o.PGFailoverEvery, r.failoverPG})
+		} else {
+			kinds = append(kinds, kind{FaultPGRestart, r.o.PGRestartEvery, r.restartPG})
+		}
 		if len(r.pgProxies) > 0 {
 			kinds = append(kinds, kind{FaultPGCut, r.o.PGCutEvery, r.cutPG})
 		}
@@ -65,7 +69,7 @@ func (r *run) faultCounts() []FaultCount {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []FaultCount
-	for _, k := range []string{FaultSigstop, FaultKillIngest, FaultNATSRestart, FaultNATSKill, FaultPGRestart, FaultPGCut} {
+	for _, k := range []string{FaultSigstop, FaultKillIngest, FaultNATSRestart, FaultNATSKill, FaultPGRestart, FaultPGCut, FaultPGFailover} {
 		if n, ok := r.faults[k]; ok {
 			out = append(out, FaultCount{Kind: k, Count: n})
 		}

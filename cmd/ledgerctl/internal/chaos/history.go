@@ -32,6 +32,16 @@ type History struct {
 	// EffectsRead: a run against an external deployment has none.
 	Effects     []EffectRow
 	EffectsRead bool
+	// SupersededEvents and SupersededGrants are the run's rows an old
+	// primary committed after it came back writable (a split brain), read
+	// from it before it was removed.
+	SupersededEvents []EventRow
+	SupersededGrants []GrantRow
+	// Forgetful are the windows, Unix nanoseconds from and to, in which
+	// the database was allowed to forget: from the freeze of an
+	// asynchronous standby to its promotion. A grant given then may be
+	// missing from ledger.lease_grants.
+	Forgetful [][2]int64
 }
 
 // EventRow is a row of ledger.events.

@@ -103,6 +103,19 @@ type Options struct {
 	// ingest go on) for 1 to 3 s; default 20 s. Each ingest reaches
 	// PostgreSQL through a TCP proxy of the run's (internal/faultproxy).
 	PGCutEvery time.Duration
+	// Replication runs the ledger's PostgreSQL as a primary and a
+	// streaming standby, ReplicationSync or ReplicationAsync, reached
+	// through one multi-host URL, and injects PGFailoverEvery instead of
+	// PGRestartEvery and PGCutEvery; default "" (one server).
+	Replication string
+	// PGFailoverEvery: kill -9 of every process of the primary and the
+	// standby promoted, then a new standby made (pgfailover.go); with
+	// ReplicationAsync the standby is first frozen behind and a holder
+	// paused past its TTL. Default 30 s, with Replication only.
+	PGFailoverEvery time.Duration
+	// SplitBrain starts the old primary again after each failover,
+	// writable, for 5 s, while every service connects anew.
+	SplitBrain bool
 	// Cluster runs three JetStream nodes and R3 streams.
 	Cluster bool
 	// Ingests is the number of ingest processes; default 2.
@@ -163,6 +176,7 @@ func (o Options) WithDefaults() Options {
 	o.NATSRestartEvery = cmp.Or(o.NATSRestartEvery, NATSRestartEveryDefault)
 	o.PGRestartEvery = cmp.Or(o.PGRestartEvery, PGRestartEveryDefault)
 	o.PGCutEvery = cmp.Or(o.PGCutEvery, PGCutEveryDefault)
+	o.PGFailoverEvery = cmp.Or(o.PGFailoverEvery, PGFailoverEveryDefault)
 	o.GapTimeout = cmp.Or(o.GapTimeout, GapTimeoutDefault)
 	o.DrainTimeout = cmp.Or(o.DrainTimeout, DrainTimeoutDefault)
 	o.Partitions = cmp.Or(o.Partitions, PartitionsDefault)
@@ -206,6 +220,12 @@ func (o Options) Validate() error {
 		return errors.New("the zombie window must not be negative")
 	case o.GapWindow < 0 || o.GapTimeout <= 0 || o.DrainTimeout <= 0:
 		return errors.New("the gap window must not be negative, the gap timeout and drain timeout must be positive")
+	case o.Replication != "" && o.Replication != ReplicationSync && o.Replication != ReplicationAsync:
+		return fmt.Errorf("replication must be %q or %q, got %q", ReplicationSync, ReplicationAsync, o.Replication)
+	case o.SplitBrain && o.Replication == "":
+		return errors.New("a split brain needs replication (sync or async)")
+	case o.Replication != "" && o.External != nil:
+		return errors.New("a run against a deployment cannot fail its PostgreSQL over")
 	case o.External != nil && o.External.FirstPartition < 0:
 		return errors.New("the first partition must not be negative")
 	case o.External != nil && o.External.Conn.DatabaseURL == "":

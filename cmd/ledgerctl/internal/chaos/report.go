@@ -16,6 +16,7 @@ const (
 	FaultNATSKill    = "nats_kill"
 	FaultPGRestart   = "pg_restart"
 	FaultPGCut       = "pg_cut"
+	FaultPGFailover  = "pg_failover"
 )
 
 // FaultCount is how often one kind of fault was injected.
@@ -65,6 +66,9 @@ func writeCounts(b *strings.Builder, r *Report) {
 	}
 	fmt.Fprintf(b, "} grants=%d stale_sends=%d receipt_p50=%s receipt_p99=%s", r.Grants, r.StaleSends,
 		r.ReceiptP50.Round(time.Millisecond), r.ReceiptP99.Round(time.Millisecond))
+	if r.ForgottenGrants > 0 {
+		fmt.Fprintf(b, " forgotten_grants=%d", r.ForgottenGrants)
+	}
 	if r.EffectsChecked {
 		fmt.Fprintf(b, " intents=%d direct_effects={applied:%d refused:%d error:%d}", r.Intents,
 			r.DirectEffects["applied"], r.DirectEffects["refused"], r.DirectEffects["error"])

@@ -24,6 +24,7 @@ import (
 
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
 	"github.com/flowness/ledger/internal/faultproxy"
+	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/pkg/worker/effect"
 )
@@ -43,6 +44,9 @@ type Result struct {
 	// pg_cut faults dropped or refused: a cut that reached no connection
 	// proved nothing.
 	PGCutConnections int64
+	// PGFailovers are the PostgreSQL failovers injected (Replication), in
+	// order.
+	PGFailovers []PGFailover
 	// Summary is the run's summary line.
 	Summary string
 	// Dir is where the run's logs are; empty once removed.
@@ -65,6 +69,21 @@ type run struct {
 	first  int // first partition
 	pg     *pgtemp.Cluster
 	dbURL  string
+	// standby is pg's streaming standby (Replication), downPG the
+	// downstream's own server then, and standbys the number made so far.
+	standby  *pgtemp.Cluster
+	downPG   *pgtemp.Cluster
+	standbys int
+	// forgetful, failovers and superseded are what the failovers did:
+	// the windows the database could forget in, each failover's figures,
+	// and what an old primary took after it came back.
+	forgetful   [][2]int64
+	failovers   []PGFailover
+	superseded  History
+	ingestPorts []int
+	// guard keeps the run's own pool off an old primary (Replication):
+	// the checker must read the newest one.
+	guard *fence.PrimaryGuard
 	// pgProxies[i] carries ingest i's connections to PostgreSQL (the
 	// pg_cut fault); none against an external deployment.
 	pgProxies []*faultproxy.Proxy
@@ -172,7 +191,8 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Report: report, History: h, Faults: r.faultCounts(), Exits: r.exitCount(), Dir: r.dir}
+	res := &Result{Report: report, History: h, Faults: r.faultCounts(), Exits: r.exitCount(), Dir: r.dir,
+		PGFailovers: r.failovers}
 	for _, p := range r.pgProxies {
 		res.PGCutConnections += p.Dropped() + p.Refused()
 	}
@@ -318,12 +338,18 @@ func (r *run) startStack(ctx context.Context) error {
 		r.dbURL = ext.Conn.DatabaseURL
 		return r.connect(ctx, func() (*nats.Conn, error) { return ext.Conn.NATS(nil) })
 	}
-	pg, err := pgtemp.StartWith(ctx, pgtemp.Options{Durable: true})
-	if err != nil {
-		return fmt.Errorf("chaos: start PostgreSQL: %w", err)
+	if r.o.Replication != "" {
+		if err := r.startReplicated(ctx); err != nil {
+			return err
+		}
+	} else {
+		pg, err := pgtemp.StartWith(ctx, pgtemp.Options{Durable: true})
+		if err != nil {
+			return fmt.Errorf("chaos: start PostgreSQL: %w", err)
+		}
+		r.pg, r.dbURL = pg, pg.URL()
+		r.logf("PostgreSQL: a throwaway cluster in %s", pg.Dir())
 	}
-	r.pg, r.dbURL = pg, pg.URL()
-	r.logf("PostgreSQL: a throwaway cluster in %s", pg.Dir())
 	if err := r.startNATS(ctx); err != nil {
 		return err
 	}
@@ -340,13 +366,20 @@ func (r *run) startStack(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.ingestPorts = ports[:r.o.Ingests]
 	for i := range r.o.Ingests {
-		proxy, err := faultproxy.New("unix", pg.Socket())
-		if err != nil {
-			return fmt.Errorf("chaos: proxy to PostgreSQL: %w", err)
+		// Each ingest reaches PostgreSQL through a proxy of its own (the
+		// pg_cut fault), unless the run fails PostgreSQL over: then through
+		// the multi-host URL.
+		dbURL := r.dbURL
+		if r.o.Replication == "" {
+			proxy, err := faultproxy.New("unix", r.pg.Socket())
+			if err != nil {
+				return fmt.Errorf("chaos: proxy to PostgreSQL: %w", err)
+			}
+			r.pgProxies = append(r.pgProxies, proxy)
+			dbURL = "postgres://postgres@" + proxy.Addr() + "/postgres?sslmode=disable"
 		}
-		r.pgProxies = append(r.pgProxies, proxy)
-		dbURL := "postgres://postgres@" + proxy.Addr() + "/postgres?sslmode=disable"
 		args := []string{"-database-url", dbURL, "-nats-url", r.natsURL, "-partitions", strconv.Itoa(r.o.Partitions),
 			"-lease-ttl", r.o.TTL.String(), "-replicas", replicas, "-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[i])}
 		if r.o.GapWindow > 0 {
@@ -422,6 +455,10 @@ func (r *run) connect(ctx context.Context, dial func() (*nats.Conn, error)) erro
 		return fmt.Errorf("chaos: database URL: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "ledger-chaos"
+	if r.o.Replication != "" {
+		r.guard = &fence.PrimaryGuard{}
+		fence.GuardPool(cfg, r.guard)
+	}
 	if r.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return fmt.Errorf("chaos: database: %w", err)
 	}
@@ -478,7 +515,15 @@ func (r *run) startEffects(ctx context.Context) error {
 		return nil
 	}
 	var err error
-	if r.downURL, r.down, err = setupDownstream(ctx, r.pool, r.dbURL); err != nil {
+	admin, adminURL := r.pool, r.dbURL
+	if r.downPG != nil {
+		adminURL = r.downPG.URL()
+		if admin, err = pgxpool.New(ctx, adminURL); err != nil {
+			return fmt.Errorf("chaos: the downstream's PostgreSQL: %w", err)
+		}
+		defer admin.Close()
+	}
+	if r.downURL, r.down, err = setupDownstream(ctx, admin, adminURL); err != nil {
 		return err
 	}
 	if r.effectsLog, err = os.Create(filepath.Join(r.dir, "procs", "effects.log")); err != nil {
@@ -577,6 +622,16 @@ func (r *run) drainAndCheck(ctx context.Context) (*History, *Report, error) {
 		return nil, nil, err
 	}
 	src := Sources{Pool: r.pool, JS: r.js, Prefix: r.prefix, Downstream: r.down}
+	collect := func() (*History, error) {
+		h, err := Collect(ctx, src, logs)
+		if err == nil {
+			r.mu.Lock()
+			h.SupersededEvents, h.SupersededGrants = r.superseded.SupersededEvents, r.superseded.SupersededGrants
+			h.Forgetful = r.forgetful
+			r.mu.Unlock()
+		}
+		return h, err
+	}
 	deadline := time.Now().Add(r.o.DrainTimeout)
 	waited := time.Now()
 	for {
@@ -587,7 +642,7 @@ func (r *run) drainAndCheck(ctx context.Context) (*History, *Report, error) {
 		var h *History
 		var rep *Report
 		if pending == 0 {
-			if h, err = Collect(ctx, src, logs); err == nil {
+			if h, err = collect(); err == nil {
 				rep = Check(h)
 				if rep.Counts[Lost] == 0 && rep.Counts[ProjectionDiffers] == 0 && rep.Counts[IntentWithoutEffect] == 0 {
 					r.logf("drained in %v", time.Since(waited).Round(100*time.Millisecond))
@@ -598,7 +653,7 @@ func (r *run) drainAndCheck(ctx context.Context) (*History, *Report, error) {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			if h == nil {
 				// The last word: whatever the ledger holds now.
-				if h, err = Collect(ctx, src, logs); err != nil {
+				if h, err = collect(); err != nil {
 					return nil, nil, err
 				}
 				rep = Check(h)
@@ -673,5 +728,11 @@ func (r *run) teardown() {
 			_ = os.WriteFile(filepath.Join(r.dir, "procs", "postgres.log"), b, 0o644)
 		}
 		r.pg.Stop()
+	}
+	for _, c := range []*pgtemp.Cluster{r.standby, r.downPG} {
+		if c != nil {
+			r.keepLog(c)
+			c.Stop()
+		}
 	}
 }

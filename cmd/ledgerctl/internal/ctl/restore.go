@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowness/ledger/pkg/fence"
@@ -63,6 +66,9 @@ func Restore(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if copies, err = lacking(ctx, pool, copies); err != nil {
+		return err
+	}
 	var rows []restoreRow
 	if *dry {
 		for _, c := range copies {
@@ -97,9 +103,40 @@ func Restore(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return t.flush()
 }
 
-// copiesAfter reads LEDGER_LOG back from its end and returns the copies of
-// commits above seq newest. Copies are stored in commit order per task,
-// nearly so across tasks, so it stops after a long run of older ones.
+// sqlLacking keeps, of the copies' event ids and seqs, those the database
+// holds neither in its hot log nor below its archive horizon.
+const sqlLacking = `
+SELECT c.id FROM unnest($1::text[], $2::bigint[]) AS c(id, seq)
+WHERE NOT EXISTS (SELECT 1 FROM ledger.event_ids e WHERE e.event_id = c.id)
+  AND c.seq >= coalesce((SELECT below_seq FROM ledger.horizon), 0)`
+
+// lacking keeps the copies whose commit the database does not hold.
+func lacking(ctx context.Context, pool *pgxpool.Pool, copies []wire.LogCopy) ([]wire.LogCopy, error) {
+	ids, seqs := make([]string, len(copies)), make([]int64, len(copies))
+	for i, c := range copies {
+		ids[i], seqs[i] = c.EventID, c.Seq
+	}
+	rows, err := pool.Query(ctx, sqlLacking, ids, seqs)
+	if err != nil {
+		return nil, schemaHint("look up the copies' events", err)
+	}
+	missing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, schemaHint("look up the copies' events", err)
+	}
+	keep := make(map[string]bool, len(missing))
+	for _, id := range missing {
+		keep[id] = true
+	}
+	return slices.DeleteFunc(copies, func(c wire.LogCopy) bool { return !keep[c.EventID] }), nil
+}
+
+// copiesAfter reads LEDGER_LOG back from its end and returns the copies it
+// passed until a long run of copies at or below seq newest. Copies are
+// stored in commit order per task, nearly so across tasks; and seqs are
+// drawn before their commits, so a database that lost the end of its WAL
+// may lack commits below its newest seq too: those copies are returned
+// as well, for lacking to sort out.
 func copiesAfter(ctx context.Context, js jetstream.JetStream, subj wire.Subjects, newest int64) ([]wire.LogCopy, error) {
 	s, err := stream(ctx, js, wire.StreamLog)
 	if err != nil {
@@ -122,9 +159,9 @@ func copiesAfter(ctx context.Context, js jetstream.JetStream, subj wire.Subjects
 		}
 		if c.Seq <= newest {
 			older++
-			continue
+		} else {
+			older = 0
 		}
-		older = 0
 		out = append(out, c)
 	}
 	return out, nil

@@ -72,3 +72,39 @@ func (e *env) count(sql string, args ...any) int {
 	require.NoError(e.t, e.db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
 	return n
 }
+
+// Seqs are drawn before commits: a standby promoted from behind can hold a
+// commit of a higher seq and lack one of a lower. ledgerctl restore writes
+// back that lower one too, not only what lies above the newest seq.
+func TestRestoreWritesBackAForgottenCommitBelowTheNewestSeq(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	first, err := ingest.New(ingest.Config{}, ingest.Deps{NC: e.ns.Conn(t), Store: e.store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	require.NoError(t, first.Start(ctx))
+	l := e.acquire(1, "worker-a.1")
+	for v := int64(1); v <= 2; v++ {
+		e.publish(event{partition: 1, task: "t", holder: l.Holder, generation: l.Generation, version: v, typ: "step", payload: `{"v":1}`})
+	}
+	e.waitCommitted("t", 2)
+	e.publish(event{partition: 1, task: "u", holder: l.Holder, generation: l.Generation, version: 1, typ: "step", payload: `{"v":1}`})
+	e.waitCommitted("u", 1)
+	e.waitMsgs("LEDGER_LOG", 3)
+	first.Stop()
+	var seq int64
+	var id string
+	require.NoError(t, e.db.Pool.QueryRow(ctx, `SELECT seq, event_id FROM ledger.events WHERE task_id = 't' AND version = 2`).Scan(&seq, &id))
+	for _, q := range []string{`DELETE FROM ledger.event_ids WHERE seq = $1`, `DELETE FROM ledger.events WHERE seq = $1`,
+		`UPDATE ledger.heads SET version = 1, seq = $1 - 1 WHERE task_id = 't'`} {
+		_, err := e.db.Pool.Exec(ctx, q, seq)
+		require.NoError(t, err, q)
+	}
+	require.Less(t, seq, int64(e.count(`SELECT max(seq)::int FROM ledger.events`)), "the hole is below the newest seq")
+
+	out := e.run("restore", "-json").ok(t).jsonLines(t)
+	require.Len(t, out, 1, "only the forgotten commit, not the ones the database holds")
+	require.Equal(t, id, out[0]["event_id"])
+	require.Equal(t, "restored", out[0]["outcome"])
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM ledger.events WHERE event_id = $1 AND seq = $2`, id, seq))
+}

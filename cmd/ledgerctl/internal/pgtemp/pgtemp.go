@@ -28,6 +28,8 @@ type Cluster struct {
 	asUser *user.User
 	// opts are the server options of pg_ctl start, kept for Restart.
 	opts string
+	// tcp is set when the server listens on 127.0.0.1:port too.
+	tcp bool
 }
 
 // ErrNotInstalled is returned when initdb and pg_ctl cannot be found.
@@ -63,7 +65,27 @@ func StartWith(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgtemp: temp dir: %w", err)
 	}
-	c := &Cluster{dir: dir, port: 50000 + os.Getpid()%10000, pgCtl: pgCtl}
+	c, err := newCluster(dir, pgCtl, o)
+	if err != nil {
+		return nil, err
+	}
+	data := filepath.Join(dir, "data")
+	if out, err := c.run(ctx, initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("pgtemp: initdb: %w: %s", err, out)
+	}
+	if out, err := c.start(ctx); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("pgtemp: start: %w: %s %s", err, out, log)
+	}
+	return c, nil
+}
+
+// newCluster is the cluster of o in dir, owned by the postgres user when
+// run as root; nothing is started yet.
+func newCluster(dir, pgCtl string, o Options) (*Cluster, error) {
+	c := &Cluster{dir: dir, port: cmpOr(o.Port, 50000+os.Getpid()%10000), pgCtl: pgCtl, tcp: o.TCP}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -78,18 +100,19 @@ func StartWith(ctx context.Context, o Options) (*Cluster, error) {
 			return nil, fmt.Errorf("pgtemp: chown %s: %w", dir, err)
 		}
 	}
-	data := filepath.Join(dir, "data")
-	if out, err := c.run(ctx, initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("pgtemp: initdb: %w: %s", err, out)
+	listen := "''"
+	if o.TCP {
+		listen = "127.0.0.1"
 	}
-	c.opts = fmt.Sprintf("-c listen_addresses='' -k %s -p %d -c fsync=off -c full_page_writes=off %s", dir, c.port, o.settings())
-	if out, err := c.start(ctx); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("pgtemp: start: %w: %s %s", err, out, log)
-	}
+	c.opts = fmt.Sprintf("-c listen_addresses=%s -k %s -p %d -c fsync=off -c full_page_writes=off %s", listen, dir, c.port, o.settings())
 	return c, nil
+}
+
+func cmpOr(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
 }
 
 // URL connects to the cluster's postgres database over its socket.

@@ -18,6 +18,15 @@ type Options struct {
 	// them, so that a commit costs its WAL flush to the disk (ledgerctl
 	// bench -external measures that cost). Default off.
 	Fsync bool
+	// TCP makes the server listen on 127.0.0.1 too (see TCPURL), as a
+	// multi-host connection string needs. Default the socket only.
+	TCP bool
+	// Port is the server's port; default 50000 plus the process id modulo
+	// 10000 (two clusters of one process need ports of their own).
+	Port int
+	// Settings are more server settings, "name=value" each; they come
+	// last, so they win.
+	Settings []string
 }
 
 func (o Options) settings() string {
@@ -29,6 +38,9 @@ func (o Options) settings() string {
 		// After the defaults' "fsync=off" on the command line: the last
 		// setting of a name wins.
 		s += " -c fsync=on -c full_page_writes=on"
+	}
+	for _, kv := range o.Settings {
+		s += " -c " + kv
 	}
 	return s
 }
