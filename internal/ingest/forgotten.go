@@ -2,13 +2,13 @@ package ingest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -48,20 +48,24 @@ func (s *Service) verify(ctx context.Context, force bool) error {
 	if !force && m.lost == nil && conns == m.checked {
 		return nil
 	}
-	last, seq, err := s.newestCopy(ctx)
+	copies, err := s.recentCopies(ctx)
 	if err != nil {
 		return err
 	}
-	if last == nil {
+	if len(copies) == 0 {
 		m.checked, m.lost = conns, nil
 		return nil
 	}
-	known, newest, err := s.store.KnowsSeq(ctx, seq)
+	seqs := make([]int64, len(copies))
+	for i, c := range copies {
+		seqs[i] = c.seq
+	}
+	unknown, newest, err := s.store.UnknownSeqs(ctx, seqs)
 	if err != nil {
 		return err
 	}
 	m.checked = conns
-	if known {
+	if len(unknown) == 0 {
 		if m.lost != nil {
 			s.log.Info("the database holds every acknowledged commit again; committing")
 		}
@@ -69,63 +73,98 @@ func (s *Service) verify(ctx context.Context, force bool) error {
 		return nil
 	}
 	if m.lost == nil {
-		missing := s.missingCopies(ctx, last.Sequence, newest)
+		var missing []string
+		for _, c := range copies {
+			if slices.Contains(unknown, c.seq) {
+				missing = append(missing, c.id)
+			}
+		}
 		s.log.Error("the database forgot commits the ledger acknowledged; committing nothing on it until they are restored",
-			slog.Int64("acknowledged_seq", seq), slog.Int64("database_newest_seq", newest),
+			slog.Int64("acknowledged_seq", unknown[len(unknown)-1]), slog.Int64("database_newest_seq", newest),
 			slog.Int("missing_copies_found", len(missing)), slog.Any("missing_event_ids", missing[:min(len(missing), 20)]),
 			slog.String("fix", "restore them from LEDGER_LOG, or fail over to a standby that has them (docs/operations.md, \"PostgreSQL high availability\")"))
 	}
+	seq := unknown[len(unknown)-1]
 	m.lost = fmt.Errorf("%w: LEDGER_LOG holds seq %d, the database's newest is %d", errForgotten, seq, newest)
 	return m.lost
 }
 
-// newestCopy is LEDGER_LOG's newest message that reads as a copy, and its
-// seq; nil if the stream holds none. A message that does not read (forged:
-// only the ingest and operators may publish there) is passed over, at most
-// 100 of them, so no message can stop the check.
-func (s *Service) newestCopy(ctx context.Context) (*jetstream.RawStreamMsg, int64, error) {
-	// The stream's last sequence, then that message by sequence: both
-	// answered from the stream's state, whatever its size. (A last-by-
-	// subject look-up over the whole log searches it.)
-	info, err := s.logStream.Info(ctx)
-	if err != nil {
-		return nil, 0, fmt.Errorf("read LEDGER_LOG's state: %w", err)
-	}
-	for at, tries := info.State.LastSeq, 0; at > 0 && tries < 100; at, tries = at-1, tries+1 {
-		m, err := s.logStream.GetMsg(ctx, at)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, 0, fmt.Errorf("read LEDGER_LOG message %d: %w", at, err)
-		}
-		if seq, err := strconv.ParseInt(m.Header.Get(wire.HeaderSeq), 10, 64); err == nil && seq > 0 {
-			return m, seq, nil
-		}
-	}
-	return nil, 0, nil
+// memoryWindow is how many of LEDGER_LOG's newest messages the memory
+// check reads. Lanes and ingests store their copies concurrently, so the
+// newest copy's commit need not be the newest commit a standby lacks: a
+// window of copies covers any order within it.
+var memoryWindow = 4096
+
+// copyRef is a log copy the memory check read: its seq and event id.
+type copyRef struct {
+	seq int64
+	id  string
 }
 
-// missingCopies lists the event ids of LEDGER_LOG's newest copies whose seq
-// is above newest, walking back from the stream sequence from, at most
-// 1,000 copies.
-func (s *Service) missingCopies(ctx context.Context, from uint64, newest int64) []string {
-	var out []string
-	for seq := from; seq > 0 && from-seq < 1000; seq-- {
-		m, err := s.logStream.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+// recentCopies reads the copies among LEDGER_LOG's newest memoryWindow
+// messages, in batched direct gets (one request answers many messages,
+// ended by an EOB status). A message that does not read as a copy (forged:
+// only the ingest and operators may publish there) is passed over, so no
+// message can stop the check.
+func (s *Service) recentCopies(ctx context.Context) ([]copyRef, error) {
+	info, err := s.logStream.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read LEDGER_LOG's state: %w", err)
+	}
+	last := info.State.LastSeq
+	if last == 0 || info.State.Msgs == 0 {
+		return nil, nil
+	}
+	from := max(info.State.FirstSeq, last-min(last, uint64(memoryWindow))+1)
+	var out []copyRef
+	for from <= last {
+		next, got, err := s.directBatch(ctx, from, last, &out)
+		if err != nil {
+			return nil, err
+		}
+		if !got {
+			break
+		}
+		from = next
+	}
+	return out, nil
+}
+
+// directBatch asks LEDGER_LOG for its messages from stream sequence from up
+// to last, appends the copies among them to out, and returns the sequence
+// after the last message received (the server stops at max_bytes).
+func (s *Service) directBatch(ctx context.Context, from, last uint64, out *[]copyRef) (uint64, bool, error) {
+	inbox := s.nc.NewInbox()
+	sub, err := s.nc.SubscribeSync(inbox)
+	if err != nil {
+		return 0, false, fmt.Errorf("read LEDGER_LOG's newest copies: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	req, _ := json.Marshal(map[string]any{"seq": from, "batch": int(last - from + 1), "up_to_seq": last, "max_bytes": 4 << 20})
+	if err := s.nc.PublishRequest("$JS.API.DIRECT.GET."+wire.StreamLog, inbox, req); err != nil {
+		return 0, false, fmt.Errorf("read LEDGER_LOG's newest copies: %w", err)
+	}
+	next, got := from, false
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return 0, false, fmt.Errorf("read LEDGER_LOG's newest copies: %w", err)
+		}
+		if status := m.Header.Get("Status"); status != "" {
+			if status == "204" || status == "404" {
+				return next, got, nil // the end of the batch; 404: nothing there
+			}
+			return 0, false, fmt.Errorf("read LEDGER_LOG's newest copies: status %s %s", status, m.Header.Get("Description"))
+		}
+		at, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+		if err != nil {
 			continue
 		}
-		if err != nil {
-			break
+		next, got = at+1, true
+		if seq, err := strconv.ParseInt(m.Header.Get(wire.HeaderSeq), 10, 64); err == nil && seq > 0 {
+			*out = append(*out, copyRef{seq: seq, id: wire.EventIDOf(m.Header.Get(wire.HeaderMsgID))})
 		}
-		n, _ := strconv.ParseInt(m.Header.Get(wire.HeaderSeq), 10, 64)
-		if n <= newest {
-			break
-		}
-		out = append(out, m.Header.Get(wire.HeaderMsgID))
 	}
-	return out
 }
 
 // CheckMemory reports an error while the database forgot acknowledged
