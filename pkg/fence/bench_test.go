@@ -3,13 +3,16 @@ package fence_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -39,52 +42,110 @@ func BenchmarkAppend(b *testing.B) {
 			if c.careful {
 				s = fence.WithoutFastPath(s)
 			}
-			ctx := context.Background()
-			const partitions, tasks = 16, 1000
-			leases := make([]fence.Lease, partitions)
-			for p := range partitions {
-				l, err := s.Acquire(ctx, p, fmt.Sprintf("bench.%d", p), fence.TTLMax)
-				require.NoError(b, err)
-				leases[p] = l
-			}
-			versions := make([]int64, tasks)
-			filler := strings.Repeat("x", 150)
-			next := 0
-			batch := make([]fence.Event, size)
-			b.ResetTimer()
-			var spent time.Duration // in Append only, not in building the batch
-			for range b.N {
-				for i := range batch {
-					task := next % tasks
-					if c.fresh {
-						task = next
-						versions = append(versions, 0)
-					}
-					next++
-					versions[task]++
-					l := leases[task%partitions]
-					batch[i] = fence.Event{
-						ID: newID(), Partition: l.Partition, Task: fmt.Sprintf("task-%d", task),
-						Version: versions[task], Type: "progress",
-						Payload: []byte(fmt.Sprintf(`{"step":%d,"note":%q}`, versions[task], filler)),
-						Holder:  l.Holder, Generation: l.Generation,
-					}
-				}
-				start := time.Now()
-				res, err := s.Append(ctx, batch)
-				spent += time.Since(start)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, r := range res {
-					if r.Verdict != wire.VerdictCommitted {
-						b.Fatalf("verdict %s/%s", r.Verdict, r.Reason)
-					}
-				}
-			}
-			b.ReportMetric(float64(b.N*size)/spent.Seconds(), "events/s")
+			benchAppend(b, s, size, c.fresh)
 		})
 	}
+}
+
+// BenchmarkAppendDatabaseFence measures what the database's own fence
+// (migration 00012: the triggers that hold the ingest's role to the fence)
+// costs an append, as BenchmarkAppend does, through a LOGIN user in
+// ledger_ingest: with the triggers, and with them disabled on a database of
+// its own. The two run side by side in one run; compare their events/s.
+func BenchmarkAppendDatabaseFence(b *testing.B) {
+	for _, size := range []int{1, 100, 1000} {
+		for _, on := range []bool{true, false} {
+			b.Run(fmt.Sprintf("batch=%d/dbfence=%v", size, on), func(b *testing.B) {
+				_, db := newStore(b, fence.Config{})
+				if !on {
+					_, err := db.Pool.Exec(context.Background(), sqlDisableDatabaseFence)
+					require.NoError(b, err)
+				}
+				s, err := fence.New(ingestPool(b, db), fence.Config{})
+				require.NoError(b, err)
+				benchAppend(b, s, size, false)
+			})
+		}
+	}
+}
+
+// sqlDisableDatabaseFence switches migration 00012's triggers off.
+const sqlDisableDatabaseFence = `
+ALTER TABLE ledger.events DISABLE TRIGGER events_fence;
+ALTER TABLE ledger.heads DISABLE TRIGGER heads_fence_insert;
+ALTER TABLE ledger.heads DISABLE TRIGGER heads_fence_update;
+ALTER TABLE ledger.event_ids DISABLE TRIGGER event_ids_fence;
+ALTER TABLE ledger.leases DISABLE TRIGGER leases_fence;
+ALTER TABLE ledger.lease_grants DISABLE TRIGGER lease_grants_fence`
+
+// ingestPool is a pool on db as a new LOGIN user in ledger_ingest, the
+// role a deployment's ingest connects as; the user is dropped at cleanup.
+func ingestPool(b testing.TB, db *dbtest.DB) *pgxpool.Pool {
+	b.Helper()
+	ctx := context.Background()
+	user := "bench_ingest_" + strings.ToLower(newID()[16:])
+	_, err := db.Pool.Exec(ctx, "CREATE ROLE "+user+" LOGIN IN ROLE ledger_ingest")
+	require.NoError(b, err)
+	b.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+user) })
+	u, err := url.Parse(db.URL)
+	require.NoError(b, err)
+	u.User = url.User(user)
+	cfg, err := pgxpool.ParseConfig(u.String())
+	require.NoError(b, err)
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(b, err)
+	b.Cleanup(pool.Close)
+	return pool
+}
+
+// benchAppend appends batches of size events as BenchmarkAppend describes
+// and reports events/s.
+func benchAppend(b *testing.B, s *fence.Store, size int, fresh bool) {
+	ctx := context.Background()
+	const partitions, tasks = 16, 1000
+	leases := make([]fence.Lease, partitions)
+	for p := range partitions {
+		l, err := s.Acquire(ctx, p, fmt.Sprintf("bench.%d", p), fence.TTLMax)
+		require.NoError(b, err)
+		leases[p] = l
+	}
+	versions := make([]int64, tasks)
+	filler := strings.Repeat("x", 150)
+	next := 0
+	batch := make([]fence.Event, size)
+	b.ResetTimer()
+	var spent time.Duration // in Append only, not in building the batch
+	for range b.N {
+		for i := range batch {
+			task := next % tasks
+			if fresh {
+				task = next
+				versions = append(versions, 0)
+			}
+			next++
+			versions[task]++
+			l := leases[task%partitions]
+			batch[i] = fence.Event{
+				ID: newID(), Partition: l.Partition, Task: fmt.Sprintf("task-%d", task),
+				Version: versions[task], Type: "progress",
+				Payload: []byte(fmt.Sprintf(`{"step":%d,"note":%q}`, versions[task], filler)),
+				Holder:  l.Holder, Generation: l.Generation,
+			}
+		}
+		start := time.Now()
+		res, err := s.Append(ctx, batch)
+		spent += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Verdict != wire.VerdictCommitted {
+				b.Fatalf("verdict %s/%s", r.Verdict, r.Reason)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N*size)/spent.Seconds(), "events/s")
 }
 
 // BenchmarkRenewUnderAppends measures how long a lease renewal takes while

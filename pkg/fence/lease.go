@@ -249,11 +249,17 @@ func (s *Store) Renew(ctx context.Context, partition int, holder string, generat
 	if err == nil {
 		return l, nil
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	// A renewal that passed its WHERE as the lease expired is refused by
+	// the database's own fence (migration 00012): the lease is lost.
+	if !errors.Is(err, pgx.ErrNoRows) && sqlState(err) != sqlStateLeaseFence {
 		return Lease{}, fmt.Errorf("fence: renew partition %d: %w", partition, err)
 	}
 	return Lease{}, s.lostError(ctx, partition, holder, generation, "renew")
 }
+
+// sqlStateLeaseFence is raised by ledger.leases_fence (migration 00012)
+// when a lease would move in a way the fence refuses.
+const sqlStateLeaseFence = "LF006"
 
 // Release ends the lease now. The generation is kept, so the next Acquire
 // bumps it. It fails with ErrLost unless holder and generation are the
