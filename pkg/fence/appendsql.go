@@ -223,7 +223,7 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 		rows, _ := br.Query()
 		var task string
 		var h taskHead
-		if _, err := pgx.ForEachRow(rows, []any{&task, &h.partition, &h.version, &h.firstSeq}, func() error {
+		if _, err := pgx.ForEachRow(rows, []any{&task, &h.partition, &h.version, &h.firstSeq, &h.owner}, func() error {
 			st.heads[task] = h
 			return nil
 		}); err != nil {

@@ -342,6 +342,10 @@ type Head struct {
 	Seq       int64
 	// Type is the type of the last committed event.
 	Type string
+	// Owner is the principal that wrote version 1, which alone may write
+	// the task (Config.SharedTasks); "" for a task committed before the
+	// ledger kept owners whose version 1 is archived.
+	Owner string
 	// Archived is how many of the task's first versions are archived
 	// (ledgerctl archive): versions 1..Archived are no longer in the hot
 	// log, but in the archive's files. 0 when none is.
@@ -354,7 +358,7 @@ func (s *Store) TaskHead(ctx context.Context, task string) (Head, error) {
 	if !wire.ValidID(task) {
 		return h, leaseErr(ErrInvalid, nil, "task id %q is not 1..128 of [A-Za-z0-9_-]", task)
 	}
-	err := s.pool.QueryRow(ctx, sqlTaskHead, task).Scan(&h.Partition, &h.Version, &h.Seq, &h.Type, &h.Archived)
+	err := s.pool.QueryRow(ctx, sqlTaskHead, task).Scan(&h.Partition, &h.Version, &h.Seq, &h.Type, &h.Owner, &h.Archived)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return h, nil
 	}
@@ -392,7 +396,7 @@ func (s *Store) TaskHeads(ctx context.Context, tasks []string) ([]Head, error) {
 	rows, _ := br.Query()
 	var ord int64
 	var h Head
-	if _, err := pgx.ForEachRow(rows, []any{&ord, &h.Partition, &h.Version, &h.Seq, &h.Type}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&ord, &h.Partition, &h.Version, &h.Seq, &h.Type, &h.Owner}, func() error {
 		if ord < 1 || ord > int64(len(out)) {
 			return fmt.Errorf("a head for position %d of %d", ord, len(out))
 		}
