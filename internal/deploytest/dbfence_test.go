@@ -162,7 +162,6 @@ func TestIngestRoleCannotBypassTheFence(t *testing.T) {
 	t.Parallel()
 	fenced := dbtest.New(t)
 	unfenced := dbtest.New(t)
-	migrateDown(t, unfenced.Pool, beforeDatabaseFence)
 
 	for _, c := range []struct {
 		name   string
@@ -173,6 +172,11 @@ func TestIngestRoleCannotBypassTheFence(t *testing.T) {
 			t.Parallel()
 			pool := openPool(t, loginUser(t, c.db, roleIngest))
 			stageIngestHistory(t, pool)
+			if !c.fenced {
+				// After the history: the fence.Store of today needs the
+				// later migrations' columns, the raw attacks do not.
+				migrateDown(t, c.db.Pool, beforeDatabaseFence)
+			}
 			for _, a := range fenceAttacks {
 				err, harmed := runAttack(t, pool, a)
 				if !c.fenced {

@@ -217,7 +217,7 @@ func TestIngestUserRunsTheFence(t *testing.T) {
 	ev := fence.Event{ID: "01JD0000000000000000000001", Partition: 3, Task: "report-7", Version: 1,
 		Type: "running", Payload: []byte(`{"status":"running"}`), Holder: "worker-a.1", Generation: lease.Generation}
 	stale := ev
-	stale.ID, stale.Version, stale.Holder = "01JD0000000000000000000002", 2, "worker-b.1"
+	stale.ID, stale.Version, stale.Holder = "01JD0000000000000000000002", 2, "worker-a.2"
 	res, err := store.Append(ctx, []fence.Event{ev, stale})
 	require.NoError(t, err)
 	require.Equal(t, "committed", string(res[0].Verdict))
