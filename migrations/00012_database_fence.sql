@@ -43,10 +43,17 @@
 
 -- ledger.fence_enforced tells whether the current role is held to the
 -- fence: every role without the rights of the ledger schema's owner.
+--
+-- The trigger functions that query run with search_path set to pg_catalog,
+-- so that no object of the session's choosing stands in for one of
+-- PostgreSQL's. fence_enforced names everything by schema instead, which
+-- lets it be inlined; heads_moved_from names nothing. A function-level
+-- SET costs every call, and these two run on every statement or row.
 -- +goose StatementBegin
 CREATE FUNCTION ledger.fence_enforced() RETURNS boolean
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT NOT pg_has_role(current_user, n.nspowner, 'USAGE') FROM pg_namespace n WHERE n.nspname = 'ledger'
+LANGUAGE sql STABLE AS $$
+    SELECT NOT pg_catalog.pg_has_role(current_user, n.nspowner, 'USAGE')
+    FROM pg_catalog.pg_namespace n WHERE n.nspname OPERATOR(pg_catalog.=) 'ledger'
 $$;
 -- +goose StatementEnd
 
@@ -59,7 +66,7 @@ ALTER TABLE ledger.heads ADD COLUMN moved_from bigint;
 
 -- +goose StatementBegin
 CREATE FUNCTION ledger.heads_moved_from() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         NEW.moved_from := 0;
