@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -31,6 +32,7 @@ func run(args []string) error {
 	fs.IntVar(&fcfg.Partitions, "partitions", connect.EnvInt("LEDGER_PARTITIONS", fence.PartitionsDefault), "partition count N (env LEDGER_PARTITIONS)")
 	fs.DurationVar(&fcfg.TTL, "lease-ttl", connect.EnvDuration("LEDGER_LEASE_TTL", fence.TTLDefault), "default lease TTL (env LEDGER_LEASE_TTL)")
 	fs.IntVar(&fcfg.MaxPayload, "max-payload", connect.EnvInt("LEDGER_MAX_PAYLOAD", fence.MaxPayloadDefault), "largest event payload in bytes (env LEDGER_MAX_PAYLOAD)")
+	sharedTasks := fs.String("shared-tasks", connect.Env("LEDGER_SHARED_TASKS", "false"), "let any principal write any task; by default a task is the principal's that wrote its version 1, and another's event on it is invalid/not_owner (env LEDGER_SHARED_TASKS)")
 	fs.IntVar(&cfg.BatchSize, "batch-size", connect.EnvInt("LEDGER_BATCH_SIZE", ingest.BatchSizeDefault), "most events per fenced append (env LEDGER_BATCH_SIZE)")
 	fs.IntVar(&cfg.MaxBatchBytes, "max-batch-bytes", connect.EnvInt("LEDGER_MAX_BATCH_BYTES", ingest.MaxBatchBytesDefault), "payload bytes that end a batch; bounds how long a batch holds its leases (env LEDGER_MAX_BATCH_BYTES)")
 	fs.DurationVar(&cfg.BatchWait, "batch-wait", connect.EnvDuration("LEDGER_BATCH_WAIT", ingest.BatchWaitDefault), "how long a batch waits to fill (env LEDGER_BATCH_WAIT)")
@@ -38,6 +40,8 @@ func run(args []string) error {
 	fs.IntVar(&cfg.Lanes, "lanes", connect.EnvInt("LEDGER_LANES", ingest.LanesDefault()), "batches processed at once; default one per CPU, 2 to 8 (env LEDGER_LANES)")
 	fs.DurationVar(&cfg.ClaimTTL, "claim-ttl", connect.EnvDuration("LEDGER_CLAIM_TTL", ingest.ClaimTTLDefault), "how long this ingest's claims on its partitions last without a heartbeat; another ingest takes over about this long after it dies (env LEDGER_CLAIM_TTL)")
 	fs.IntVar(&cfg.MaxWaitingPerPrincipal, "max-waiting", connect.EnvInt("LEDGER_MAX_WAITING", ingest.MaxWaitingPerPrincipalDefault), "events of one principal that may wait in memory for an earlier version; beyond it they go back to LEDGER_IN for later (env LEDGER_MAX_WAITING)")
+	fs.IntVar(&cfg.MaxLeasesPerPrincipal, "max-leases-per-principal", connect.EnvInt("LEDGER_MAX_LEASES_PER_PRINCIPAL", 0), "unexpired leases one principal may hold at once; 0 sets no cap (env LEDGER_MAX_LEASES_PER_PRINCIPAL)")
+	fs.DurationVar(&cfg.MaxLeaseTTL, "max-lease-ttl", connect.EnvDuration("LEDGER_MAX_LEASE_TTL", 0), "largest TTL an acquire or renewal may ask for, 100ms..5m; 0 leaves 5m (env LEDGER_MAX_LEASE_TTL)")
 	fs.IntVar(&cfg.Replicas, "replicas", connect.EnvInt("LEDGER_REPLICAS", 1), "stream replicas: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
 	durability := fs.String("require-durability", connect.Env("LEDGER_REQUIRE_DURABILITY", "none"), "refuse to start, and be unready, while PostgreSQL offers less: none, local (fsync and synchronous_commit on) or sync (synchronous replication too); below sync the ingest warns at start (env LEDGER_REQUIRE_DURABILITY)")
 	migrate := fs.Bool("migrate", true, "apply database migrations at start")
@@ -55,6 +59,13 @@ func run(args []string) error {
 		defer stop()
 	}
 	cfg.RequireDurability = fence.DurabilityLevel(*durability)
+	switch *sharedTasks {
+	case "true":
+		fcfg.SharedTasks = true
+	case "false":
+	default:
+		return fmt.Errorf("ingest: -shared-tasks %q: want true or false", *sharedTasks)
+	}
 	log, conn := svcf.Log, &svcf.Conn
 	cfg.Prefix = svcf.Prefix
 	conn.Name = "ledger-ingest"

@@ -407,8 +407,17 @@ func (s *authStack) eventsAsAnother(t *testing.T) {
 	require.Equal(t, wire.VerdictInvalid, r.Verdict)
 	require.Equal(t, wire.ReasonHolderMismatch, r.Reason)
 
-	// On its own subject with worker-a's generation: the fence refuses it.
+	// On its own subject with worker-a's generation: the task is
+	// worker-a's, and the fence refuses it as well.
+	require.Positive(t, before, "worker-a's task exists")
 	id, m = rawEvent(s.b.holder, p, s.a.task, gen, before+1, `{"by":"worker-b"}`)
+	_, err = s.b.conn.js(t).PublishMsg(s.ctx, m)
+	require.NoError(t, err)
+	r = s.awaitReceipt(t, s.b, id)
+	require.Equal(t, wire.VerdictInvalid, r.Verdict)
+	require.Equal(t, wire.ReasonNotOwner, r.Reason)
+	// On a task of its own under worker-a's lease: the fence.
+	id, m = rawEvent(s.b.holder, p, s.b.task+"-x", gen, 1, `{"by":"worker-b"}`)
 	_, err = s.b.conn.js(t).PublishMsg(s.ctx, m)
 	require.NoError(t, err)
 	r = s.awaitReceipt(t, s.b, id)

@@ -43,6 +43,9 @@ func seed(t *testing.T, pool *pgxpool.Pool) {
 	_, err = pool.Exec(ctx, `INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
 		VALUES ('01JD0000000000000000000001', 3, 'report-7', 1, 'running', '{}', 'worker-a', 1, clock_timestamp())`)
 	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO ledger.heads (task_id, partition, version, seq, type, first_seq)
+		SELECT task_id, partition, version, seq, type, seq FROM ledger.events WHERE task_id = 'report-7'`)
+	require.NoError(t, err)
 }
 
 // TestRolesAllowTheirWorkAndForbidRewritingHistory runs each statement as a
@@ -53,8 +56,14 @@ func TestRolesAllowTheirWorkAndForbidRewritingHistory(t *testing.T) {
 	db := dbtest.New(t)
 	seed(t, db.Pool)
 
-	const insertEvent = `INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
-		VALUES ('01JD0000000000000000000002', 3, 'report-7', 2, 'done', '{"ok":true}', 'worker-a', 1, clock_timestamp())`
+	// An append moves the task's head in the statement that inserts the
+	// event, as the fenced insert does (migration 00012 refuses an event
+	// its head does not cover).
+	const insertEvent = `WITH ins AS (
+		INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
+		VALUES ('01JD0000000000000000000002', 3, 'report-7', 2, 'done', '{"ok":true}', 'worker-a', 1, clock_timestamp())
+		RETURNING seq, version, type)
+		UPDATE ledger.heads h SET version = ins.version, seq = ins.seq, type = ins.type FROM ins WHERE h.task_id = 'report-7'`
 	cases := []struct {
 		role, name, sql string
 		allowed         bool
@@ -63,7 +72,7 @@ func TestRolesAllowTheirWorkAndForbidRewritingHistory(t *testing.T) {
 		{roleIngest, "reads events", `SELECT count(*) FROM ledger.events`, true},
 		{roleIngest, "records a rejection", `INSERT INTO ledger.rejections (event_id, partition, task_id, version, holder, generation, verdict, reason)
 			VALUES ('01JD0000000000000000000003', 3, 'report-7', 2, 'worker-b', 1, 'stale', 'not_holder')`, true},
-		{roleIngest, "records a grant", `INSERT INTO ledger.lease_grants (partition, generation, holder) VALUES (3, 2, 'worker-b')`, true},
+		{roleIngest, "records a grant", `INSERT INTO ledger.lease_grants (partition, generation, holder) VALUES (3, 1, 'worker-a')`, true},
 		{roleIngest, "grants a first lease", `INSERT INTO ledger.leases (partition, holder, generation, expires_at, ttl_ms)
 			VALUES (4, 'worker-a', 1, clock_timestamp(), 3000)`, true},
 		{roleIngest, "moves a lease", `UPDATE ledger.leases SET generation = generation + 1 WHERE partition = 3`, true},
@@ -220,7 +229,7 @@ func TestIngestUserRunsTheFence(t *testing.T) {
 	ev := fence.Event{ID: "01JD0000000000000000000001", Partition: 3, Task: "report-7", Version: 1,
 		Type: "running", Payload: []byte(`{"status":"running"}`), Holder: "worker-a.1", Generation: lease.Generation}
 	stale := ev
-	stale.ID, stale.Version, stale.Holder = "01JD0000000000000000000002", 2, "worker-b.1"
+	stale.ID, stale.Version, stale.Holder = "01JD0000000000000000000002", 2, "worker-a.2"
 	res, err := store.Append(ctx, []fence.Event{ev, stale})
 	require.NoError(t, err)
 	require.Equal(t, "committed", string(res[0].Verdict))

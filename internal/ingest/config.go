@@ -104,6 +104,14 @@ type Config struct {
 	// its head is handed back to JetStream and offered again later, never
 	// judged for it. Default 4096.
 	MaxWaitingPerPrincipal int
+	// MaxLeasesPerPrincipal caps the unexpired leases one principal (all
+	// its instances together) may hold: an acquire beyond it is refused
+	// (invalid). 0, the default, sets no cap.
+	MaxLeasesPerPrincipal int
+	// MaxLeaseTTL caps the TTL an acquire or a renewal may ask for; a
+	// larger ttl_ms is refused (invalid). 0, the default, leaves the
+	// contract's own bound, 300 s.
+	MaxLeaseTTL time.Duration
 	// ClaimTTL is how long this ingest's claims on its partitions last
 	// without a heartbeat; default 3 s.
 	ClaimTTL time.Duration
@@ -193,6 +201,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("ingest: claim TTL must be at least 300ms, got %v", c.ClaimTTL)
 	case c.MaxWaitingPerPrincipal < 1:
 		return fmt.Errorf("ingest: max waiting per principal must be at least 1, got %d", c.MaxWaitingPerPrincipal)
+	case c.MaxLeasesPerPrincipal < 0:
+		return fmt.Errorf("ingest: max leases per principal must not be negative, got %d", c.MaxLeasesPerPrincipal)
+	case c.MaxLeaseTTL != 0 && (c.MaxLeaseTTL < fence.TTLMin || c.MaxLeaseTTL > fence.TTLMax):
+		return fmt.Errorf("ingest: max lease TTL must be within %v..%v, got %v", fence.TTLMin, fence.TTLMax, c.MaxLeaseTTL)
 	}
 	return nil
 }

@@ -20,24 +20,24 @@ import (
 func TestTakeoverStoryOverNATS(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, ingest.Config{})
-	rcA, rcB := e.receipts("worker-a.1"), e.receipts("worker-b.1")
+	rcA, rcB := e.receipts("worker.a"), e.receipts("worker.b")
 
-	a := e.acquire(3, "worker-a.1", 60000)
-	a1 := event{id: newID(), partition: 3, task: "report-7", holder: "worker-a.1", generation: a.Generation, version: 1, typ: "running", payload: `{"step":"running"}`}
+	a := e.acquire(3, "worker.a", 60000)
+	a1 := event{id: newID(), partition: 3, task: "report-7", holder: "worker.a", generation: a.Generation, version: 1, typ: "running", payload: `{"step":"running"}`}
 	e.publish(a1)
 	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rcA, a1.id).Verdict)
 
 	// A stops renewing and its lease runs out; B takes over.
 	e.expire(3)
-	b := e.acquire(3, "worker-b.1", 60000)
+	b := e.acquire(3, "worker.b", 60000)
 	require.Equal(t, a.Generation+1, b.Generation)
-	b2 := event{id: newID(), partition: 3, task: "report-7", holder: "worker-b.1", generation: b.Generation, version: 2, typ: "completed", payload: `{"result":"B"}`}
+	b2 := event{id: newID(), partition: 3, task: "report-7", holder: "worker.b", generation: b.Generation, version: 2, typ: "completed", payload: `{"result":"B"}`}
 	e.publish(b2)
 	rb := receiptFor(t, rcB, b2.id)
 	require.Equal(t, wire.VerdictCommitted, rb.Verdict)
 
 	// A wakes up and writes with its old generation.
-	a3 := event{id: newID(), partition: 3, task: "report-7", holder: "worker-a.1", generation: a.Generation, version: 3, typ: "completed", payload: `{"result":"A"}`}
+	a3 := event{id: newID(), partition: 3, task: "report-7", holder: "worker.a", generation: a.Generation, version: 3, typ: "completed", payload: `{"result":"A"}`}
 	e.publish(a3)
 	ra := receiptFor(t, rcA, a3.id)
 	require.Equal(t, wire.VerdictStale, ra.Verdict)
@@ -51,7 +51,7 @@ func TestTakeoverStoryOverNATS(t *testing.T) {
 	require.Equal(t, "stale", h.Get(wire.HeaderVerdict))
 	require.Equal(t, "superseded", h.Get(wire.HeaderReason))
 	require.Equal(t, fmt.Sprint(b.Generation), h.Get(wire.HeaderCurrentGeneration))
-	require.Equal(t, "worker-b.1", h.Get(wire.HeaderCurrentHolder))
+	require.Equal(t, "worker.b", h.Get(wire.HeaderCurrentHolder))
 	require.NotEmpty(t, h.Get(wire.HeaderSourceSeq))
 	require.NotEmpty(t, h.Get(wire.HeaderRejectedAt))
 	require.Equal(t, a3.payload, string(dlq[0].Data()), "the dead letter keeps the original body")
@@ -65,7 +65,7 @@ func TestTakeoverStoryOverNATS(t *testing.T) {
 	log := e.streamMsgs(wire.StreamLog, "")
 	require.Len(t, log, 2)
 	require.Equal(t, b2.id, log[1].Headers().Get(wire.HeaderMsgID))
-	require.Equal(t, "worker-b.1", log[1].Headers().Get(wire.HeaderHolder))
+	require.Equal(t, "worker.b", log[1].Headers().Get(wire.HeaderHolder))
 	require.Equal(t, fmt.Sprint(rb.Seq), log[1].Headers().Get(wire.HeaderSeq))
 	require.Equal(t, "2", log[1].Headers().Get(wire.HeaderVersion))
 	require.Equal(t, "report-7", log[1].Headers().Get(wire.HeaderTask))

@@ -48,6 +48,10 @@ type leaseService struct {
 	// maxPayload is the largest event payload, and so of a verdict
 	// lookup's content.
 	maxPayload int
+	// maxLeases and maxTTL are Config.MaxLeasesPerPrincipal and
+	// Config.MaxLeaseTTL; 0 sets no cap.
+	maxLeases int
+	maxTTL    time.Duration
 }
 
 // outage logs a run of unavailable answers once per cause, and once more
@@ -108,7 +112,8 @@ func (o *outage) served(log *slog.Logger) {
 
 func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, cfg Config, log *slog.Logger, m *metrics, w *witness, view *leaseView) (micro.Service, error) {
 	ls := &leaseService{store: store, subjects: wire.Subjects{Prefix: cfg.Prefix}, log: log,
-		ctx: ctx, metrics: m, witness: w, view: view, maxPayload: store.MaxPayload()}
+		ctx: ctx, metrics: m, witness: w, view: view, maxPayload: store.MaxPayload(),
+		maxLeases: cfg.MaxLeasesPerPrincipal, maxTTL: cfg.MaxLeaseTTL}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        wire.ServiceName,
 		Version:     cfg.Version,
@@ -497,6 +502,10 @@ func headReply(h fence.Head) wire.TaskHeadReply {
 		p, typ := h.Partition, h.Type
 		r.Partition, r.Type = &p, &typ
 	}
+	if h.Owner != "" {
+		owner := h.Owner
+		r.Owner = &owner
+	}
 	return r
 }
 
@@ -517,6 +526,9 @@ func (ls *leaseService) acquire(ctx context.Context, subject string, data []byte
 	}
 	r, err := decodeLeaseRequest(wire.LeaseAcquire, holder, data)
 	if err != nil {
+		return nil, err
+	}
+	if err := ls.withinCaps(ctx, r); err != nil {
 		return nil, err
 	}
 	floor, err := ls.witness.floor(ctx, *r.Partition)
@@ -542,6 +554,40 @@ func (ls *leaseService) acquire(ctx context.Context, subject string, data []byte
 	return leaseReply(l, false), nil
 }
 
+// withinCaps refuses an acquire beyond this deployment's caps: a TTL
+// above MaxLeaseTTL, or a principal that already holds MaxLeasesPerPrincipal
+// unexpired leases of other partitions. The count is read from the lease
+// table as the acquire begins; two acquires of one principal racing on
+// several ingests may pass it together, so the cap can be exceeded by the
+// number of ingests at most.
+func (ls *leaseService) withinCaps(ctx context.Context, r wire.LeaseRequest) error {
+	if err := ls.withinTTLCap(r); err != nil || ls.maxLeases == 0 {
+		return err
+	}
+	leases, err := ls.store.Leases(ctx)
+	if err != nil {
+		return err
+	}
+	principal, held := wire.Principal(r.Holder), 0
+	for _, l := range leases {
+		if l.Valid && l.Partition != *r.Partition && wire.Principal(l.Holder) == principal {
+			held++
+		}
+	}
+	if held >= ls.maxLeases {
+		return fmt.Errorf("%w: principal %s holds %d leases, the most this deployment allows one principal", errBadRequest, principal, held)
+	}
+	return nil
+}
+
+// withinTTLCap refuses a ttl_ms above MaxLeaseTTL.
+func (ls *leaseService) withinTTLCap(r wire.LeaseRequest) error {
+	if ls.maxTTL != 0 && ttlOf(r) > ls.maxTTL {
+		return fmt.Errorf("%w: ttl_ms %d is above %d, the most this deployment allows", errBadRequest, ttlOf(r).Milliseconds(), ls.maxTTL.Milliseconds())
+	}
+	return nil
+}
+
 func (ls *leaseService) renew(ctx context.Context, subject string, data []byte) (any, error) {
 	holder, err := ls.subjects.ParseLease(wire.LeaseRenew, subject)
 	if err != nil {
@@ -549,6 +595,9 @@ func (ls *leaseService) renew(ctx context.Context, subject string, data []byte) 
 	}
 	r, err := decodeLeaseRequest(wire.LeaseRenew, holder, data)
 	if err != nil {
+		return nil, err
+	}
+	if err := ls.withinTTLCap(r); err != nil {
 		return nil, err
 	}
 	l, err := ls.store.Renew(ctx, *r.Partition, r.Holder, *r.Generation, ttlOf(r))

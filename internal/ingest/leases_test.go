@@ -422,3 +422,35 @@ func TestLeaseErrorsSayWhatIsWrong(t *testing.T) {
 		require.Contains(t, er.Message, c.want, name)
 	}
 }
+
+// A principal's leases are capped by configuration: with a cap of two, a
+// third partition is refused to any of its instances while another
+// principal is served, a partition it holds may be acquired again, and a
+// TTL above the cap is refused on acquire and renewal alike.
+func TestLeaseServiceCapsAPrincipalsLeases(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, ingest.Config{MaxLeasesPerPrincipal: 2, MaxLeaseTTL: 10 * time.Second})
+
+	for p, holder := range []string{"billing.x", "billing.y"} {
+		_, er, _ := e.lease("acquire", map[string]any{"partition": p, "holder": holder})
+		require.Nil(t, er)
+	}
+	_, er, h := e.lease("acquire", map[string]any{"partition": 2, "holder": "billing.z"})
+	require.NotNil(t, er, "a third lease of billing's")
+	require.Equal(t, "invalid", er.Error)
+	require.Contains(t, er.Message, "principal billing holds 2 leases")
+	require.Equal(t, "400", h.Get(micro.ErrorCodeHeader))
+	_, er, _ = e.lease("acquire", map[string]any{"partition": 1, "holder": "billing.y"})
+	require.Nil(t, er, "a partition billing holds, acquired again, is no new lease")
+	_, er, _ = e.lease("acquire", map[string]any{"partition": 2, "holder": "reports.a"})
+	require.Nil(t, er, "another principal is served")
+
+	_, er, _ = e.lease("acquire", map[string]any{"partition": 3, "holder": "reports.a", "ttl_ms": 60000})
+	require.NotNil(t, er)
+	require.Contains(t, er.Message, "ttl_ms 60000 is above 10000")
+	_, er, _ = e.lease("renew", map[string]any{"partition": 2, "holder": "reports.a", "generation": 1, "ttl_ms": 60000})
+	require.NotNil(t, er)
+	require.Contains(t, er.Message, "ttl_ms 60000 is above 10000")
+	_, er, _ = e.lease("renew", map[string]any{"partition": 2, "holder": "reports.a", "generation": 1, "ttl_ms": 10000})
+	require.Nil(t, er)
+}

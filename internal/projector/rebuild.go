@@ -115,6 +115,15 @@ func (s *Service) RebuildFrom(ctx context.Context, src RebuildSource, progress f
 		if err := reachesHorizon(m, first, below); err != nil {
 			return err
 		}
+		// Every file is checked before any row is applied, and before the
+		// bucket is deleted: against its manifest, and the manifest
+		// against the sums the ledger recorded as it archived.
+		if err := s.archiveMatchesLedger(ctx, m); err != nil {
+			return err
+		}
+		if _, err := fence.VerifyArchive(src.ArchiveDir); err != nil {
+			return fmt.Errorf("projector: rebuild: %w", err)
+		}
 		manifest = m
 	}
 	logEnd, err := s.stage(ctx)
@@ -281,6 +290,49 @@ func (r *rebuild) replayArchive(ctx context.Context, dir string) error {
 		return fmt.Errorf("projector: rebuild from the archive: %w", err)
 	}
 	return flush()
+}
+
+// sqlArchivedSums lists what the ledger recorded of every archived
+// partition: its seq range, rows and the SHA-256 sum of its file.
+const sqlArchivedSums = `
+SELECT lo, hi, coalesce(rows, 0), coalesce(sha256, '') FROM ledger.event_partitions
+WHERE archived_at IS NOT NULL ORDER BY lo`
+
+// archiveMatchesLedger checks an archive's manifest against
+// ledger.event_partitions: each file the manifest names is a partition the
+// ledger archived, with the same seq range, rows and SHA-256 sum, so a
+// directory whose manifest was rewritten to fit altered files is refused.
+func (s *Service) archiveMatchesLedger(ctx context.Context, m fence.Manifest) error {
+	type sum struct {
+		hi, rows int64
+		sha256   string
+	}
+	recorded := map[int64]sum{}
+	rows, err := s.pool.Query(ctx, sqlArchivedSums)
+	if err != nil {
+		return fmt.Errorf("projector: rebuild: read the archived partitions: %w", err)
+	}
+	var lo int64
+	var r sum
+	if _, err := pgx.ForEachRow(rows, []any{&lo, &r.hi, &r.rows, &r.sha256}, func() error {
+		recorded[lo] = r
+		return nil
+	}); err != nil {
+		return fmt.Errorf("projector: rebuild: read the archived partitions: %w", err)
+	}
+	for _, f := range m.Files {
+		r, ok := recorded[f.FromSeq]
+		switch {
+		case !ok:
+			return fmt.Errorf("projector: rebuild: archive file %s: the ledger archived no partition from seq %d", f.File, f.FromSeq)
+		case r.hi != f.BelowSeq || r.rows != f.Rows:
+			return fmt.Errorf("projector: rebuild: archive file %s: seq %d..%d with %d rows, the ledger archived seq %d..%d with %d rows",
+				f.File, f.FromSeq, f.BelowSeq-1, f.Rows, f.FromSeq, r.hi-1, r.rows)
+		case r.sha256 != f.SHA256:
+			return fmt.Errorf("projector: rebuild: archive file %s: the manifest's SHA-256 %s is not the %s the ledger recorded", f.File, f.SHA256, r.sha256)
+		}
+	}
+	return nil
 }
 
 // reachesHorizon checks that an archive's files cover the archived history

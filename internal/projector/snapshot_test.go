@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -338,4 +340,90 @@ func FuzzReadSnapshot(f *testing.F) {
 			t.Fatalf("took the snapshot without its last line too: %q", data)
 		}
 	})
+}
+
+// A rebuild from the archive checks every file before it changes anything:
+// a file altered after its manifest was written, and a file altered with a
+// manifest rewritten to fit it, are refused, and the bucket keeps every
+// projection it had. The second is caught only by the sums the ledger
+// recorded as it archived (ledger.event_partitions).
+func TestRebuildRefusesATamperedArchiveBeforeChangingAnything(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	s := ledgertest.SmallPartitions(t, e.db.Pool, fence.Config{}, 100)
+	h := &history{t: t, s: s, heads: map[string]int64{}}
+	for p := range 4 {
+		l, err := s.Acquire(ctx, p, fmt.Sprintf("writer.%d", p), fence.TTLMax)
+		require.NoError(t, err)
+		h.leases = append(h.leases, l)
+	}
+	var tasks []string
+	for i := range 30 {
+		tasks = append(tasks, fmt.Sprintf("t-%d", i))
+	}
+	h.rounds(tasks, 20)
+	rebuild := func(src projector.RebuildSource) (map[string]projection.State, error) {
+		p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(t), Pool: e.db.Pool, Logger: discard()})
+		require.NoError(t, err)
+		err = p.RebuildFrom(ctx, src, nil)
+		return e.snapshot(), err
+	}
+	dir := t.TempDir()
+	_, err := s.Archive(ctx, fence.ArchiveOptions{Dir: dir, BeforeSeq: 201})
+	require.NoError(t, err)
+	good, err := rebuild(projector.RebuildSource{ArchiveDir: dir})
+	require.NoError(t, err)
+	m, err := fence.ReadManifest(dir)
+	require.NoError(t, err)
+	require.Len(t, m.Files, 2)
+	last := m.Files[1] // the first file's rows come before it
+
+	appended := t.TempDir()
+	for _, f := range m.Files {
+		copyFile(t, dir, appended, f.File)
+	}
+	writeManifest(t, appended, m)
+	fh, err := os.OpenFile(filepath.Join(appended, last.File), os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = fh.WriteString("tampered")
+	require.NoError(t, err)
+	require.NoError(t, fh.Close())
+	got, err := rebuild(projector.RebuildSource{ArchiveDir: appended})
+	require.ErrorContains(t, err, last.File)
+	sameProjections(t, good, got)
+
+	// The last file loses its last row; its manifest entry is made to fit.
+	refitted := t.TempDir()
+	for _, f := range m.Files {
+		copyFile(t, dir, refitted, f.File)
+	}
+	data := gunzip(t, filepath.Join(dir, last.File))
+	lines := bytes.SplitAfter(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	_, err = zw.Write(bytes.Join(lines[:len(lines)-1], nil))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	require.NoError(t, os.WriteFile(filepath.Join(refitted, last.File), zipped.Bytes(), 0o644))
+	sum := sha256.Sum256(zipped.Bytes())
+	m.Files[1].SHA256, m.Files[1].Rows, m.Files[1].Bytes = hex.EncodeToString(sum[:]), last.Rows-1, int64(zipped.Len())
+	writeManifest(t, refitted, m)
+	_, err = fence.VerifyArchive(refitted)
+	require.NoError(t, err, "the files fit the rewritten manifest")
+	got, err = rebuild(projector.RebuildSource{ArchiveDir: refitted})
+	require.ErrorContains(t, err, "the ledger archived")
+	sameProjections(t, good, got)
+}
+
+func gunzip(t *testing.T, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	require.NoError(t, err)
+	var out bytes.Buffer
+	_, err = out.ReadFrom(zr)
+	require.NoError(t, err)
+	return out.Bytes()
 }

@@ -182,7 +182,10 @@ func (s *Store) rememberHeads(b *batch, commits []int) {
 	for _, i := range commits {
 		e := &b.events[i]
 		if e.Version > heads[e.Task].version {
-			heads[e.Task] = taskHead{partition: e.Partition, version: e.Version}
+			// Only the owner's events commit (classify), or any principal's
+			// on a task that has none: caching the committer as the owner
+			// can cost such a task a careful rereading, never a verdict.
+			heads[e.Task] = taskHead{partition: e.Partition, version: e.Version, owner: wire.Principal(e.Holder)}
 		}
 	}
 	s.heads.raise(heads)

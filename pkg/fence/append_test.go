@@ -26,7 +26,7 @@ func TestStaleHoldersLateWriteIsRejectedAfterTakeover(t *testing.T) {
 	require.Equal(t, wire.VerdictCommitted, r.Verdict)
 
 	expire(t, db, 3) // A pauses past its lease
-	b, err := s.Acquire(ctx, 3, "worker-b.1", longTTL)
+	b, err := s.Acquire(ctx, 3, "worker-a.2", longTTL)
 	require.NoError(t, err)
 	require.Equal(t, a.Generation+1, b.Generation)
 
@@ -38,7 +38,7 @@ func TestStaleHoldersLateWriteIsRejectedAfterTakeover(t *testing.T) {
 	require.Equal(t, wire.VerdictStale, ra.Verdict)
 	require.Equal(t, wire.ReasonSuperseded, ra.Reason)
 	require.Equal(t, b.Generation, ra.CurrentGeneration)
-	require.Equal(t, "worker-b.1", ra.CurrentHolder)
+	require.Equal(t, "worker-a.2", ra.CurrentHolder)
 
 	require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM ledger.rejections
 		WHERE event_id = $1 AND verdict = 'stale' AND reason = 'superseded' AND current_generation = $2`,
@@ -51,7 +51,7 @@ func TestStaleHoldersLateWriteIsRejectedAfterTakeover(t *testing.T) {
 
 	var holder string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT holder FROM ledger.events WHERE task_id = 'report-7' ORDER BY version DESC LIMIT 1`).Scan(&holder))
-	require.Equal(t, "worker-b.1", holder, "the task keeps B's result")
+	require.Equal(t, "worker-a.2", holder, "the task keeps B's result")
 }
 
 func TestSameHolderAfterExpiryWithoutTakeoverIsLeaseExpired(t *testing.T) {

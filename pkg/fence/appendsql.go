@@ -94,6 +94,10 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 // sqlStateFenceCheck is raised by ledger.fence_check (migration 00003).
 const sqlStateFenceCheck = "LF001" // the ledger's own; pgerrcode has no name for it
 
+// sqlStateVersionsFence is raised by the database's fence (migration
+// 00012) for a row or a head that breaks the dense versions.
+const sqlStateVersionsFence = "LF005"
+
 // endTx rolls back whatever transaction an append left open on conn (after
 // an error; a committed append leaves none) and returns conn to the pool. A
 // connection whose rollback fails is closed, and the pool drops it.
@@ -225,7 +229,7 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 		rows, _ := br.Query()
 		var task string
 		var h taskHead
-		if _, err := pgx.ForEachRow(rows, []any{&task, &h.partition, &h.version, &h.firstSeq}, func() error {
+		if _, err := pgx.ForEachRow(rows, []any{&task, &h.partition, &h.version, &h.firstSeq, &h.owner}, func() error {
 			st.heads[task] = h
 			return nil
 		}); err != nil {
@@ -511,7 +515,10 @@ func (s *Store) isolate(ctx context.Context, b *batch, res []Result) (int, error
 		}
 		var pgErr *pgconn.PgError
 		switch {
-		case perr == nil:
+		case perr == nil, sqlState(perr) == sqlStateFenceCheck, sqlState(perr) == sqlStateVersionsFence:
+			// The database's fence (migration 00012) checks a statement
+			// after PostgreSQL took each of its rows: the probe, which moves
+			// no head, passed every check of the rows themselves.
 			return nil
 		case !errors.As(perr, &pgErr) || !isDataError(pgErr.Code) || isNoPartition(perr):
 			return perr

@@ -223,6 +223,13 @@ func ReplayArchive(dir string, fn func(Committed) error) (Manifest, error) {
 	return m, nil
 }
 
+// VerifyArchive checks every file of the archive in dir against the
+// manifest as ReplayArchive does, and applies no row: a rebuild calls it
+// before it changes anything.
+func VerifyArchive(dir string) (Manifest, error) {
+	return ReplayArchive(dir, nil)
+}
+
 // replayFile reads one archive file, calling fn for each row, and fails
 // unless the file is the one the manifest describes.
 func replayFile(dir string, f ManifestFile, fn func(Committed) error) error {

@@ -31,6 +31,7 @@ type taskHead struct {
 	partition int
 	version   int64
 	firstSeq  int64
+	owner     string // the principal that wrote version 1; "" where unknown
 }
 
 // stored is a committed row that shares a key with a batch event. A row
@@ -141,6 +142,13 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 		case known && h.partition != e.Partition:
 			r.Verdict, r.Reason = wire.VerdictInvalid, wire.ReasonWrongPartition
 			r.Detail = fmt.Sprintf("task %s is pinned to partition %d", e.Task, h.partition)
+		case known && !s.cfg.SharedTasks && h.owner != "" && h.owner != wire.Principal(e.Holder):
+			// Ownership: a task is its first writer's. Recorded, so that
+			// the verdict lookup answers it; the owner never changes, so
+			// every copy would get it again anyway.
+			r.Verdict, r.Reason = wire.VerdictInvalid, wire.ReasonNotOwner
+			r.Detail = fmt.Sprintf("task %s belongs to principal %s", e.Task, h.owner)
+			p.rejects = append(p.rejects, i)
 		case hotID && sameStored(x.byID, e):
 			r.Verdict, r.Reason, r.Seq, r.Committed = wire.VerdictDuplicate, wire.ReasonSameEventID, x.byID.c.Seq, &x.byID.c
 		case x.byTV != nil && x.byTV.c.Type == e.Type && x.byTV.samePayload:
@@ -196,7 +204,8 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 			return p, errRetryBatch
 		default:
 			p.commits = append(p.commits, i)
-			heads[e.Task] = taskHead{partition: e.Partition, version: e.Version, firstSeq: h.firstSeq}
+			heads[e.Task] = taskHead{partition: e.Partition, version: e.Version, firstSeq: h.firstSeq,
+				owner: cmp.Or(h.owner, wire.Principal(e.Holder))}
 			plannedID[e.ID] = i
 			plannedTV[key{e.Task, e.Version}] = i
 			continue

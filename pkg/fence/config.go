@@ -77,6 +77,11 @@ type Config struct {
 	// MaxAhead is how far ahead of its head a version may wait; default
 	// 4096.
 	MaxAhead int
+	// SharedTasks lets any principal write any task. By default (false) a
+	// task belongs to the principal that wrote its version 1, and another
+	// principal's event on it is invalid (not_owner). A deployment whose
+	// principals share tasks sets it knowingly.
+	SharedTasks bool
 	// StatementTimeout bounds each statement of an append or a takeover
 	// (SET LOCAL statement_timeout), so that no statement holds lease rows
 	// locked for long whatever it meets. A stricter one the session has

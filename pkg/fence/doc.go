@@ -106,6 +106,12 @@
 //  4. Pinning. A task stays on the partition of its version 1; an event on
 //     another partition is invalid (wrong_partition).
 //
+//     A task also belongs to the principal of its version 1's holder
+//     (ledger.heads.owner, written with that version). Another principal's
+//     event on it is invalid (not_owner) and recorded, unless
+//     Config.SharedTasks; a cached head carries its owner, so the fast path
+//     predicts the refusal and leaves it to the careful path.
+//
 //  5. Record. Stale, conflict and gap outcomes are written to
 //     ledger.rejections in the same transaction as the batch's commits.
 //
@@ -126,7 +132,8 @@
 //     two partitions are different messages, not redeliveries, and are not
 //     serialised: committed still wins for every later copy.) Invalid
 //     verdicts are not recorded: they are decided from the message alone,
-//     so a redelivery gets the same one.
+//     so a redelivery gets the same one. not_owner is the exception: it is
+//     recorded, so that the verdict lookup answers it.
 //
 //  7. Bounded payloads. A payload is refused at the door (invalid,
 //     bad_payload) unless jsonb can store it and render it small: valid
@@ -188,6 +195,17 @@
 // unique key and ledger.ids_check) and the recorded verdicts. A miss raises
 // before COMMIT, nothing is written, and the batch is decided again the
 // careful way.
+//
+// # The database's own fence
+//
+// Migration 00012 makes PostgreSQL refuse, to every role but the schema's
+// owner, what the fence refuses: statement triggers check each statement's
+// events against their leases (locked FOR KEY SHARE until commit) and
+// against the heads moved in the same statement, heads against the rows
+// they rise onto, event ids against their rows, and every lease move
+// against the compare-and-swap (docs/security.md). The append's own
+// statements pass them unchanged; a trigger's refusal is an error of the
+// fence's own SQLSTATE (LF001, LF005, LF006), never a verdict.
 //
 // # Growth
 //

@@ -67,7 +67,7 @@ func TestZombieOnTheFastPathIsDecidedFromTheDatabase(t *testing.T) {
 	expire(t, db, 5)
 	other, err := fence.New(db.Pool, fence.Config{}) // the standby's ingest
 	require.NoError(t, err)
-	b, err := other.TakeOver(ctx, 5, "worker-b.1", a.Generation, longTTL)
+	b, err := other.TakeOver(ctx, 5, "worker-a.2", a.Generation, longTTL)
 	require.NoError(t, err)
 
 	late := ev(a, "zombie-1", 2, "step")

@@ -260,11 +260,17 @@ func (s *Store) Renew(ctx context.Context, partition int, holder string, generat
 	if err == nil {
 		return l, nil
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	// A renewal that passed its WHERE as the lease expired is refused by
+	// the database's own fence (migration 00012): the lease is lost.
+	if !errors.Is(err, pgx.ErrNoRows) && sqlState(err) != sqlStateLeaseFence {
 		return Lease{}, fmt.Errorf("fence: renew partition %d: %w", partition, err)
 	}
 	return Lease{}, s.lostError(ctx, partition, holder, generation, "renew")
 }
+
+// sqlStateLeaseFence is raised by ledger.leases_fence (migration 00012)
+// when a lease would move in a way the fence refuses.
+const sqlStateLeaseFence = "LF006"
 
 // Release ends the lease now. The generation is kept, so the next Acquire
 // bumps it. It fails with ErrLost unless holder and generation are the
@@ -352,6 +358,10 @@ type Head struct {
 	Seq       int64
 	// Type is the type of the last committed event.
 	Type string
+	// Owner is the principal that wrote version 1, which alone may write
+	// the task (Config.SharedTasks); "" for a task committed before the
+	// ledger kept owners whose version 1 is archived.
+	Owner string
 	// Archived is how many of the task's first versions are archived
 	// (ledgerctl archive): versions 1..Archived are no longer in the hot
 	// log, but in the archive's files. 0 when none is.
@@ -364,7 +374,7 @@ func (s *Store) TaskHead(ctx context.Context, task string) (Head, error) {
 	if !wire.ValidID(task) {
 		return h, leaseErr(ErrInvalid, nil, "task id %q is not 1..128 of [A-Za-z0-9_-]", task)
 	}
-	err := s.pool.QueryRow(ctx, sqlTaskHead, task).Scan(&h.Partition, &h.Version, &h.Seq, &h.Type, &h.Archived)
+	err := s.pool.QueryRow(ctx, sqlTaskHead, task).Scan(&h.Partition, &h.Version, &h.Seq, &h.Type, &h.Owner, &h.Archived)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return h, nil
 	}
@@ -402,7 +412,7 @@ func (s *Store) TaskHeads(ctx context.Context, tasks []string) ([]Head, error) {
 	rows, _ := br.Query()
 	var ord int64
 	var h Head
-	if _, err := pgx.ForEachRow(rows, []any{&ord, &h.Partition, &h.Version, &h.Seq, &h.Type}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&ord, &h.Partition, &h.Version, &h.Seq, &h.Type, &h.Owner}, func() error {
 		if ord < 1 || ord > int64(len(out)) {
 			return fmt.Errorf("a head for position %d of %d", ord, len(out))
 		}

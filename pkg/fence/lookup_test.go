@@ -20,7 +20,7 @@ func TestVerdictOfAnEventIsWhatTheLedgerRecorded(t *testing.T) {
 	old, err := s.Acquire(ctx, 3, "worker-a.1", longTTL)
 	require.NoError(t, err)
 	expire(t, db, 3)
-	cur, err := s.Acquire(ctx, 3, "worker-b.1", longTTL)
+	cur, err := s.Acquire(ctx, 3, "worker-a.2", longTTL)
 	require.NoError(t, err)
 
 	committed := appendOne(t, s, ev(cur, "job", 1, "start"))
@@ -29,7 +29,7 @@ func TestVerdictOfAnEventIsWhatTheLedgerRecorded(t *testing.T) {
 	gap := ev(cur, "job", 9, "far")
 	gap.Final = true
 	pending := ev(cur, "job", 5, "early")
-	wrongPartition := ev(fence.Lease{Partition: 4, Holder: "worker-b.1", Generation: 1}, "job", 2, "elsewhere")
+	wrongPartition := ev(fence.Lease{Partition: 4, Holder: "worker-a.2", Generation: 1}, "job", 2, "elsewhere")
 	// The committed event's id, reused under another task: rejected there,
 	// and still committed under its own.
 	reused := ev(cur, "other-job", 1, "start")

@@ -28,6 +28,10 @@ OVERRIDING SYSTEM VALUE VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10)`
 	sqlRestoreHeadRow = `
 INSERT INTO ledger.heads (task_id, partition, version, seq, type, first_seq) VALUES ($1, $2, $3, $4, $5, $4)
 ON CONFLICT (task_id) DO UPDATE SET version = excluded.version, seq = excluded.seq, type = excluded.type`
+	// sqlRestoreDraw moves seq's sequence to $1 unless it is past it.
+	sqlRestoreDraw = `
+SELECT setval(pg_get_serial_sequence('ledger.events', 'seq'),
+              greatest($1::bigint, coalesce(pg_sequence_last_value(pg_get_serial_sequence('ledger.events', 'seq')::regclass), 1)))`
 	// sqlRestoreSequence moves seq's sequence past the restored rows, so
 	// that no later commit draws one of their seqs.
 	sqlRestoreSequence = `
@@ -51,6 +55,11 @@ func (s *Store) RestoreCommits(ctx context.Context, copies []Committed) ([]Resto
 	copies = slices.CompactFunc(copies, func(a, b Committed) bool { return a.EventID == b.EventID })
 	if len(copies) == 0 {
 		return nil, nil
+	}
+	// ledger.ensure_partitions makes partitions only past the newest seq
+	// drawn (migration 00012): the sequence moves past the copies first.
+	if _, err := s.pool.Exec(ctx, sqlRestoreDraw, copies[len(copies)-1].Seq); err != nil {
+		return nil, fmt.Errorf("fence: restore: move the seq sequence: %w", err)
 	}
 	if _, _, err := s.parts.ensure(ctx, copies[len(copies)-1].Seq); err != nil {
 		return nil, fmt.Errorf("fence: restore: make partitions: %w", err)

@@ -73,7 +73,7 @@ FROM ledger.leases ORDER BY partition`
 	// sqlTaskHead reads a task's head and whether versions of it are
 	// archived: those below its first version still in the hot log.
 	sqlTaskHead = `
-SELECT h.partition, h.version, h.seq, h.type,
+SELECT h.partition, h.version, h.seq, h.type, coalesce(h.owner, ''),
        CASE WHEN h.first_seq < z.below_seq THEN coalesce(
            (SELECT min(e.version) FROM ledger.events e
             WHERE e.task_id = h.task_id AND e.seq >= z.below_seq AND e.seq <= h.seq), h.version + 1) - 1
@@ -87,7 +87,7 @@ FROM ledger.heads h CROSS JOIN ledger.horizon z WHERE h.task_id = $1`
 	// is: a key probe per task, and the search of the hot log only for the
 	// few tasks that need it.
 	sqlTaskHeads = `
-SELECT t.ord, h.partition, h.version, h.seq, h.type
+SELECT t.ord, h.partition, h.version, h.seq, h.type, coalesce(h.owner, '')
 FROM unnest($1::text[]) WITH ORDINALITY AS t(task_id, ord)
 JOIN ledger.heads h ON h.task_id = t.task_id`
 	sqlTaskHeadsArchived = `
@@ -142,13 +142,13 @@ FROM t`
 	// sqlAppendHeads reads each task's head from ledger.heads, one probe of
 	// its primary key per task, whatever the length of the log.
 	sqlAppendHeads = `
-SELECT task_id, partition, version, first_seq FROM ledger.heads WHERE task_id = ANY($1::text[])`
+SELECT task_id, partition, version, first_seq, coalesce(owner, '') FROM ledger.heads WHERE task_id = ANY($1::text[])`
 
 	// sqlAppendHeadsFromLog reads the heads from the log itself, as before
 	// ledger.heads: only the negative control of the archive tests uses it,
 	// to show that a head read from the hot log forgets archived versions.
 	sqlAppendHeadsFromLog = `
-SELECT t.task_id, h.partition, h.version, 1::bigint
+SELECT t.task_id, h.partition, h.version, 1::bigint, ''
 FROM unnest($1::text[]) AS t(task_id)
 CROSS JOIN LATERAL (
     SELECT e.partition, e.version FROM ledger.events e
@@ -227,7 +227,7 @@ ins AS (
       OR (i.would_reject IS NOT NULL AND EXISTS (
           SELECT FROM ledger.fence_modes m WHERE m.partition = i.partition AND m.mode = 'observe'))
     ORDER BY i.ord
-    RETURNING event_id, seq, committed_at, partition, task_id, version, type
+    RETURNING event_id, seq, committed_at, partition, task_id, version, type, holder
 ),
 ids AS (
     INSERT INTO ledger.event_ids (event_id, seq)
@@ -236,7 +236,7 @@ ids AS (
     RETURNING 1
 ),
 moves AS (
-    SELECT DISTINCT ON (task_id) task_id, partition, version, seq, type,
+    SELECT DISTINCT ON (task_id) task_id, partition, version, seq, type, split_part(holder, '.', 1) AS owner,
            min(version) OVER w - 1 AS prev, min(seq) OVER w AS first_seq
     FROM ins WINDOW w AS (PARTITION BY task_id)
     ORDER BY task_id, version DESC
@@ -248,8 +248,8 @@ moved AS (
     RETURNING 1
 ),
 born AS (
-    INSERT INTO ledger.heads (task_id, partition, version, seq, type, first_seq)
-    SELECT task_id, partition, version, seq, type, first_seq FROM moves WHERE prev = 0
+    INSERT INTO ledger.heads (task_id, partition, version, seq, type, first_seq, owner)
+    SELECT task_id, partition, version, seq, type, first_seq, owner FROM moves WHERE prev = 0
     ORDER BY task_id
     ON CONFLICT (task_id) DO NOTHING
     RETURNING 1

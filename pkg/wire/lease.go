@@ -121,6 +121,10 @@ type TaskHeadReply struct {
 	// task has none), so that a new holder can tell a finished task from
 	// a running one.
 	Type *string `json:"type"`
+	// Owner is the principal that wrote version 1, which alone may write
+	// the task (this implementation's addition; contract §3, not_owner).
+	// Null for a task never committed, or one whose owner is not known.
+	Owner *string `json:"owner"`
 }
 
 // TaskHeadEventReply is the reply of ledger.task.head to a request with

@@ -48,6 +48,7 @@ const (
 
 	// Invalid.
 	ReasonWrongPartition  = "wrong_partition"
+	ReasonNotOwner        = "not_owner" // the task belongs to another principal
 	ReasonBadSubject      = "bad_subject"
 	ReasonBadPartition    = "bad_partition"
 	ReasonBadTask         = "bad_task_id"

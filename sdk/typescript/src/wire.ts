@@ -88,6 +88,8 @@ export interface TaskHead {
   version: number;
   seq?: number;
   type: string | null;
+  /** The principal that wrote version 1, which alone may write the task; null when none is known. */
+  owner?: string | null;
 }
 
 /** EventVerdict is what the verdict lookup answers for an event id. */

@@ -116,6 +116,9 @@ type Task struct {
 	Events     []TaskEvent
 	Rejections []TaskRejection
 	Projection TaskProjection
+	// Owner is the principal that wrote version 1, which alone may write
+	// the task; "" where none is known.
+	Owner string
 	// Archived, when the task's first versions were archived (ledgerctl
 	// archive), says which: Events then starts after them.
 	Archived string

@@ -37,6 +37,7 @@ type taskView struct {
 	Found      bool
 	Partition  int
 	Head       int64
+	Owner      string
 	Events     []eventRow
 	Rejections []TaskRejection
 	Projection TaskProjection
@@ -64,7 +65,7 @@ func (s *Server) taskView(ctx context.Context, id string) taskView {
 		v.Problem = s.hub.problem("read task", "the task could not be read (the console's log says why)", err)
 		return v
 	}
-	v.Rejections, v.Projection = t.Rejections, t.Projection
+	v.Rejections, v.Projection, v.Owner = t.Rejections, t.Projection, t.Owner
 	for i, e := range t.Events {
 		row := eventRow{TaskEvent: e}
 		if i > 0 && (e.Generation != t.Events[i-1].Generation || e.Holder != t.Events[i-1].Holder) {

@@ -2,6 +2,7 @@ package ctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -150,6 +151,9 @@ func (l *ctlLedger) Task(ctx context.Context, id string) (console.Task, error) {
 		return t, err
 	}
 	t.Archived = archived.Explanation
+	if err := l.pool.QueryRow(ctx, sqlTaskOwner, id).Scan(&t.Owner); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return t, schemaHint("read the task's owner", err)
+	}
 	for _, e := range events {
 		t.Events = append(t.Events, console.TaskEvent{Seq: e.Seq, EventID: e.EventID, Partition: e.Partition,
 			Version: e.Version, Type: e.Type, Holder: e.Holder, Generation: e.Generation, CommittedAt: e.CommittedAt,

@@ -113,13 +113,14 @@ func TestTaskShowsEventsRejectionsAndProjection(t *testing.T) {
 	res, err := e.store.Append(ctx, []fence.Event{
 		ev(1, "worker-a.1", "started", `{"step": 1}`),
 		ev(2, "worker-a.1", "running", `{"step":2,"pct":50}`),
-		ev(3, "worker-z.1", "running", `{"step":3}`), // not the holder: stale
+		ev(3, "worker-a.9", "running", `{"step":3}`), // not the holder: stale
 	})
 	require.NoError(t, err)
 	require.Equal(t, wire.VerdictStale, res[2].Verdict)
 
 	r := e.run("task", "report-7").ok(t)
 	assert.Contains(t, r.stdout, "head version 2")
+	assert.Contains(t, r.stdout, "owned by principal worker-a")
 	assert.Contains(t, r.stdout, `{"step":1}`)
 	assert.Contains(t, r.stdout, "running")
 	assert.Contains(t, r.stdout, "not_holder")

@@ -110,6 +110,10 @@ func Task(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var owner string
+	if err := pool.QueryRow(ctx, sqlTaskOwner, id).Scan(&owner); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return schemaHint("read the task's owner", err)
+	}
 	proj, err := projection(ctx, js, id)
 	if err != nil {
 		return err
@@ -135,6 +139,9 @@ func Task(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if archived.Versions > 0 {
 		fmt.Fprintf(stdout, "task %s: %s\n", id, archived.Explanation)
+	}
+	if owner != "" {
+		fmt.Fprintf(stdout, "task %s: owned by principal %s, which alone may write it\n", id, owner)
 	}
 	return printTask(stdout, id, events, rejections, proj)
 }
