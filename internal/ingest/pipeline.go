@@ -102,6 +102,9 @@ type lane struct {
 	// stored is, per task, the highest version whose LEDGER_LOG copy this
 	// lane stored; only the lane's finisher uses it.
 	stored map[string]int64
+	// epoch is the NATS connection's epoch stored was kept in
+	// (logtail.go); a reconnect clears stored.
+	epoch uint64
 	// parked holds, per task, the events waiting for an earlier version,
 	// by version; ready, those offered again before the channel's. Only
 	// the lane's own loop uses them (park.go).
@@ -402,6 +405,7 @@ func (s *Service) appendWithRetry(ctx context.Context, claims *fence.Claims, eve
 func (s *Service) storeCopies(ctx context.Context, l *lane, cb *committedBatch) bool {
 	delay := s.cfg.RetryMin
 	for attempt := 1; ; attempt++ {
+		s.forgetStored(l)
 		before, err := s.precedingCopies(ctx, l, cb.logged)
 		if err == nil {
 			cb.out = append(before, cb.out...)

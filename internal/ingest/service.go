@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -91,6 +92,7 @@ type Service struct {
 	letterMax  int // the largest dead letter the server and LEDGER_DLQ take
 	svc        micro.Service
 	copies     *copier
+	natsEpoch  atomic.Uint64 // NATS reconnects seen (logtail.go)
 }
 
 // Deps are what the service runs on.
@@ -202,6 +204,10 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.verify(ctx, true); err != nil && !errors.Is(err, errForgotten) {
 		s.log.Warn("cannot tell yet whether the database holds every acknowledged commit; appends wait until it can",
 			slog.String("error", err.Error()))
+	}
+	if s.cfg.LogTailWindow > 0 {
+		s.wg.Add(1)
+		go s.runLogTail()
 	}
 	s.claims = &claims{owner: s.cfg.owner(), runs: map[int]*partRun{}}
 	s.beat()
