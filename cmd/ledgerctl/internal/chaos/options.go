@@ -105,6 +105,8 @@ type Options struct {
 	PGCutEvery time.Duration
 	// Cluster runs three JetStream nodes and R3 streams.
 	Cluster bool
+	// NATSSyncAlways runs the nodes with sync_interval: always.
+	NATSSyncAlways bool
 	// Ingests is the number of ingest processes; default 2.
 	Ingests int
 	// Principal is the principal of the writers' holder ids,

@@ -400,6 +400,9 @@ func (r *run) startNATS(ctx context.Context) error {
 		name := fmt.Sprintf("nats-%d", i+1)
 		args := []string{"chaos", "nats", "-name", name, "-port", strconv.Itoa(ports[i]),
 			"-store", filepath.Join(r.dir, "nats", name)}
+		if r.o.NATSSyncAlways {
+			args = append(args, "-sync-always")
+		}
 		if r.o.Cluster {
 			args = append(args, "-cluster", "chaos-"+r.id, "-cluster-port", strconv.Itoa(ports[n+i]),
 				"-routes", strings.Join(routes, ","))

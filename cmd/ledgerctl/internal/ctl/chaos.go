@@ -223,7 +223,7 @@ func ChaosCheck(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // ChaosNATS runs one NATS server node of a chaos run ("chaos nats") until
 // it is interrupted.
 func ChaosNATS(ctx context.Context, args []string, _, stderr io.Writer) error {
-	f := NewFlags("ledgerctl chaos nats", "-name N -port P -store DIR [-cluster C -cluster-port P -routes URLS]",
+	f := NewFlags("ledgerctl chaos nats", "-name N -port P -store DIR [-cluster C -cluster-port P -routes URLS] [-sync-always]",
 		"Run an embedded nats-server with JetStream until interrupted: the NATS node a chaos run\n"+
 			"starts, kills and restarts (on the same port and store).", stderr)
 	var n chaos.NATSNode
@@ -233,6 +233,7 @@ func ChaosNATS(ctx context.Context, args []string, _, stderr io.Writer) error {
 	f.StringVar(&n.Cluster, "cluster", "", "cluster name (empty: standalone)")
 	f.IntVar(&n.ClusterPort, "cluster-port", 0, "route port on 127.0.0.1")
 	f.StringVar(&n.Routes, "routes", "", "route URLs of every node, comma separated")
+	f.BoolVar(&n.SyncAlways, "sync-always", false, "fsync every JetStream write before acknowledging it (sync_interval: always)")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
