@@ -48,7 +48,6 @@ func (s *Service) runLogTail() {
 		case <-s.stopping:
 			return
 		case <-connected:
-			s.natsEpoch.Add(1) // the lanes forget what they stored
 			pending, delay = true, s.cfg.RetryMin
 			due.Reset(0)
 		case <-due.C:
@@ -123,9 +122,10 @@ func (s *Service) lastLogged(ctx context.Context, partition int, task string) (i
 }
 
 // forgetStored clears what a lane remembers storing once NATS reconnected:
-// the copies may be gone with the server's unsynced tail.
+// the copies may be gone with the server's unsynced tail. The client counts
+// the reconnect before it sends anything on the new connection.
 func (s *Service) forgetStored(l *lane) {
-	if epoch := s.natsEpoch.Load(); epoch != l.epoch {
+	if epoch := s.nc.Stats().Reconnects; epoch != l.epoch {
 		clear(l.stored)
 		l.epoch = epoch
 	}

@@ -102,7 +102,7 @@ type lane struct {
 	// stored is, per task, the highest version whose LEDGER_LOG copy this
 	// lane stored; only the lane's finisher uses it.
 	stored map[string]int64
-	// epoch is the NATS connection's epoch stored was kept in
+	// epoch is the NATS client's reconnect count stored was kept in
 	// (logtail.go); a reconnect clears stored.
 	epoch uint64
 	// parked holds, per task, the events waiting for an earlier version,

@@ -40,7 +40,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -92,7 +91,6 @@ type Service struct {
 	letterMax  int // the largest dead letter the server and LEDGER_DLQ take
 	svc        micro.Service
 	copies     *copier
-	natsEpoch  atomic.Uint64 // NATS reconnects seen (logtail.go)
 }
 
 // Deps are what the service runs on.
