@@ -121,6 +121,9 @@ func (s *Service) lastLogged(ctx context.Context, partition int, task string) (i
 	return c.Version, nil
 }
 
+// reconnected reports whether NATS reconnected since the lane last looked.
+func (s *Service) reconnected(l *lane) bool { return s.nc.Stats().Reconnects != l.epoch }
+
 // forgetStored clears what a lane remembers storing once NATS reconnected:
 // the copies may be gone with the server's unsynced tail. The client counts
 // the reconnect before it sends anything on the new connection.

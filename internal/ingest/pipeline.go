@@ -401,38 +401,59 @@ func (s *Service) appendWithRetry(ctx context.Context, claims *fence.Claims, eve
 // storeCopies publishes the batch's copies and waits for their publish
 // acks, publishing again the ones that failed, until all are stored or the
 // service stops. A dead letter refused for its size is published again
-// without its body: no single message can wedge the lane.
+// without its body: no single message can wedge the lane. After NATS
+// reconnected it starts over with the whole batch, the copies before it
+// looked up again: the server may have lost copies it had acked.
 func (s *Service) storeCopies(ctx context.Context, l *lane, cb *committedBatch) bool {
+	for {
+		out, ok := s.withPreceding(ctx, l, cb)
+		if !ok {
+			return false
+		}
+		stored, again := s.publishCopies(ctx, l, cb, out)
+		if !again {
+			return stored
+		}
+	}
+}
+
+// withPreceding is the batch's copies after the earlier ones LEDGER_LOG
+// lacks (precedingCopies), retried until they are known.
+func (s *Service) withPreceding(ctx context.Context, l *lane, cb *committedBatch) ([]*nats.Msg, bool) {
 	delay := s.cfg.RetryMin
 	for attempt := 1; ; attempt++ {
 		s.forgetStored(l)
 		before, err := s.precedingCopies(ctx, l, cb.logged)
 		if err == nil {
-			cb.out = append(before, cb.out...)
-			break
+			return append(before, cb.out...), true
 		}
 		if ctx.Err() != nil {
-			return false
+			return nil, false
 		}
 		s.metrics.retry("log_order")
 		s.log.Warn("cannot tell which earlier log copies are missing; retrying", slog.Int("attempt", attempt),
 			slog.String("error", err.Error()))
 		if !s.sleep(ctx, delay) {
-			return false
+			return nil, false
 		}
 		delay = min(delay*2, s.cfg.RetryMax)
 	}
-	delay = s.cfg.RetryMin
-	pending := cb.out
+}
+
+// publishCopies stores out, publishing the failed copies again. again
+// reports that NATS reconnected meanwhile: the caller starts over.
+func (s *Service) publishCopies(ctx context.Context, l *lane, cb *committedBatch, out []*nats.Msg) (stored, again bool) {
+	delay := s.cfg.RetryMin
+	pending := out
 	for attempt := 1; ; attempt++ {
 		set := s.copies.publish(pending)
 		failed, lastErr, ok := s.copies.wait(ctx, set, s.cfg.PublishTimeout)
 		if !ok {
-			return false
+			return false, false
 		}
 		if len(failed) == 0 {
 			l.remember(cb.logged)
-			return true
+			return true, false
 		}
 		for i, f := range failed {
 			if isTooLarge(f.err) && f.msg.Header.Get(wire.HeaderVerdict) != "" {
@@ -443,7 +464,10 @@ func (s *Service) storeCopies(ctx context.Context, l *lane, cb *committedBatch) 
 		s.log.Warn("storing log/dead-letter copies failed; retrying", slog.Int("failed", len(failed)),
 			slog.Int("attempt", attempt), slog.String("error", lastErr.Error()))
 		if !s.sleep(ctx, delay) {
-			return false
+			return false, false
+		}
+		if s.reconnected(l) {
+			return false, true
 		}
 		delay = min(delay*2, s.cfg.RetryMax)
 		pending = pending[:0:0]

@@ -28,6 +28,9 @@ func (r *run) startFaults(ctx context.Context, wg *sync.WaitGroup) {
 			kinds = append(kinds, kind{FaultNATSRestart, r.o.NATSRestartEvery, r.restartNATS})
 		}
 		kinds = append(kinds, kind{FaultPGRestart, r.o.PGRestartEvery, r.restartPG})
+		if r.o.StorageLossEvery > 0 {
+			kinds = append(kinds, kind{FaultNATSLoss, r.o.StorageLossEvery, r.loseNATSStorage})
+		}
 		if len(r.pgProxies) > 0 {
 			kinds = append(kinds, kind{FaultPGCut, r.o.PGCutEvery, r.cutPG})
 		}
@@ -65,7 +68,7 @@ func (r *run) faultCounts() []FaultCount {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []FaultCount
-	for _, k := range []string{FaultSigstop, FaultKillIngest, FaultNATSRestart, FaultNATSKill, FaultPGRestart, FaultPGCut} {
+	for _, k := range []string{FaultSigstop, FaultKillIngest, FaultNATSRestart, FaultNATSKill, FaultPGRestart, FaultPGCut, FaultNATSLoss} {
 		if n, ok := r.faults[k]; ok {
 			out = append(out, FaultCount{Kind: k, Count: n})
 		}

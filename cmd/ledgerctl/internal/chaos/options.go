@@ -103,6 +103,17 @@ type Options struct {
 	// ingest go on) for 1 to 3 s; default 20 s. Each ingest reaches
 	// PostgreSQL through a TCP proxy of the run's (internal/faultproxy).
 	PGCutEvery time.Duration
+	// StorageLossEvery: kill -9 of the NATS server (with Cluster, of a
+	// random node), the newest block file of every stream cut short, as a
+	// power loss does to writes not yet synced, and a restart 1 s later;
+	// with Cluster, every other time a block in the middle of a stream's
+	// files on that one node is corrupted instead. Default Off.
+	StorageLossEvery time.Duration
+	// Resend makes the writers publish again, with its id, an event acked
+	// by JetStream that has no receipt this long after its ack (the
+	// SDK's re-send); default Off. A storage loss needs it: an acked
+	// event the server lost is not published again otherwise.
+	Resend time.Duration
 	// Cluster runs three JetStream nodes and R3 streams.
 	Cluster bool
 	// NATSSyncAlways runs the nodes with sync_interval: always.
@@ -165,6 +176,8 @@ func (o Options) WithDefaults() Options {
 	o.NATSRestartEvery = cmp.Or(o.NATSRestartEvery, NATSRestartEveryDefault)
 	o.PGRestartEvery = cmp.Or(o.PGRestartEvery, PGRestartEveryDefault)
 	o.PGCutEvery = cmp.Or(o.PGCutEvery, PGCutEveryDefault)
+	o.StorageLossEvery = cmp.Or(o.StorageLossEvery, Off)
+	o.Resend = cmp.Or(o.Resend, Off)
 	o.GapTimeout = cmp.Or(o.GapTimeout, GapTimeoutDefault)
 	o.DrainTimeout = cmp.Or(o.DrainTimeout, DrainTimeoutDefault)
 	o.Partitions = cmp.Or(o.Partitions, PartitionsDefault)

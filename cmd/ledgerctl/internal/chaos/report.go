@@ -16,6 +16,7 @@ const (
 	FaultNATSKill    = "nats_kill"
 	FaultPGRestart   = "pg_restart"
 	FaultPGCut       = "pg_cut"
+	FaultNATSLoss    = "nats_storage_loss"
 )
 
 // FaultCount is how often one kind of fault was injected.

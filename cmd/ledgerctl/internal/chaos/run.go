@@ -92,7 +92,9 @@ type run struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
 	faults map[string]int
-	exits  int
+	// storageLosses counts loseNATSStorage faults, to alternate their kind.
+	storageLosses int
+	exits         int
 }
 
 // Run runs a chaos run: it starts PostgreSQL, NATS, the ingests, the
@@ -368,6 +370,7 @@ func (r *run) startStack(ctx context.Context) error {
 	}
 	r.proj = r.newProc("projector", r.bin.projector, "-database-url", r.dbURL, "-nats-url", r.natsURL,
 		"-partition-count", strconv.Itoa(r.o.Partitions), "-replicas", replicas, "-gap-timeout", r.o.GapTimeout.String(),
+		"-reconcile-every", reconcileEvery.String(), "-reconcile-grace", reconcileGrace.String(),
 		"-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[r.o.Ingests]))
 	if err := r.proj.start(); err != nil {
 		return err
@@ -528,6 +531,9 @@ func (r *run) startWriter(p, k int) (*proc, error) {
 	if r.downURL != "" {
 		args = append(args, "-downstream-url", r.downURL)
 	}
+	if r.o.Resend > 0 {
+		args = append(args, "-resend", r.o.Resend.String())
+	}
 	w := r.newProc(holder, r.bin.ledgerctl, args...)
 	w.onExit = func(p *proc, err error) {
 		r.onExit(p, err)
@@ -678,3 +684,12 @@ func (r *run) teardown() {
 		r.pg.Stop()
 	}
 }
+
+// A run's projector compares the task heads with the projections every
+// second, and counts one behind after 5 s (its defaults are 5 s and 30 s):
+// what a storage loss took from the bucket is folded again before the
+// checker reads it.
+const (
+	reconcileEvery = time.Second
+	reconcileGrace = 5 * time.Second
+)

@@ -69,6 +69,8 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.DurationVar(&o.NATSRestartEvery, "nats-restart-every", chaos.NATSRestartEveryDefault, "mean time between NATS restarts (kill -9; with -cluster of one node); 0: none")
 	f.DurationVar(&o.PGRestartEvery, "pg-restart-every", chaos.PGRestartEveryDefault, "mean time between immediate-mode PostgreSQL restarts; 0: none")
 	f.DurationVar(&o.PGCutEvery, "pg-cut-every", chaos.PGCutEveryDefault, "mean time between 1-3 s cuts of the network between an ingest and PostgreSQL; 0: none")
+	f.DurationVar(&o.StorageLossEvery, "storage-loss-every", 0, "mean time between kill -9 of NATS (with -cluster of one node) with the tail of its stream files cut (with -cluster, every other time a block corrupted); 0: none")
+	f.DurationVar(&o.Resend, "resend", 0, "writers publish again an acked event with no receipt after this long (the SDK's re-send); 0: never")
 	f.BoolVar(&o.Cluster, "cluster", false, "three JetStream nodes and R3 streams; kill -9 of a node instead of the server's restart")
 	f.IntVar(&o.Ingests, "ingests", chaos.IngestsDefault, "ingest processes")
 	f.StringVar(&o.Principal, "principal", chaos.PrincipalDefault, "principal of the writers' holder ids (with -external: their NATS user)")
@@ -88,7 +90,7 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return Usagef("unexpected argument %q", f.Arg(0))
 	}
 	o.Seed = *seed
-	for _, d := range []*time.Duration{&o.SigstopEvery, &o.KillIngestEvery, &o.NATSRestartEvery, &o.PGRestartEvery, &o.PGCutEvery} {
+	for _, d := range []*time.Duration{&o.SigstopEvery, &o.KillIngestEvery, &o.NATSRestartEvery, &o.PGRestartEvery, &o.PGCutEvery, &o.StorageLossEvery, &o.Resend} {
 		if *d == 0 {
 			*d = chaos.Off
 		}
@@ -131,6 +133,7 @@ func ChaosWriter(ctx context.Context, args []string, _, stderr io.Writer) error 
 	f.DurationVar(&cfg.TTL, "ttl", chaos.WriterTTLDefault, "lease TTL")
 	f.Float64Var(&cfg.Rate, "rate", chaos.WriterRateDefault, "events per second while holding the lease")
 	f.DurationVar(&cfg.Zombie, "zombie", chaos.ZombieDefault, "how long to keep publishing with the old generation after a pause; 0: not at all")
+	f.DurationVar(&cfg.Resend, "resend", 0, "publish again an acked event with no receipt after this long; 0: never")
 	logPath := f.String("log", "", "writer log file to create (required)")
 	downstream := f.String("downstream-url", "", "downstream database to perform each checkpoint's effect on directly, fenced; empty: none")
 	if err := f.Parse(args); err != nil {
