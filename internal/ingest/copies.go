@@ -113,6 +113,13 @@ func (c *copier) publish(msgs []*nats.Msg) *copySet {
 		close(set.done)
 		return set
 	}
+	// While the connection is down the client would buffer the copies and
+	// send them once it reconnects, ahead of the earlier copies a server
+	// that lost its tail needs first (storeCopies starts over instead).
+	if !c.nc.IsConnected() {
+		set.failPending(nats.ErrConnectionReconnecting)
+		return set
+	}
 	prefix := c.inbox + strconv.FormatUint(set.id, 10) + "."
 	for i, m := range msgs {
 		m.Reply = prefix + strconv.Itoa(i)
