@@ -612,7 +612,8 @@ func (r *run) drainAndCheck(ctx context.Context) (*History, *Report, error) {
 				}
 				rep = Check(h)
 			}
-			r.logf("not drained after %v: LEDGER_IN (or the effect runner) holds %d messages; checking what there is", r.o.DrainTimeout, pending)
+			r.logf("not drained after %v: LEDGER_IN (or the effect runner) holds %d messages (%d of LEDGER_IN's before its consumers' positions); checking what there is",
+				r.o.DrainTimeout, pending, r.inboundBehind(ctx))
 			return h, rep, nil
 		}
 		time.Sleep(time.Second)
@@ -632,6 +633,27 @@ func (r *run) inboundPending(ctx context.Context) int64 {
 		return -1
 	}
 	return int64(s.CachedInfo().State.Msgs)
+}
+
+// inboundBehind is how many LEDGER_IN messages no consumer will deliver:
+// the stream's count less what its consumers have pending or unacked
+// (messages a storage loss brought back below their ack floors).
+func (r *run) inboundBehind(ctx context.Context) int64 {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := r.js.Stream(sctx, wire.StreamIn)
+	if err != nil {
+		return -1
+	}
+	n := int64(s.CachedInfo().State.Msgs)
+	infos := s.ListConsumers(sctx)
+	for info := range infos.Info() {
+		n -= int64(info.NumPending) + int64(info.NumAckPending)
+	}
+	if infos.Err() != nil {
+		return -1
+	}
+	return n
 }
 
 // teardown stops everything the run started.

@@ -9,11 +9,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
-// loseNATSStorage kills the NATS server (with Cluster, a random node) with
-// SIGKILL and damages its store before it starts again 1 s later, as a
+// loseNATSStorage stops the ingests for 1.5 s (SIGSTOP), then kills the
+// NATS server (with Cluster, a random node) with SIGKILL and damages its store before it starts again 1 s later, as a
 // power loss or a failing disk would: the newest block file of every
 // stream is cut short (the writes not yet synced are gone), or, on a
 // cluster every other time, a block in the middle of one stream's files
@@ -26,7 +27,16 @@ func (r *run) loseNATSStorage(ctx context.Context) {
 	}
 	n := r.nodes[i]
 	store := filepath.Join(r.dir, "nats", n.name)
+	// The ingests fall behind first, so the lost tail of LEDGER_IN holds
+	// events acknowledged to the writers and not yet decided.
+	for _, in := range r.ingests {
+		_ = in.signal(syscall.SIGSTOP)
+	}
+	pause(ctx, 1500*time.Millisecond)
 	n.kill()
+	for _, in := range r.ingests {
+		_ = in.signal(syscall.SIGCONT)
+	}
 	r.mu.Lock()
 	r.storageLosses++
 	corrupt := r.o.Cluster && r.storageLosses%2 == 0
