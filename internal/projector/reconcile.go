@@ -108,33 +108,31 @@ func (s *Service) headsPage(ctx context.Context) ([]headRow, error) {
 	return heads, nil
 }
 
-// behind picks the settled heads whose projection is below them. A task
-// that waits for a missing version, or that is held, is left alone: it is
-// on its way already.
+// behind picks the settled heads whose bucket value is below them. The
+// bucket is read even for a task the engine holds: the value the engine
+// wrote may be the one the server lost. A task that waits for a missing
+// version, or that is held, is left alone: it is on its way already.
 func (s *Service) behind(ctx context.Context, heads []headRow) []headRow {
-	var out []headRow
-	var unknown []headRow
+	var check []headRow
 	for _, h := range heads {
 		if !h.settled || s.held[h.task] != nil {
 			continue
 		}
-		st, resident := s.engine.State(h.task)
-		switch {
-		case !resident:
-			unknown = append(unknown, h)
-		case st.Gap == nil && st.Version < h.version:
-			out = append(out, h)
+		if st, resident := s.engine.State(h.task); resident && st.Gap != nil {
+			continue
 		}
+		check = append(check, h)
 	}
-	if len(unknown) == 0 {
-		return out
+	if len(check) == 0 {
+		return nil
 	}
-	events := make([]projection.Event, len(unknown))
-	for i, h := range unknown {
+	events := make([]projection.Event, len(check))
+	for i, h := range check {
 		events[i].Task = h.task
 	}
-	read := s.readAhead(ctx, events)
-	for _, h := range unknown {
+	read := s.readValues(ctx, events)
+	var out []headRow
+	for _, h := range check {
 		entry, err := read.take(h.task)
 		if entry == nil && err == nil {
 			entry, err = s.kv.Get(ctx, h.task)
@@ -154,10 +152,16 @@ func (s *Service) behind(ctx context.Context, heads []headRow) []headRow {
 	return out
 }
 
-// reconcileFrom makes a task resident and returns its projected version.
+// reconcileFrom loads a task from its bucket value and returns the version
+// it holds.
 // A value that was not a projection of its task comes back folded again,
 // and goes into changed to be written over.
 func (s *Service) reconcileFrom(ctx context.Context, task string, changed map[string]projection.State) (int64, error) {
+	// A resident task is loaded again from what the bucket holds now, at
+	// its current revision: the engine's state is not in the bucket.
+	if s.engine.Evict(task) {
+		delete(s.revs, task)
+	}
 	if _, resident := s.engine.State(task); !resident {
 		rewrite, err := s.load(ctx, task, nil)
 		if err != nil {

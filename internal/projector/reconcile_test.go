@@ -104,3 +104,23 @@ func TestAHeadWithinTheGraceIsLeftToItsCopy(t *testing.T) {
 	_, ok := e.state("fresh")
 	require.False(t, ok, "no projection is folded from PostgreSQL within the grace")
 }
+
+// The bucket loses a value the running projector wrote and still holds in
+// memory: the projector reads the bucket, not its memory, and writes the
+// task again.
+func TestAValueLostUnderARunningProjectorIsWrittenAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	events := e.commitHead(6, "resident", []string{"running", "done"}, []string{`{"a":1}`, `{"b":2}`})
+	for _, c := range events {
+		e.publishLog(c)
+	}
+	e.start(reconciling())
+	e.waitState("resident", 10*time.Second, func(st projection.State) bool { return st.Version == 2 })
+
+	e.loseSubject("KV_"+wire.BucketTasks, "$KV."+wire.BucketTasks+".resident")
+	status, data := fold(t, events)
+	st := e.waitState("resident", 15*time.Second, func(st projection.State) bool { return st.Version == 2 })
+	require.Equal(t, status, st.Status)
+	jsonEq(t, data, st.Data, "the lost value is written again")
+}
