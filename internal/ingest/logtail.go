@@ -66,6 +66,13 @@ func (s *Service) runLogTail() {
 				s.log.Warn("LEDGER_LOG lacked committed copies at its tail; published them again from the database",
 					slog.Int("copies", n))
 			}
+			if _, err := s.restartBehind(s.workCtx); err != nil {
+				s.log.Warn("checking the partition consumers against LEDGER_IN failed; trying again",
+					slog.String("error", err.Error()))
+				due.Reset(delay)
+				delay = min(2*delay, s.cfg.RetryMax)
+				continue
+			}
 			pending = false
 		}
 	}
