@@ -28,15 +28,18 @@ func (r *run) loseNATSStorage(ctx context.Context) {
 	n := r.nodes[i]
 	store := filepath.Join(r.dir, "nats", n.name)
 	// The ingests fall behind first, so the lost tail of LEDGER_IN holds
-	// events acknowledged to the writers and not yet decided.
+	// events acknowledged to the writers and not yet decided. They run
+	// again when the server dies: one frozen with a dead connection would
+	// send its first copies before it noticed, and the client sends what it
+	// buffered to the new server first.
 	for _, in := range r.ingests {
 		_ = in.signal(syscall.SIGSTOP)
 	}
 	pause(ctx, 1500*time.Millisecond)
-	n.kill()
 	for _, in := range r.ingests {
 		_ = in.signal(syscall.SIGCONT)
 	}
+	n.kill()
 	r.mu.Lock()
 	r.storageLosses++
 	corrupt := r.o.Cluster && r.storageLosses%2 == 0
