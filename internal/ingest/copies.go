@@ -53,9 +53,10 @@ type copySet struct {
 }
 
 // failedCopy is a copy that was not stored, and why (nil: no ack came).
+// orig is the message as published; msg is what to publish again.
 type failedCopy struct {
-	msg *nats.Msg
-	err error
+	msg, orig *nats.Msg
+	err       error
 }
 
 func newCopier(nc *nats.Conn) (*copier, error) {
@@ -207,7 +208,7 @@ func (c *copier) wait(ctx context.Context, set *copySet, timeout time.Duration) 
 	defer set.mu.Unlock()
 	for i, stored := range set.stored {
 		if !stored {
-			failed = append(failed, failedCopy{msg: set.msgs[i], err: set.errs[i]})
+			failed = append(failed, failedCopy{msg: set.msgs[i], orig: set.msgs[i], err: set.errs[i]})
 		}
 	}
 	if len(failed) > 0 && set.lastErr == nil {

@@ -470,11 +470,31 @@ func (s *Service) publishCopies(ctx context.Context, l *lane, cb *committedBatch
 			return false, true
 		}
 		delay = min(delay*2, s.cfg.RetryMax)
-		pending = pending[:0:0]
-		for _, f := range failed {
-			pending = append(pending, f.msg)
+		pending = fromFirstFailed(pending, failed)
+	}
+}
+
+// fromFirstFailed is pending from its first failed copy on, every later
+// copy included: a copy stored after one that failed is published again
+// behind it (deduplicated by its id), so no version is stored before the
+// one preceding it. A failed copy is replaced by its retried message (a
+// dead letter shrunk for its size).
+func fromFirstFailed(pending []*nats.Msg, failed []failedCopy) []*nats.Msg {
+	retry := make(map[*nats.Msg]*nats.Msg, len(failed))
+	for _, f := range failed {
+		retry[f.orig] = f.msg
+	}
+	var out []*nats.Msg
+	for _, m := range pending {
+		r, ok := retry[m]
+		switch {
+		case ok:
+			out = append(out, r)
+		case len(out) > 0:
+			out = append(out, m)
 		}
 	}
+	return out
 }
 
 // sleep waits for d, or until the service stops working (false). The
