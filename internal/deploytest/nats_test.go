@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
@@ -76,6 +77,8 @@ func TestNATSClusterFiles(t *testing.T) {
 		require.Equal(t, []string{"nats-1:6222", "nats-2:6222", "nats-3:6222"}, routes, "every node routes to every node")
 		require.NotEmpty(t, o.Nkeys, "the cluster includes the generated auth.conf")
 		require.Equal(t, 8222, o.HTTPPort, "monitoring for healthz")
+		require.Equal(t, 2*time.Minute, o.SyncInterval, "the sync policy docs/operations.md recommends for a cluster")
+		require.False(t, o.SyncAlways)
 	}
 	require.Equal(t, []string{"nats-1", "nats-2", "nats-3"}, names)
 }
@@ -95,6 +98,7 @@ func TestJWTExampleRunsInOperatorMode(t *testing.T) {
 	require.NotNil(t, o.AccountResolver, "the MEMORY resolver")
 	require.True(t, o.JetStream)
 	require.Equal(t, 8222, o.HTTPPort)
+	require.True(t, o.SyncAlways, "one node syncs every write (docs/operations.md, \"The sync policy\")")
 	for _, f := range []string{"auth/resolver.conf", "auth/ingest.creds", "auth/worker-reports.creds", "auth/keys/signing-worker.nk"} {
 		_, err := os.Stat(filepath.Join(root, f))
 		require.NoError(t, err)

@@ -127,6 +127,12 @@ type Config struct {
 	// PublishTimeout bounds the wait for a copy's publish ack before the
 	// copy is published again; default 5 s.
 	PublishTimeout time.Duration
+	// LogTailWindow is how far back, at start and after each reconnect to
+	// NATS, the ingest checks that LEDGER_LOG holds every task's last
+	// commit, and publishes again from PostgreSQL what it lacks
+	// (logtail.go); default 10 min (past NATS's default sync interval of
+	// 2 min), negative turns it off.
+	LogTailWindow time.Duration
 
 	// hooks are test seams; nil in production.
 	hooks *hooks
@@ -170,6 +176,7 @@ func (c Config) WithDefaults() Config {
 	c.NotYetDelayMax = cmp.Or(c.NotYetDelayMax, NotYetDelayMaxDefault)
 	c.StopTimeout = cmp.Or(c.StopTimeout, StopTimeoutDefault)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
+	c.LogTailWindow = cmp.Or(c.LogTailWindow, LogTailWindowDefault)
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
 	c.MaxWaitingPerPrincipal = cmp.Or(c.MaxWaitingPerPrincipal, MaxWaitingPerPrincipalDefault)
 	c.ClaimTTL = cmp.Or(c.ClaimTTL, ClaimTTLDefault)

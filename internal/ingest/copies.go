@@ -53,9 +53,10 @@ type copySet struct {
 }
 
 // failedCopy is a copy that was not stored, and why (nil: no ack came).
+// orig is the message as published; msg is what to publish again.
 type failedCopy struct {
-	msg *nats.Msg
-	err error
+	msg, orig *nats.Msg
+	err       error
 }
 
 func newCopier(nc *nats.Conn) (*copier, error) {
@@ -111,6 +112,13 @@ func (c *copier) publish(msgs []*nats.Msg) *copySet {
 	c.mu.Unlock()
 	if len(msgs) == 0 {
 		close(set.done)
+		return set
+	}
+	// While the connection is down the client would buffer the copies and
+	// send them once it reconnects, ahead of the earlier copies a server
+	// that lost its tail needs first (storeCopies starts over instead).
+	if !c.nc.IsConnected() {
+		set.failPending(nats.ErrConnectionReconnecting)
 		return set
 	}
 	prefix := c.inbox + strconv.FormatUint(set.id, 10) + "."
@@ -200,7 +208,7 @@ func (c *copier) wait(ctx context.Context, set *copySet, timeout time.Duration) 
 	defer set.mu.Unlock()
 	for i, stored := range set.stored {
 		if !stored {
-			failed = append(failed, failedCopy{msg: set.msgs[i], err: set.errs[i]})
+			failed = append(failed, failedCopy{msg: set.msgs[i], orig: set.msgs[i], err: set.errs[i]})
 		}
 	}
 	if len(failed) > 0 && set.lastErr == nil {

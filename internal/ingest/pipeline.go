@@ -102,6 +102,9 @@ type lane struct {
 	// stored is, per task, the highest version whose LEDGER_LOG copy this
 	// lane stored; only the lane's finisher uses it.
 	stored map[string]int64
+	// epoch is the NATS client's reconnect count stored was kept in
+	// (logtail.go); a reconnect clears stored.
+	epoch uint64
 	// parked holds, per task, the events waiting for an earlier version,
 	// by version; ready, those offered again before the channel's. Only
 	// the lane's own loop uses them (park.go).
@@ -398,37 +401,59 @@ func (s *Service) appendWithRetry(ctx context.Context, claims *fence.Claims, eve
 // storeCopies publishes the batch's copies and waits for their publish
 // acks, publishing again the ones that failed, until all are stored or the
 // service stops. A dead letter refused for its size is published again
-// without its body: no single message can wedge the lane.
+// without its body: no single message can wedge the lane. After NATS
+// reconnected it starts over with the whole batch, the copies before it
+// looked up again: the server may have lost copies it had acked.
 func (s *Service) storeCopies(ctx context.Context, l *lane, cb *committedBatch) bool {
+	for {
+		out, ok := s.withPreceding(ctx, l, cb)
+		if !ok {
+			return false
+		}
+		stored, again := s.publishCopies(ctx, l, cb, out)
+		if !again {
+			return stored
+		}
+	}
+}
+
+// withPreceding is the batch's copies after the earlier ones LEDGER_LOG
+// lacks (precedingCopies), retried until they are known.
+func (s *Service) withPreceding(ctx context.Context, l *lane, cb *committedBatch) ([]*nats.Msg, bool) {
 	delay := s.cfg.RetryMin
 	for attempt := 1; ; attempt++ {
+		s.forgetStored(l)
 		before, err := s.precedingCopies(ctx, l, cb.logged)
 		if err == nil {
-			cb.out = append(before, cb.out...)
-			break
+			return append(before, cb.out...), true
 		}
 		if ctx.Err() != nil {
-			return false
+			return nil, false
 		}
 		s.metrics.retry("log_order")
 		s.log.Warn("cannot tell which earlier log copies are missing; retrying", slog.Int("attempt", attempt),
 			slog.String("error", err.Error()))
 		if !s.sleep(ctx, delay) {
-			return false
+			return nil, false
 		}
 		delay = min(delay*2, s.cfg.RetryMax)
 	}
-	delay = s.cfg.RetryMin
-	pending := cb.out
+}
+
+// publishCopies stores out, publishing the failed copies again. again
+// reports that NATS reconnected meanwhile: the caller starts over.
+func (s *Service) publishCopies(ctx context.Context, l *lane, cb *committedBatch, out []*nats.Msg) (stored, again bool) {
+	delay := s.cfg.RetryMin
+	pending := out
 	for attempt := 1; ; attempt++ {
 		set := s.copies.publish(pending)
 		failed, lastErr, ok := s.copies.wait(ctx, set, s.cfg.PublishTimeout)
 		if !ok {
-			return false
+			return false, false
 		}
 		if len(failed) == 0 {
 			l.remember(cb.logged)
-			return true
+			return true, false
 		}
 		for i, f := range failed {
 			if isTooLarge(f.err) && f.msg.Header.Get(wire.HeaderVerdict) != "" {
@@ -439,14 +464,37 @@ func (s *Service) storeCopies(ctx context.Context, l *lane, cb *committedBatch) 
 		s.log.Warn("storing log/dead-letter copies failed; retrying", slog.Int("failed", len(failed)),
 			slog.Int("attempt", attempt), slog.String("error", lastErr.Error()))
 		if !s.sleep(ctx, delay) {
-			return false
+			return false, false
+		}
+		if s.reconnected(l) {
+			return false, true
 		}
 		delay = min(delay*2, s.cfg.RetryMax)
-		pending = pending[:0:0]
-		for _, f := range failed {
-			pending = append(pending, f.msg)
+		pending = fromFirstFailed(pending, failed)
+	}
+}
+
+// fromFirstFailed is pending from its first failed copy on, every later
+// copy included: a copy stored after one that failed is published again
+// behind it (deduplicated by its id), so no version is stored before the
+// one preceding it. A failed copy is replaced by its retried message (a
+// dead letter shrunk for its size).
+func fromFirstFailed(pending []*nats.Msg, failed []failedCopy) []*nats.Msg {
+	retry := make(map[*nats.Msg]*nats.Msg, len(failed))
+	for _, f := range failed {
+		retry[f.orig] = f.msg
+	}
+	var out []*nats.Msg
+	for _, m := range pending {
+		r, ok := retry[m]
+		switch {
+		case ok:
+			out = append(out, r)
+		case len(out) > 0:
+			out = append(out, m)
 		}
 	}
+	return out
 }
 
 // sleep waits for d, or until the service stops working (false). The

@@ -203,6 +203,10 @@ func (s *Service) Start(ctx context.Context) error {
 		s.log.Warn("cannot tell yet whether the database holds every acknowledged commit; appends wait until it can",
 			slog.String("error", err.Error()))
 	}
+	if s.cfg.LogTailWindow > 0 {
+		s.wg.Add(1)
+		go s.runLogTail()
+	}
 	s.claims = &claims{owner: s.cfg.owner(), runs: map[int]*partRun{}}
 	s.beat()
 	s.wg.Add(1)

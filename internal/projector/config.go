@@ -28,6 +28,14 @@ const (
 	AckWaitDefault = 30 * time.Second
 	// StopTimeoutDefault bounds Stop: 10 s.
 	StopTimeoutDefault = 10 * time.Second
+	// ReconcileEveryDefault is how often a page of task heads is compared
+	// with the projections: 5 s.
+	ReconcileEveryDefault = 5 * time.Second
+	// ReconcilePageDefault is how many task heads one reconciliation reads: 500.
+	ReconcilePageDefault = 500
+	// ReconcileGraceDefault is how long a head is left to its log copy before
+	// a projection below it counts as behind: 30 s.
+	ReconcileGraceDefault = 30 * time.Second
 )
 
 // Config configures a projector.
@@ -56,6 +64,16 @@ type Config struct {
 	// before it cancels the turn's I/O and hands its messages back to
 	// JetStream; default 10 s.
 	StopTimeout time.Duration
+	// ReconcileEvery is how often a page of ledger.heads is compared with
+	// the projections, and what they miss folded from PostgreSQL
+	// (reconcile.go); default 5 s, negative turns it off.
+	ReconcileEvery time.Duration
+	// ReconcilePage is how many heads one reconciliation reads; default 500.
+	// A whole sweep takes tasks / ReconcilePage × ReconcileEvery.
+	ReconcilePage int
+	// ReconcileGrace is how long a head is left to its log copy before a
+	// projection below it counts as behind; default 30 s.
+	ReconcileGrace time.Duration
 	// TasksMaxBytes and MarksMaxBytes size the buckets ledger_tasks and
 	// ledger_projector (max_bytes). 0 keeps the size of the definition in
 	// streams/ (512 MiB and 32 MiB), -1 lifts the limit. streams/README.md
@@ -78,6 +96,9 @@ func (c Config) WithDefaults() Config {
 	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
 	c.StopTimeout = cmp.Or(c.StopTimeout, StopTimeoutDefault)
+	c.ReconcileEvery = cmp.Or(c.ReconcileEvery, ReconcileEveryDefault)
+	c.ReconcilePage = cmp.Or(c.ReconcilePage, ReconcilePageDefault)
+	c.ReconcileGrace = cmp.Or(c.ReconcileGrace, ReconcileGraceDefault)
 	c.Engine = c.Engine.WithDefaults()
 	return c
 }
@@ -91,8 +112,8 @@ func (c Config) validate() error {
 	if !wire.ValidID(c.Prefix) {
 		return fmt.Errorf("projector: prefix %q must be one subject token", c.Prefix)
 	}
-	if c.BatchSize < 1 || c.RefetchLimit < 1 {
-		return fmt.Errorf("projector: batch size and re-fetch limit must be positive")
+	if c.BatchSize < 1 || c.RefetchLimit < 1 || c.ReconcilePage < 1 {
+		return fmt.Errorf("projector: batch size, re-fetch limit and reconciliation page must be positive")
 	}
 	if c.StopTimeout < 0 || c.TasksMaxBytes < -1 || c.MarksMaxBytes < -1 {
 		return fmt.Errorf("projector: stop timeout must not be negative, bucket sizes -1 or more")

@@ -24,6 +24,7 @@ type metrics struct {
 	heldTasks    prometheus.Gauge
 	loadFailures prometheus.Counter
 	tasksInMem   prometheus.Gauge
+	reconciled   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,6 +53,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		heldTasks:    g("ledger_projector_held_tasks", "Tasks whose latest state the bucket refused and that wait to be written."),
 		loadFailures: c("ledger_projector_load_failures_total", "Stored projections that could not be read; the events that needed them are redelivered."),
 		tasksInMem:   g("ledger_projector_tasks_in_memory", "Tasks the engine holds."),
+		reconciled: c("ledger_projector_reconciled_total",
+			"Projections found behind their task's head in PostgreSQL (a log copy or a bucket value JetStream lost) and folded again."),
 	}
 }
 

@@ -60,6 +60,7 @@ type Service struct {
 	// valueLimit is the largest value the bucket takes: its max_value_size
 	// and the connection's max payload, less room for the headers.
 	valueLimit int
+	recon      reconciler
 
 	in         chan jetstream.Msg
 	consume    jetstream.ConsumeContext

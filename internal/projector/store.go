@@ -265,16 +265,36 @@ func (r readAhead) take(task string) (jetstream.KeyValueEntry, error) {
 // is read here is what a read at the task's first event would see.
 func (s *Service) readAhead(ctx context.Context, events []projection.Event) readAhead {
 	var tasks []string
+	for _, t := range s.unread(events) {
+		if _, resident := s.engine.State(t); !resident {
+			tasks = append(tasks, t)
+		}
+	}
+	return s.readTasks(ctx, tasks)
+}
+
+// readValues reads the bucket values of the events' tasks, resident or
+// not, that are not held back.
+func (s *Service) readValues(ctx context.Context, events []projection.Event) readAhead {
+	return s.readTasks(ctx, s.unread(events))
+}
+
+// unread is the distinct tasks of events that are not held back.
+func (s *Service) unread(events []projection.Event) []string {
+	var tasks []string
 	seen := map[string]bool{}
 	for _, ev := range events {
 		if ev.Task == "" || seen[ev.Task] || s.held[ev.Task] != nil {
 			continue
 		}
 		seen[ev.Task] = true
-		if _, resident := s.engine.State(ev.Task); !resident {
-			tasks = append(tasks, ev.Task)
-		}
+		tasks = append(tasks, ev.Task)
 	}
+	return tasks
+}
+
+// readTasks reads the tasks' values, up to readAheadMax at a time.
+func (s *Service) readTasks(ctx context.Context, tasks []string) readAhead {
 	if len(tasks) < 2 {
 		return nil // one read: load makes it
 	}

@@ -21,6 +21,8 @@ func (s *Service) run(ctx context.Context) {
 	defer s.giveBack()
 	tick := time.NewTicker(s.cfg.RefetchEvery)
 	defer tick.Stop()
+	reconcile, stopReconcile := s.reconcileTicker()
+	defer stopReconcile()
 	for {
 		select {
 		case <-s.stop:
@@ -29,6 +31,8 @@ func (s *Service) run(ctx context.Context) {
 			s.turn(ctx, s.fill([]jetstream.Msg{m}))
 		case <-tick.C:
 			s.turn(ctx, nil)
+		case <-reconcile:
+			s.reconcileTurn(ctx)
 		}
 	}
 }

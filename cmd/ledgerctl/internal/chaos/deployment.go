@@ -35,6 +35,12 @@ type DeploymentOptions struct {
 	// NoProjector leaves the projector out: a latency run measures the
 	// path to the receipt, which the projector is not on.
 	NoProjector bool
+	// Cluster runs three nats-server nodes and R3 streams and buckets;
+	// default one node and R1.
+	Cluster bool
+	// NATSSyncAlways runs the nodes with sync_interval: always; default
+	// the server's periodic sync (2 min).
+	NATSSyncAlways bool
 }
 
 // Deployment is the ledger as processes, the way it is deployed and with no
@@ -61,7 +67,12 @@ type DeployedProcess struct {
 // projector are ready. Stop it with Stop.
 func StartDeployment(ctx context.Context, o DeploymentOptions) (_ *Deployment, err error) {
 	parts := cmp.Or(o.Partitions, wire.PartitionsDefault)
-	ro := Options{Partitions: parts, Ingests: 1, Bin: o.Bin, Dir: o.Dir, Progress: o.Progress}.WithDefaults()
+	ro := Options{Partitions: parts, Ingests: 1, Bin: o.Bin, Dir: o.Dir, Progress: o.Progress, Cluster: o.Cluster,
+		NATSSyncAlways: o.NATSSyncAlways}.WithDefaults()
+	replicas := "1"
+	if o.Cluster {
+		replicas = "3"
+	}
 	r := newRun(ro)
 	if err := r.findBinaries(); err != nil {
 		return nil, err
@@ -94,7 +105,7 @@ func StartDeployment(ctx context.Context, o DeploymentOptions) (_ *Deployment, e
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"-database-url", r.dbURL, "-nats-url", r.natsURL, "-partitions", strconv.Itoa(parts),
+	args := append([]string{"-database-url", r.dbURL, "-nats-url", r.natsURL, "-partitions", strconv.Itoa(parts), "-replicas", replicas,
 		"-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[0])}, o.IngestArgs...)
 	ing := d.newProc("ingest", r.bin.ingest, args...)
 	r.ingests = append(r.ingests, ing)
@@ -110,7 +121,7 @@ func StartDeployment(ctx context.Context, o DeploymentOptions) (_ *Deployment, e
 		return d, nil
 	}
 	r.proj = d.newProc("projector", r.bin.projector, "-database-url", r.dbURL, "-nats-url", r.natsURL,
-		"-partition-count", strconv.Itoa(parts), "-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]))
+		"-partition-count", strconv.Itoa(parts), "-replicas", replicas, "-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]))
 	if err := r.proj.start(); err != nil {
 		return nil, err
 	}

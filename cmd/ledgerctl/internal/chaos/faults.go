@@ -32,6 +32,9 @@ func (r *run) startFaults(ctx context.Context, wg *sync.WaitGroup) {
 		} else {
 			kinds = append(kinds, kind{FaultPGRestart, r.o.PGRestartEvery, r.restartPG})
 		}
+		if r.o.StorageLossEvery > 0 {
+			kinds = append(kinds, kind{FaultNATSLoss, r.o.StorageLossEvery, r.loseNATSStorage})
+		}
 		if len(r.pgProxies) > 0 {
 			kinds = append(kinds, kind{FaultPGCut, r.o.PGCutEvery, r.cutPG})
 		}
@@ -69,7 +72,7 @@ func (r *run) faultCounts() []FaultCount {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []FaultCount
-	for _, k := range []string{FaultSigstop, FaultKillIngest, FaultNATSRestart, FaultNATSKill, FaultPGRestart, FaultPGCut, FaultPGFailover} {
+	for _, k := range []string{FaultSigstop, FaultKillIngest, FaultNATSRestart, FaultNATSKill, FaultPGRestart, FaultPGCut, FaultPGFailover, FaultNATSLoss} {
 		if n, ok := r.faults[k]; ok {
 			out = append(out, FaultCount{Kind: k, Count: n})
 		}

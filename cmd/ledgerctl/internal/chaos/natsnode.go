@@ -28,6 +28,9 @@ type NATSNode struct {
 	ClusterPort int
 	// Routes are the route URLs of every node, this one included.
 	Routes string
+	// SyncAlways makes JetStream fsync every write before it acknowledges
+	// it (sync_interval: always); default the server's periodic sync.
+	SyncAlways bool
 }
 
 // JetStream limits of a chaos node: explicit, so the server does not size
@@ -44,7 +47,7 @@ func RunNATS(ctx context.Context, n NATSNode) error {
 	}
 	o := &server.Options{ServerName: n.Name, Host: "127.0.0.1", Port: n.Port, JetStream: true,
 		StoreDir: n.StoreDir, JetStreamMaxMemory: natsMaxMemory, JetStreamMaxStore: natsMaxStore,
-		NoSigs: true, Logtime: true}
+		NoSigs: true, Logtime: true, SyncAlways: n.SyncAlways}
 	if n.Cluster != "" {
 		if n.ClusterPort <= 0 || n.Routes == "" {
 			return errors.New("nats node: a cluster node needs a cluster port and routes")

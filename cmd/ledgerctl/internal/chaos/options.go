@@ -116,8 +116,21 @@ type Options struct {
 	// SplitBrain starts the old primary again after each failover,
 	// writable, for 5 s, while every service connects anew.
 	SplitBrain bool
+	// StorageLossEvery: kill -9 of the NATS server (with Cluster, of a
+	// random node), the newest block file of every stream cut short, as a
+	// power loss does to writes not yet synced, and a restart 1 s later;
+	// with Cluster, every other time a block in the middle of a stream's
+	// files on that one node is corrupted instead. Default Off.
+	StorageLossEvery time.Duration
+	// Resend makes the writers publish again, with its id, an event acked
+	// by JetStream that has no receipt this long after its ack (the
+	// SDK's re-send); default Off. A storage loss needs it: an acked
+	// event the server lost is not published again otherwise.
+	Resend time.Duration
 	// Cluster runs three JetStream nodes and R3 streams.
 	Cluster bool
+	// NATSSyncAlways runs the nodes with sync_interval: always.
+	NATSSyncAlways bool
 	// Ingests is the number of ingest processes; default 2.
 	Ingests int
 	// Principal is the principal of the writers' holder ids,
@@ -177,6 +190,8 @@ func (o Options) WithDefaults() Options {
 	o.PGRestartEvery = cmp.Or(o.PGRestartEvery, PGRestartEveryDefault)
 	o.PGCutEvery = cmp.Or(o.PGCutEvery, PGCutEveryDefault)
 	o.PGFailoverEvery = cmp.Or(o.PGFailoverEvery, PGFailoverEveryDefault)
+	o.StorageLossEvery = cmp.Or(o.StorageLossEvery, Off)
+	o.Resend = cmp.Or(o.Resend, Off)
 	o.GapTimeout = cmp.Or(o.GapTimeout, GapTimeoutDefault)
 	o.DrainTimeout = cmp.Or(o.DrainTimeout, DrainTimeoutDefault)
 	o.Partitions = cmp.Or(o.Partitions, PartitionsDefault)

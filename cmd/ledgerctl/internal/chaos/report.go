@@ -17,6 +17,7 @@ const (
 	FaultPGRestart   = "pg_restart"
 	FaultPGCut       = "pg_cut"
 	FaultPGFailover  = "pg_failover"
+	FaultNATSLoss    = "nats_storage_loss"
 )
 
 // FaultCount is how often one kind of fault was injected.

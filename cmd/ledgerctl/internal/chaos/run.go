@@ -111,7 +111,9 @@ type run struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
 	faults map[string]int
-	exits  int
+	// storageLosses counts loseNATSStorage faults, to alternate their kind.
+	storageLosses int
+	exits         int
 }
 
 // Run runs a chaos run: it starts PostgreSQL, NATS, the ingests, the
@@ -401,6 +403,7 @@ func (r *run) startStack(ctx context.Context) error {
 	}
 	r.proj = r.newProc("projector", r.bin.projector, "-database-url", r.dbURL, "-nats-url", r.natsURL,
 		"-partition-count", strconv.Itoa(r.o.Partitions), "-replicas", replicas, "-gap-timeout", r.o.GapTimeout.String(),
+		"-reconcile-every", reconcileEvery.String(), "-reconcile-grace", reconcileGrace.String(),
 		"-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[r.o.Ingests]))
 	if err := r.proj.start(); err != nil {
 		return err
@@ -433,6 +436,9 @@ func (r *run) startNATS(ctx context.Context) error {
 		name := fmt.Sprintf("nats-%d", i+1)
 		args := []string{"chaos", "nats", "-name", name, "-port", strconv.Itoa(ports[i]),
 			"-store", filepath.Join(r.dir, "nats", name)}
+		if r.o.NATSSyncAlways {
+			args = append(args, "-sync-always")
+		}
 		if r.o.Cluster {
 			args = append(args, "-cluster", "chaos-"+r.id, "-cluster-port", strconv.Itoa(ports[n+i]),
 				"-routes", strings.Join(routes, ","))
@@ -570,6 +576,9 @@ func (r *run) startWriter(p, k int) (*proc, error) {
 	if r.downURL != "" {
 		args = append(args, "-downstream-url", r.downURL)
 	}
+	if r.o.Resend > 0 {
+		args = append(args, "-resend", r.o.Resend.String())
+	}
 	w := r.newProc(holder, r.bin.ledgerctl, args...)
 	w.onExit = func(p *proc, err error) {
 		r.onExit(p, err)
@@ -658,7 +667,8 @@ func (r *run) drainAndCheck(ctx context.Context) (*History, *Report, error) {
 				}
 				rep = Check(h)
 			}
-			r.logf("not drained after %v: LEDGER_IN (or the effect runner) holds %d messages; checking what there is", r.o.DrainTimeout, pending)
+			r.logf("not drained after %v: LEDGER_IN (or the effect runner) holds %d messages (%d of LEDGER_IN's before its consumers' positions); checking what there is",
+				r.o.DrainTimeout, pending, r.inboundBehind(ctx))
 			return h, rep, nil
 		}
 		time.Sleep(time.Second)
@@ -678,6 +688,27 @@ func (r *run) inboundPending(ctx context.Context) int64 {
 		return -1
 	}
 	return int64(s.CachedInfo().State.Msgs)
+}
+
+// inboundBehind is how many LEDGER_IN messages no consumer will deliver:
+// the stream's count less what its consumers have pending or unacked
+// (messages a storage loss brought back below their ack floors).
+func (r *run) inboundBehind(ctx context.Context) int64 {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := r.js.Stream(sctx, wire.StreamIn)
+	if err != nil {
+		return -1
+	}
+	n := int64(s.CachedInfo().State.Msgs)
+	infos := s.ListConsumers(sctx)
+	for info := range infos.Info() {
+		n -= int64(info.NumPending) + int64(info.NumAckPending)
+	}
+	if infos.Err() != nil {
+		return -1
+	}
+	return n
 }
 
 // teardown stops everything the run started.
@@ -736,3 +767,12 @@ func (r *run) teardown() {
 		}
 	}
 }
+
+// A run's projector compares the task heads with the projections every
+// second, and counts one behind after 5 s (its defaults are 5 s and 30 s):
+// what a storage loss took from the bucket is folded again before the
+// checker reads it.
+const (
+	reconcileEvery = time.Second
+	reconcileGrace = 5 * time.Second
+)

@@ -82,6 +82,11 @@ type WriterConfig struct {
 	// Downstream, if set, is the downstream database the writer performs
 	// each intent's effect on directly, with its fence (effects.go).
 	Downstream *pgxpool.Pool
+	// Resend, when positive, publishes again (same event id) an event
+	// JetStream acked that has no receipt this long after its ack: a
+	// server that lost its unsynced writes may have lost it, and a receipt
+	// sent while the writer was cut off is gone. Default 0: never.
+	Resend time.Duration
 }
 
 func (c WriterConfig) withDefaults() WriterConfig {
@@ -136,6 +141,19 @@ type writer struct {
 	// zombieGen is published with until zombieUntil, whatever the lease.
 	zombieGen   int64
 	zombieUntil time.Time
+	// unanswered holds the acked events without a receipt, for Resend.
+	unanswered map[string]*sent
+}
+
+// sent is an acked event waiting for its receipt.
+type sent struct {
+	msg   *nats.Msg
+	task  string
+	ver   int64
+	gen   int64
+	typ   string
+	acked time.Time
+	tries int
 }
 
 // RunWriter runs a writer on nc until ctx ends.
@@ -149,7 +167,7 @@ func RunWriter(ctx context.Context, nc *nats.Conn, cfg WriterConfig) error {
 		return fmt.Errorf("writer: jetstream: %w", err)
 	}
 	w := &writer{cfg: cfg, nc: nc, js: js, subj: wire.Subjects{Prefix: cfg.Prefix}, log: newLogWriter(cfg.Log),
-		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(cfg.Partition)))}
+		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(cfg.Partition))), unanswered: map[string]*sent{}}
 	p := cfg.Partition
 	w.log.add(Record{Kind: KindStart, Holder: cfg.Holder, Partition: &p, Tasks: cfg.Tasks,
 		TTLMillis: cfg.TTL.Milliseconds()})
@@ -161,8 +179,9 @@ func RunWriter(ctx context.Context, nc *nats.Conn, cfg WriterConfig) error {
 		w.log.add(Record{Kind: KindStop})
 		_ = w.log.flush()
 	}()
-	bgDone.Add(2)
+	bgDone.Add(3)
 	go func() { defer bgDone.Done(); w.flushEvery(bg, 100*time.Millisecond) }()
+	go func() { defer bgDone.Done(); w.resendLoop(bg) }()
 	w.lastTick.Store(time.Now().UnixNano())
 	go func() { defer bgDone.Done(); w.watchPauses(bg) }()
 
@@ -430,6 +449,11 @@ func (w *writer) publish(ctx context.Context, gen int64, task string, version in
 		}
 		if err == nil {
 			w.log.add(Record{Kind: KindAck, ID: id, Seq: ack.Sequence, Dup: ack.Duplicate})
+			if w.cfg.Resend > 0 && !zombie {
+				w.mu.Lock()
+				w.unanswered[id] = &sent{msg: msg, task: task, ver: version, gen: gen, typ: typ, acked: time.Now(), tries: try}
+				w.mu.Unlock()
+			}
 			return true
 		}
 		w.log.add(Record{Kind: KindNack, ID: id, Err: err.Error()})
@@ -450,6 +474,9 @@ func (w *writer) onReceipt(m *nats.Msg) {
 	}
 	w.log.add(Record{Kind: KindReceipt, ID: r.EventID, Task: r.Task, Version: r.Version, Gen: r.Generation,
 		Verdict: string(r.Verdict), Reason: r.Reason, Seq: uint64(max(r.Seq, 0))})
+	w.mu.Lock()
+	delete(w.unanswered, r.EventID)
+	w.mu.Unlock()
 	if r.Verdict == wire.VerdictStale {
 		w.markLost(r.Generation, "stale receipt: "+r.Reason)
 	}
@@ -494,5 +521,47 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// resendLoop publishes again, with its id, each acked event that has had
+// no receipt for Resend, until the writer stops. The ingest answers a copy
+// of a committed event with duplicate, and judges one it never saw.
+func (w *writer) resendLoop(ctx context.Context) {
+	if w.cfg.Resend <= 0 {
+		return
+	}
+	tick := time.NewTicker(w.cfg.Resend / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var due []*sent
+		var ids []string
+		w.mu.Lock()
+		for id, s := range w.unanswered {
+			if time.Since(s.acked) >= w.cfg.Resend {
+				due, ids = append(due, s), append(ids, id)
+			}
+		}
+		w.mu.Unlock()
+		for i, s := range due {
+			s.tries++
+			w.log.add(Record{Kind: KindPub, ID: ids[i], Task: s.task, Version: s.ver, Gen: s.gen, Type: s.typ, Try: s.tries})
+			pctx, cancel := context.WithTimeout(ctx, max(w.cfg.TTL, time.Second))
+			ack, err := w.js.PublishMsg(pctx, s.msg, jetstream.WithRetryAttempts(0))
+			cancel()
+			if err != nil {
+				w.log.add(Record{Kind: KindNack, ID: ids[i], Err: err.Error()})
+				continue
+			}
+			w.log.add(Record{Kind: KindAck, ID: ids[i], Seq: ack.Sequence, Dup: ack.Duplicate})
+			w.mu.Lock()
+			s.acked = time.Now()
+			w.mu.Unlock()
+		}
 	}
 }

@@ -62,6 +62,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	compare := f.Int("compare", 0, "with -external: run this many pairs of runs, SDK then raw, and compare them")
 	warmup := f.Int("warmup", benchreport.WarmupDefault, "with -external: events of other tasks sent through the ledger before the run (0: none)")
 	latency := f.Bool("latency", false, "with -external: publish at -rate and measure publish → receipt against a bare pipeline")
+	syncPolicy := f.Bool("sync-policy", false, "with -external: measure sync_interval always against the default, on R1 and R3")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return Usagef("-rate must be 0 (half the saturation rate) or more")
 		case *warmup < 0:
 			return Usagef("-warmup must be 0 (none) or more events")
-		case *rate > 0 && !*latency:
+		case *rate > 0 && !*latency && !*syncPolicy:
 			return Usagef("-rate with -external paces a latency run: add -latency")
 		case *latency && (*compare > 0 || *ingestProfile != ""):
 			return Usagef("-latency runs on its own: leave out -compare and -ingest-profile")
@@ -92,6 +93,20 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			Bin: *bin, IngestProfile: *ingestProfile, Progress: stderr, Latency: *latency, Rate: *rate, Warmup: *warmup}
 		if *warmup == 0 {
 			eo.Warmup = -1
+		}
+		if *syncPolicy {
+			if *latency || *compare > 0 || *ingestProfile != "" {
+				return Usagef("-sync-policy runs on its own: leave out -latency, -compare and -ingest-profile")
+			}
+			eo.Rate = *rate
+			sp, err := benchreport.RunSyncPolicy(ctx, eo)
+			if err != nil {
+				return err
+			}
+			if f.JSON {
+				return writeJSON(stdout, sp)
+			}
+			return sp.Print(stdout)
 		}
 		if *compare > 0 {
 			c, err := benchreport.RunExternalCompare(ctx, eo, *compare)
@@ -149,7 +164,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func externalFlags(f *Flags, external bool) error {
 	inProcess := map[string]bool{"only": true, "rounds": true, "duration": true, "cpuprofile": true,
 		"memprofile": true, "database-url": true}
-	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "compare": true, "tasks": true,
+	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "compare": true, "tasks": true, "sync-policy": true,
 		"latency": true, "warmup": true}
 	var err error
 	f.Visit(func(fl *flag.Flag) {

@@ -72,6 +72,8 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.StringVar(&o.Replication, "replication", "", "run PostgreSQL as a primary and a streaming standby, sync or async, on one multi-host URL, and fail it over (-pg-failover-every) instead of -pg-restart-every and -pg-cut-every")
 	f.DurationVar(&o.PGFailoverEvery, "pg-failover-every", chaos.PGFailoverEveryDefault, "with -replication: mean time between kill -9 of the primary and promotions of the standby (async: frozen behind first)")
 	f.BoolVar(&o.SplitBrain, "split-brain", false, "with -replication: start the old primary again, writable, for 5 s after each failover")
+	f.DurationVar(&o.StorageLossEvery, "storage-loss-every", 0, "mean time between kill -9 of NATS (with -cluster of one node) with the tail of its stream files cut (with -cluster, every other time a block corrupted); 0: none")
+	f.DurationVar(&o.Resend, "resend", 0, "writers publish again an acked event with no receipt after this long (the SDK's re-send); 0: never")
 	f.BoolVar(&o.Cluster, "cluster", false, "three JetStream nodes and R3 streams; kill -9 of a node instead of the server's restart")
 	f.IntVar(&o.Ingests, "ingests", chaos.IngestsDefault, "ingest processes")
 	f.StringVar(&o.Principal, "principal", chaos.PrincipalDefault, "principal of the writers' holder ids (with -external: their NATS user)")
@@ -91,7 +93,7 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return Usagef("unexpected argument %q", f.Arg(0))
 	}
 	o.Seed = *seed
-	for _, d := range []*time.Duration{&o.SigstopEvery, &o.KillIngestEvery, &o.NATSRestartEvery, &o.PGRestartEvery, &o.PGCutEvery} {
+	for _, d := range []*time.Duration{&o.SigstopEvery, &o.KillIngestEvery, &o.NATSRestartEvery, &o.PGRestartEvery, &o.PGCutEvery, &o.StorageLossEvery, &o.Resend} {
 		if *d == 0 {
 			*d = chaos.Off
 		}
@@ -134,6 +136,7 @@ func ChaosWriter(ctx context.Context, args []string, _, stderr io.Writer) error 
 	f.DurationVar(&cfg.TTL, "ttl", chaos.WriterTTLDefault, "lease TTL")
 	f.Float64Var(&cfg.Rate, "rate", chaos.WriterRateDefault, "events per second while holding the lease")
 	f.DurationVar(&cfg.Zombie, "zombie", chaos.ZombieDefault, "how long to keep publishing with the old generation after a pause; 0: not at all")
+	f.DurationVar(&cfg.Resend, "resend", 0, "publish again an acked event with no receipt after this long; 0: never")
 	logPath := f.String("log", "", "writer log file to create (required)")
 	downstream := f.String("downstream-url", "", "downstream database to perform each checkpoint's effect on directly, fenced; empty: none")
 	if err := f.Parse(args); err != nil {
@@ -226,7 +229,7 @@ func ChaosCheck(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // ChaosNATS runs one NATS server node of a chaos run ("chaos nats") until
 // it is interrupted.
 func ChaosNATS(ctx context.Context, args []string, _, stderr io.Writer) error {
-	f := NewFlags("ledgerctl chaos nats", "-name N -port P -store DIR [-cluster C -cluster-port P -routes URLS]",
+	f := NewFlags("ledgerctl chaos nats", "-name N -port P -store DIR [-cluster C -cluster-port P -routes URLS] [-sync-always]",
 		"Run an embedded nats-server with JetStream until interrupted: the NATS node a chaos run\n"+
 			"starts, kills and restarts (on the same port and store).", stderr)
 	var n chaos.NATSNode
@@ -236,6 +239,7 @@ func ChaosNATS(ctx context.Context, args []string, _, stderr io.Writer) error {
 	f.StringVar(&n.Cluster, "cluster", "", "cluster name (empty: standalone)")
 	f.IntVar(&n.ClusterPort, "cluster-port", 0, "route port on 127.0.0.1")
 	f.StringVar(&n.Routes, "routes", "", "route URLs of every node, comma separated")
+	f.BoolVar(&n.SyncAlways, "sync-always", false, "fsync every JetStream write before acknowledging it (sync_interval: always)")
 	if err := f.Parse(args); err != nil {
 		return err
 	}

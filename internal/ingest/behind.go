@@ -1,0 +1,91 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// Messages below a consumer's position. LEDGER_IN is a work queue: a
+// message leaves the stream when it is acked. A server that lost the tail
+// of its files can bring back messages whose removal was in that tail, and
+// take the consumer's position back only to its stream's last sequence: new
+// messages then get sequences the consumer counts as delivered. Either way
+// a message sits in the stream below the consumer's ack floor, and no
+// consumer delivers it again: its event never gets a verdict, and a
+// re-send of it is dropped as a duplicate.
+//
+// So after each reconnect (runLogTail) the ingest looks, for each partition
+// it decides, at the partition's first message in LEDGER_IN. One at or
+// below its consumer's ack floor means the consumer is ahead of its
+// stream: the consumer is made again, from the stream's first message. What
+// it delivers again was either decided already (answered duplicate) or is
+// decided now.
+
+// restartBehind makes again the consumers of the owned partitions that are
+// ahead of LEDGER_IN, and returns how many.
+func (s *Service) restartBehind(ctx context.Context) (int, error) {
+	s.claims.beatMu.Lock() // no partition is taken or given up meanwhile
+	defer s.claims.beatMu.Unlock()
+	s.claims.mu.Lock()
+	runs := make(map[int]*partRun, len(s.claims.runs))
+	for p, r := range s.claims.runs {
+		runs[p] = r
+	}
+	s.claims.mu.Unlock()
+	n := 0
+	for p, r := range runs {
+		ahead, err := s.consumerAhead(ctx, p, r)
+		if err != nil {
+			return n, err
+		}
+		if !ahead {
+			continue
+		}
+		s.log.Warn("LEDGER_IN holds messages below the partition consumer's position (lost storage); making the consumer again",
+			slog.Int("partition", p))
+		s.stopPartition(p, true)
+		name := consumerName(p, r.claim.Epoch)
+		if err := s.js.DeleteConsumer(ctx, wire.StreamIn, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return n, fmt.Errorf("delete consumer %s: %w", name, err)
+		}
+		consume, err := s.consumePartition(ctx, r.claim)
+		if err != nil {
+			return n, fmt.Errorf("make consumer %s again: %w", name, err)
+		}
+		s.claims.mu.Lock()
+		s.claims.runs[p] = &partRun{claim: r.claim, consume: consume}
+		s.claims.mu.Unlock()
+		n++
+	}
+	return n, nil
+}
+
+// consumerAhead reports whether partition p's first message in LEDGER_IN
+// is at or below its consumer's ack floor.
+func (s *Service) consumerAhead(ctx context.Context, p int, r *partRun) (bool, error) {
+	cons, err := s.js.Consumer(ctx, wire.StreamIn, consumerName(p, r.claim.Epoch))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("consumer of partition %d: %w", p, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("consumer of partition %d: %w", p, err)
+	}
+	first, err := s.inStream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(s.subjects.InPartition(p)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("first message of partition %d: %w", p, err)
+	}
+	return first.Sequence <= info.AckFloor.Stream, nil
+}

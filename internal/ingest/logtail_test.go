@@ -1,0 +1,108 @@
+package ingest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/pkg/wire"
+)
+
+// cutStreamTail stops the NATS server, cuts the newest block file of
+// stream to half its size, as a power loss does to writes not yet synced,
+// and starts the server again on the same store.
+func (e *env) cutStreamTail(stream string) {
+	e.t.Helper()
+	e.ns.Shutdown()
+	blocks, err := filepath.Glob(filepath.Join(e.ns.StoreDir(), "jetstream", "*", "streams", stream, "msgs", "*.blk"))
+	require.NoError(e.t, err)
+	require.NotEmpty(e.t, blocks, "the stream's block files")
+	slices.SortFunc(blocks, func(a, b string) int { return blockIndex(a) - blockIndex(b) })
+	last := blocks[len(blocks)-1]
+	info, err := os.Stat(last)
+	require.NoError(e.t, err)
+	require.NoError(e.t, os.Truncate(last, info.Size()/2))
+	e.ns.Restart(e.t)
+}
+
+func blockIndex(path string) int {
+	n, _ := strconv.Atoi(filepath.Base(path[:len(path)-len(".blk")]))
+	return n
+}
+
+// lastLogged is the version of a task's last copy in LEDGER_LOG; 0 if none.
+func (e *env) lastLogged(partition int, task string) int64 {
+	e.t.Helper()
+	s, err := e.js.Stream(context.Background(), wire.StreamLog)
+	require.NoError(e.t, err)
+	m, err := s.GetLastMsgForSubject(context.Background(), e.subj.Log(partition, task))
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseInt(m.Header.Get(wire.HeaderVersion), 10, 64)
+	return v
+}
+
+// The server restarts with the tail of LEDGER_LOG's files cut: copies the
+// ingest had stored, and sent receipts for, are gone. The ingest publishes
+// them again from PostgreSQL when it reconnects, in version order, and
+// keeps committing: the memory check takes the shorter log for what it is.
+func TestLogCopiesLostAtTheTailArePublishedAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, ingest.Config{AckWait: 5 * time.Second, StopTimeout: time.Second})
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(4, "worker-a.1", 120000)
+	ev := func(task string, v int64) event {
+		return event{id: newID(), partition: 4, task: task, holder: "worker-a.1", generation: l.Generation,
+			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+	}
+	const tasks, versions = 20, 3
+	var last event
+	for k := range tasks {
+		for v := int64(1); v <= versions; v++ {
+			last = ev(fmt.Sprintf("t-%d", k), v)
+			e.publish(last)
+		}
+	}
+	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, last.id).Verdict)
+	require.Eventually(t, func() bool { return e.streamPending(wire.StreamLog) == tasks*versions }, 10*time.Second, 10*time.Millisecond)
+
+	e.cutStreamTail(wire.StreamLog)
+	short := 0
+	for k := range tasks {
+		if e.lastLogged(4, fmt.Sprintf("t-%d", k)) < versions {
+			short++
+		}
+	}
+	require.Positive(t, short, "the cut lost copies")
+
+	// Half the tasks get their next version at once: its copy must come
+	// after the ones put back, not fill the log's hole from above.
+	var next []event
+	for k := 0; k < tasks; k += 2 {
+		next = append(next, ev(fmt.Sprintf("t-%d", k), versions+1))
+		e.publish(next[len(next)-1])
+	}
+	for _, n := range next {
+		require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, n.id).Verdict, "the ingest keeps committing")
+	}
+	for k := range tasks {
+		task := fmt.Sprintf("t-%d", k)
+		want := []string{"1", "2", "3"}
+		if k%2 == 0 {
+			want = append(want, "4")
+		}
+		require.Eventually(t, func() bool { return e.lastLogged(4, task) == int64(len(want)) }, 20*time.Second, 20*time.Millisecond,
+			"task %s's last copy is back", task)
+		require.Equal(t, want, e.logVersions(4, task), "task %s: in version order, once each", task)
+	}
+	require.NoError(t, e.svc.CheckMemory(context.Background()))
+}
