@@ -76,6 +76,7 @@ func TestNATSClusterFiles(t *testing.T) {
 		require.Equal(t, []string{"nats-1:6222", "nats-2:6222", "nats-3:6222"}, routes, "every node routes to every node")
 		require.NotEmpty(t, o.Nkeys, "the cluster includes the generated auth.conf")
 		require.Equal(t, 8222, o.HTTPPort, "monitoring for healthz")
+		require.Equal(t, "127.0.0.1", o.HTTPHost, "monitoring has no authentication: this host only")
 	}
 	require.Equal(t, []string{"nats-1", "nats-2", "nats-3"}, names)
 }
@@ -95,6 +96,7 @@ func TestJWTExampleRunsInOperatorMode(t *testing.T) {
 	require.NotNil(t, o.AccountResolver, "the MEMORY resolver")
 	require.True(t, o.JetStream)
 	require.Equal(t, 8222, o.HTTPPort)
+	require.Equal(t, "127.0.0.1", o.HTTPHost, "monitoring has no authentication: this host only")
 	for _, f := range []string{"auth/resolver.conf", "auth/ingest.creds", "auth/worker-reports.creds", "auth/keys/signing-worker.nk"} {
 		_, err := os.Stat(filepath.Join(root, f))
 		require.NoError(t, err)
