@@ -56,6 +56,10 @@ const (
 	// LeaseMaxAgeDefault is how long a lease request may wait to be served
 	// before it is dropped unanswered: 2 s, the Go SDK's request timeout.
 	LeaseMaxAgeDefault = 2 * time.Second
+	// DeadLetterQuotaDefault is one principal's share of LEDGER_DLQ: 64 MiB
+	// of dead letters, refilled at that much an hour. Beyond it a letter
+	// keeps the verdict and drops the message's body and headers.
+	DeadLetterQuotaDefault = 64 << 20
 	// ClaimTTLDefault is how long an ingest's claim on a partition lasts
 	// without a heartbeat: 3 s. An ingest beats every ClaimTTL/3; when one
 	// dies or stalls, another takes its partitions over about this long
@@ -132,6 +136,12 @@ type Config struct {
 	// LeaseMaxAge drops a lease request that waited longer to be served:
 	// its requester has given up. Default 2 s.
 	LeaseMaxAge time.Duration
+	// DeadLetterQuota is one principal's dead letter bytes (bodies and
+	// headers), refilled at that much an hour. A letter over it is stored
+	// without the message's body and headers (Ledger-Truncated and
+	// Ledger-Headers-Dropped say so), so one principal cannot push every
+	// other's letters out of LEDGER_DLQ. Default 64 MiB.
+	DeadLetterQuota int64
 	// ClaimTTL is how long this ingest's claims on its partitions last
 	// without a heartbeat; default 3 s.
 	ClaimTTL time.Duration
@@ -193,6 +203,7 @@ func (c Config) WithDefaults() Config {
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
 	c.MaxWaitingPerPrincipal = cmp.Or(c.MaxWaitingPerPrincipal, MaxWaitingPerPrincipalDefault)
 	c.ClaimTTL = cmp.Or(c.ClaimTTL, ClaimTTLDefault)
+	c.DeadLetterQuota = cmp.Or(c.DeadLetterQuota, DeadLetterQuotaDefault)
 	c.LeaseRate = cmp.Or(c.LeaseRate, LeaseRateDefault)
 	c.LeaseBurst = cmp.Or(c.LeaseBurst, LeaseBurstDefault)
 	c.LeaseInFlight = cmp.Or(c.LeaseInFlight, LeaseInFlightDefault)
@@ -226,6 +237,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("ingest: claim TTL must be at least 300ms, got %v", c.ClaimTTL)
 	case c.LeaseRate <= 0 || c.LeaseBurst < 1 || c.LeaseInFlight < 1 || c.LeaseWorkers < 1 || c.LeaseWorkers > 256 || c.LeaseMaxAge <= 0:
 		return fmt.Errorf("ingest: lease rate, burst, in-flight and max age must be positive, and workers 1..256")
+	case c.DeadLetterQuota < 1:
+		return fmt.Errorf("ingest: dead letter quota must be positive, got %d", c.DeadLetterQuota)
 	case c.MaxWaitingPerPrincipal < 1:
 		return fmt.Errorf("ingest: max waiting per principal must be at least 1, got %d", c.MaxWaitingPerPrincipal)
 	}
