@@ -506,7 +506,7 @@ func (s *Service) deadLetter(in *inbound) *nats.Msg {
 	// stream (it drops its oldest when full): beyond its quota a letter
 	// keeps the verdict and loses the message's body and headers.
 	hb, _ := wire.HeaderSize(m.Header)
-	if principal := principalOfSubject(in.msg.Subject()); !s.letters.take(principal, hb+len(m.Data)) {
+	if principal := principalOfSubject(in.msg.Subject()); !s.letters.Take(principal, hb+len(m.Data)) {
 		s.metrics.refused("dead_letter", principal, "quota")
 		return overQuotaLetter(m)
 	}
