@@ -26,6 +26,10 @@ const (
 	RetryMaxDefault = 5 * time.Second
 	// AckWaitDefault is the projector consumer's ack wait: 30 s.
 	AckWaitDefault = 30 * time.Second
+	// TasksQuotaDefault is one principal's share of ledger_tasks: 64 MiB of
+	// values, refilled at that much an hour. Beyond it a task's value is
+	// written without its data.
+	TasksQuotaDefault = 64 << 20
 	// StopTimeoutDefault bounds Stop: 10 s.
 	StopTimeoutDefault = 10 * time.Second
 )
@@ -61,6 +65,12 @@ type Config struct {
 	// streams/ (512 MiB and 32 MiB), -1 lifts the limit. streams/README.md
 	// says what the projector does when a bucket is full.
 	TasksMaxBytes, MarksMaxBytes int64
+	// TasksQuota is one principal's value bytes in ledger_tasks (the
+	// principal of the event that changed the value), refilled at that much
+	// an hour. A value over it is written as one too large for the bucket
+	// is, without its data (data null, data_too_large its size), so one
+	// principal cannot fill the bucket for everyone. Default 64 MiB.
+	TasksQuota int64
 	// Engine configures the ordering engine (gap timeout default 5 s, buffer
 	// caps); its clock defaults to time.Now.
 	Engine projection.Config
@@ -78,6 +88,7 @@ func (c Config) WithDefaults() Config {
 	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
 	c.StopTimeout = cmp.Or(c.StopTimeout, StopTimeoutDefault)
+	c.TasksQuota = cmp.Or(c.TasksQuota, TasksQuotaDefault)
 	c.Engine = c.Engine.WithDefaults()
 	return c
 }
@@ -93,6 +104,9 @@ func (c Config) validate() error {
 	}
 	if c.BatchSize < 1 || c.RefetchLimit < 1 {
 		return fmt.Errorf("projector: batch size and re-fetch limit must be positive")
+	}
+	if c.TasksQuota < 1 {
+		return fmt.Errorf("projector: tasks quota must be positive, got %d", c.TasksQuota)
 	}
 	if c.StopTimeout < 0 || c.TasksMaxBytes < -1 || c.MarksMaxBytes < -1 {
 		return fmt.Errorf("projector: stop timeout must not be negative, bucket sizes -1 or more")

@@ -24,6 +24,7 @@ type metrics struct {
 	heldTasks    prometheus.Gauge
 	loadFailures prometheus.Counter
 	tasksInMem   prometheus.Gauge
+	refusals     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,7 +53,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		heldTasks:    g("ledger_projector_held_tasks", "Tasks whose latest state the bucket refused and that wait to be written."),
 		loadFailures: c("ledger_projector_load_failures_total", "Stored projections that could not be read; the events that needed them are redelivered."),
 		tasksInMem:   g("ledger_projector_tasks_in_memory", "Tasks the engine holds."),
+		refusals: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_refusals_total",
+			Help: "Projection values written without their data for a principal over its share of ledger_tasks (path projection, reason quota).",
+		}, []string{"path", "principal", "reason"}),
 	}
+}
+
+// refused counts a value of principal's written without its data for its
+// quota. Principals come from the committed log, so from NATS users.
+func (m *metrics) refused(principal string) {
+	m.refusals.WithLabelValues("projection", principal, "quota").Inc()
 }
 
 func (m *metrics) outcome(o projection.Outcome) { m.events.WithLabelValues(string(o)).Inc() }
