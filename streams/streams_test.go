@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/natstest"
@@ -63,4 +64,37 @@ func TestFullDeadLetterStreamDropsItsOldestAndTakesTheNewest(t *testing.T) {
 	require.LessOrEqual(t, info.State.Bytes, uint64(cfg.MaxBytes))
 	require.Greater(t, info.State.FirstSeq, uint64(1), "the oldest dead letters were dropped")
 	require.Equal(t, uint64(200), info.State.LastSeq, "the newest dead letter is kept")
+}
+
+// LEDGER_IN is bounded on its own, and a full one refuses what comes next
+// (discard new) rather than drop events that wait for their verdict. The
+// shipped definition, with its max_bytes shrunk to 64 KiB to fill it
+// quickly.
+func TestFullInboxRefusesNewEventsAndKeepsTheWaitingOnes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := natstest.Start(t).JetStream(t)
+	cfg, err := streams.Stream(wire.StreamIn, streams.Options{})
+	require.NoError(t, err)
+	require.Positive(t, cfg.MaxBytes, "LEDGER_IN is bounded")
+	require.Equal(t, jetstream.DiscardNew, cfg.Discard)
+	cfg.MaxBytes = 64 << 10
+	_, err = js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	subj := wire.Subjects{Prefix: wire.PrefixDefault}
+	body := []byte(strings.Repeat("x", 1024))
+	var refused int
+	for i := range 200 {
+		if _, err := js.Publish(ctx, subj.In("flood.a", 1, fmt.Sprintf("task-%d", i)), body); err != nil {
+			refused++
+		}
+	}
+	require.Positive(t, refused, "a full inbox refuses new events")
+	st, err := js.Stream(ctx, wire.StreamIn)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.LessOrEqual(t, info.State.Bytes, uint64(cfg.MaxBytes))
+	require.Equal(t, uint64(1), info.State.FirstSeq, "no waiting event was dropped")
 }

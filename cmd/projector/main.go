@@ -37,6 +37,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.StopTimeout, "stop-timeout", connect.EnvDuration("LEDGER_STOP_TIMEOUT", projector.StopTimeoutDefault), "how long a stop lets the turn in hand finish (env LEDGER_STOP_TIMEOUT)")
 	fs.DurationVar(&cfg.ReconcileEvery, "reconcile-every", connect.EnvDuration("LEDGER_RECONCILE_EVERY", projector.ReconcileEveryDefault), "how often a page of task heads is compared with the projections; negative turns it off (env LEDGER_RECONCILE_EVERY)")
 	fs.DurationVar(&cfg.ReconcileGrace, "reconcile-grace", connect.EnvDuration("LEDGER_RECONCILE_GRACE", projector.ReconcileGraceDefault), "how long a head is left to its log copy before its projection counts as behind (env LEDGER_RECONCILE_GRACE)")
+	fs.Int64Var(&cfg.TasksQuota, "tasks-quota", int64(connect.EnvInt("LEDGER_TASKS_QUOTA", projector.TasksQuotaDefault)), "bytes of ledger_tasks values one principal may write, refilled at that much an hour; beyond it a value is written without its data (env LEDGER_TASKS_QUOTA)")
 	tasksMax := fs.Int("tasks-max-bytes", connect.EnvInt("LEDGER_TASKS_MAX_BYTES", 0), "max_bytes of the ledger_tasks bucket: 0 keeps the default (512 MiB), -1 lifts the limit (env LEDGER_TASKS_MAX_BYTES)")
 	marksMax := fs.Int("marks-max-bytes", connect.EnvInt("LEDGER_MARKS_MAX_BYTES", 0), "max_bytes of the ledger_projector bucket: 0 keeps the default (32 MiB), -1 lifts the limit (env LEDGER_MARKS_MAX_BYTES)")
 	rebuild := fs.Bool("rebuild", false, "replay the PostgreSQL log into fresh projections first, then continue live")

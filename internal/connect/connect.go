@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -200,23 +199,62 @@ func (o *Options) NATS(log *slog.Logger) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(o.NATSURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("nats %s is not reachable: %w", RedactURLs(o.NATSURL), err)
+		return nil, fmt.Errorf("nats %s is not reachable: %w", RedactURLs(o.NATSURL), RedactError(o.NATSURL, err))
 	}
 	return nc, nil
 }
 
 // RedactURLs hides the user information (a password, or a token in the
-// user position) of a comma-separated list of URLs.
+// user position) of a comma-separated list of URLs: also of one without a
+// scheme ("user:pass@host:4222") or that does not parse, whose text an
+// error would otherwise carry as it is.
 func RedactURLs(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
-			u.User = url.User("redacted")
-			parts[i] = u.String()
+		if info := userInfo(p); info != "" {
+			parts[i] = strings.Replace(p, info, "redacted", 1)
 		}
 	}
 	return strings.Join(parts, ",")
 }
+
+// userInfo is the user information of one URL as written: what stands
+// between its scheme's "://" (or its start) and the last "@".
+func userInfo(u string) string {
+	from := 0
+	if i := strings.Index(u, "://"); i >= 0 {
+		from = i + 3
+	}
+	at := strings.LastIndex(u, "@")
+	if at <= from {
+		return ""
+	}
+	return u[from:at]
+}
+
+// RedactError returns err with the user information of every URL in urls
+// hidden from its text: the NATS client quotes a URL it cannot parse, with
+// its password, in its error. errors.Is and errors.As still see err.
+func RedactError(urls string, err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, p := range strings.Split(urls, ",") {
+		if info := userInfo(strings.TrimSpace(p)); info != "" {
+			msg = strings.ReplaceAll(msg, info, "redacted")
+		}
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // Logger is the JSON logger of the services, at level (debug, info, warn, error).
 func Logger(level string) (*slog.Logger, error) {

@@ -79,6 +79,7 @@ func TestNATSClusterFiles(t *testing.T) {
 		require.Equal(t, 8222, o.HTTPPort, "monitoring for healthz")
 		require.Equal(t, 2*time.Minute, o.SyncInterval, "the sync policy docs/operations.md recommends for a cluster")
 		require.False(t, o.SyncAlways)
+		require.Equal(t, "127.0.0.1", o.HTTPHost, "monitoring has no authentication: this host only")
 	}
 	require.Equal(t, []string{"nats-1", "nats-2", "nats-3"}, names)
 }
@@ -99,6 +100,7 @@ func TestJWTExampleRunsInOperatorMode(t *testing.T) {
 	require.True(t, o.JetStream)
 	require.Equal(t, 8222, o.HTTPPort)
 	require.True(t, o.SyncAlways, "one node syncs every write (docs/operations.md, \"The sync policy\")")
+	require.Equal(t, "127.0.0.1", o.HTTPHost, "monitoring has no authentication: this host only")
 	for _, f := range []string{"auth/resolver.conf", "auth/ingest.creds", "auth/worker-reports.creds", "auth/keys/signing-worker.nk"} {
 		_, err := os.Stat(filepath.Join(root, f))
 		require.NoError(t, err)

@@ -43,6 +43,23 @@ const (
 	// may wait in memory here for an earlier version at once: 4096, four
 	// times the SDK's in-flight limit per lease.
 	MaxWaitingPerPrincipalDefault = 4096
+	// LeaseRateDefault and LeaseBurstDefault are one principal's share of
+	// the lease service's requests: 200 a second, in bursts of up to 400.
+	// A principal keeping 16 partitions renews about 16 times a second.
+	LeaseRateDefault  = 200
+	LeaseBurstDefault = 400
+	// LeaseInFlightDefault is how many of one principal's requests may wait
+	// or be served at once: 64.
+	LeaseInFlightDefault = 64
+	// LeaseWorkersDefault is how many lease requests are served at once: 4.
+	LeaseWorkersDefault = 4
+	// LeaseMaxAgeDefault is how long a lease request may wait to be served
+	// before it is dropped unanswered: 2 s, the Go SDK's request timeout.
+	LeaseMaxAgeDefault = 2 * time.Second
+	// DeadLetterQuotaDefault is one principal's share of LEDGER_DLQ: 64 MiB
+	// of dead letters, refilled at that much an hour. Beyond it a letter
+	// keeps the verdict and drops the message's body and headers.
+	DeadLetterQuotaDefault = 64 << 20
 	// ClaimTTLDefault is how long an ingest's claim on a partition lasts
 	// without a heartbeat: 3 s. An ingest beats every ClaimTTL/3; when one
 	// dies or stalls, another takes its partitions over about this long
@@ -112,6 +129,27 @@ type Config struct {
 	// larger ttl_ms is refused (invalid). 0, the default, leaves the
 	// contract's own bound, 300 s.
 	MaxLeaseTTL time.Duration
+	// LeaseRate and LeaseBurst are one principal's requests a second to
+	// the lease service and the burst above it; beyond them a request is
+	// answered rate_limited at once. Defaults 200 and 400.
+	LeaseRate  float64
+	LeaseBurst int
+	// LeaseInFlight is how many of one principal's lease requests may wait
+	// or be served at once; beyond it one is answered busy at once.
+	// Default 64.
+	LeaseInFlight int
+	// LeaseWorkers is how many lease requests are served at once, taken
+	// round-robin from the principals, renewals first. Default 4.
+	LeaseWorkers int
+	// LeaseMaxAge drops a lease request that waited longer to be served:
+	// its requester has given up. Default 2 s.
+	LeaseMaxAge time.Duration
+	// DeadLetterQuota is one principal's dead letter bytes (bodies and
+	// headers), refilled at that much an hour. A letter over it is stored
+	// without the message's body and headers (Ledger-Truncated and
+	// Ledger-Headers-Dropped say so), so one principal cannot push every
+	// other's letters out of LEDGER_DLQ. Default 64 MiB.
+	DeadLetterQuota int64
 	// ClaimTTL is how long this ingest's claims on its partitions last
 	// without a heartbeat; default 3 s.
 	ClaimTTL time.Duration
@@ -180,6 +218,12 @@ func (c Config) WithDefaults() Config {
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
 	c.MaxWaitingPerPrincipal = cmp.Or(c.MaxWaitingPerPrincipal, MaxWaitingPerPrincipalDefault)
 	c.ClaimTTL = cmp.Or(c.ClaimTTL, ClaimTTLDefault)
+	c.DeadLetterQuota = cmp.Or(c.DeadLetterQuota, DeadLetterQuotaDefault)
+	c.LeaseRate = cmp.Or(c.LeaseRate, LeaseRateDefault)
+	c.LeaseBurst = cmp.Or(c.LeaseBurst, LeaseBurstDefault)
+	c.LeaseInFlight = cmp.Or(c.LeaseInFlight, LeaseInFlightDefault)
+	c.LeaseWorkers = cmp.Or(c.LeaseWorkers, LeaseWorkersDefault)
+	c.LeaseMaxAge = cmp.Or(c.LeaseMaxAge, LeaseMaxAgeDefault)
 	c.RequireDurability = cmp.Or(c.RequireDurability, fence.DurabilityNone)
 	return c
 }
@@ -206,6 +250,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("ingest: required durability must be none, local or sync, got %q", c.RequireDurability)
 	case c.ClaimTTL < 300*time.Millisecond:
 		return fmt.Errorf("ingest: claim TTL must be at least 300ms, got %v", c.ClaimTTL)
+	case c.LeaseRate <= 0 || c.LeaseBurst < 1 || c.LeaseInFlight < 1 || c.LeaseWorkers < 1 || c.LeaseWorkers > 256 || c.LeaseMaxAge <= 0:
+		return fmt.Errorf("ingest: lease rate, burst, in-flight and max age must be positive, and workers 1..256")
+	case c.DeadLetterQuota < 1:
+		return fmt.Errorf("ingest: dead letter quota must be positive, got %d", c.DeadLetterQuota)
 	case c.MaxWaitingPerPrincipal < 1:
 		return fmt.Errorf("ingest: max waiting per principal must be at least 1, got %d", c.MaxWaitingPerPrincipal)
 	case c.MaxLeasesPerPrincipal < 0:

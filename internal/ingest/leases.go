@@ -37,6 +37,8 @@ const leaseRequestTimeout = 5 * time.Second
 
 // leaseService serves docs/contract.md §1 as the NATS micro service "ledger".
 type leaseService struct {
+	nc       *nats.Conn
+	fair     *fairQueue
 	store    *fence.Store
 	subjects wire.Subjects
 	log      *slog.Logger
@@ -111,9 +113,12 @@ func (o *outage) served(log *slog.Logger) {
 }
 
 func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, cfg Config, log *slog.Logger, m *metrics, w *witness, view *leaseView) (micro.Service, error) {
-	ls := &leaseService{store: store, subjects: wire.Subjects{Prefix: cfg.Prefix}, log: log,
+	ls := &leaseService{nc: nc, fair: newFairQueue(cfg), store: store, subjects: wire.Subjects{Prefix: cfg.Prefix}, log: log,
 		ctx: ctx, metrics: m, witness: w, view: view, maxPayload: store.MaxPayload(),
 		maxLeases: cfg.MaxLeasesPerPrincipal, maxTTL: cfg.MaxLeaseTTL}
+	for range cfg.LeaseWorkers {
+		go ls.work(ctx)
+	}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        wire.ServiceName,
 		Version:     cfg.Version,
@@ -142,10 +147,8 @@ func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, c
 	return svc, nil
 }
 
-// handler answers a request inside micro's callback. Micro records the
-// reply's error for its stats after the callback returns, so replying from
-// another goroutine would race with it; each endpoint is served in order,
-// and several ingest processes share the load through the queue group.
+// handler admits a request to the fair queue (fair.go), or refuses it at
+// once; a worker goroutine serves it later.
 func (ls *leaseService) handler(name string, h func(context.Context, string, []byte) (any, error)) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		// A request nobody waits for the answer of changes nothing: a lease
@@ -155,23 +158,41 @@ func (ls *leaseService) handler(name string, h func(context.Context, string, []b
 			ls.metrics.lease(name, "no_reply")
 			return
 		}
-		ctx, cancel := context.WithTimeout(ls.ctx, leaseRequestTimeout)
-		defer cancel()
-		reply, err := h(ctx, req.Subject(), req.Data())
-		if err != nil {
-			ls.replyError(name, req, err)
-			return
+		subject, data, reply := req.Subject(), req.Data(), req.Reply()
+		var holder string
+		if classOf(name) == classRenew || name == wire.LeaseAcquire {
+			holder, _ = ls.subjects.ParseLease(name, subject)
 		}
-		ls.metrics.lease(name, "ok")
-		ls.outage.served(ls.log)
-		b, _ := json.Marshal(reply)
-		if err := req.Respond(b); err != nil {
-			ls.log.Warn("lease reply failed", slog.String("endpoint", name), slog.String("error", err.Error()))
+		j := &fairJob{principal: requesterOf(holder, nats.Header(req.Headers()), reply), endpoint: name, class: classOf(name)}
+		j.serve = func(ctx context.Context) { ls.serve(ctx, name, h, subject, data, reply) }
+		if code := ls.fair.admit(j); code != "" {
+			ls.refuse(name, j.principal, code, req)
 		}
 	})
 }
 
-func (ls *leaseService) replyError(name string, req micro.Request, err error) {
+// serve answers one admitted request.
+func (ls *leaseService) serve(ctx context.Context, name string, h func(context.Context, string, []byte) (any, error), subject string, data []byte, reply string) {
+	ctx, cancel := context.WithTimeout(ctx, leaseRequestTimeout)
+	defer cancel()
+	out, err := h(ctx, subject, data)
+	if err != nil {
+		ls.replyError(name, reply, err)
+		return
+	}
+	ls.metrics.lease(name, "ok")
+	ls.outage.served(ls.log)
+	b, _ := json.Marshal(out)
+	ls.respond(name, &nats.Msg{Subject: reply, Data: b})
+}
+
+func (ls *leaseService) respond(name string, m *nats.Msg) {
+	if err := ls.nc.PublishMsg(m); err != nil {
+		ls.log.Warn("lease reply failed", slog.String("endpoint", name), slog.String("error", err.Error()))
+	}
+}
+
+func (ls *leaseService) replyError(name, reply string, err error) {
 	body := wire.ErrorReply{Error: wire.ErrCodeInvalid, Message: err.Error()}
 	code := codeInvalid
 	var le *fence.LeaseError
@@ -198,9 +219,10 @@ func (ls *leaseService) replyError(name string, req micro.Request, err error) {
 	}
 	ls.metrics.lease(name, body.Error)
 	b, _ := json.Marshal(body)
-	if rerr := req.Error(code, body.Message, b); rerr != nil {
-		ls.log.Warn("lease error reply failed", slog.String("endpoint", name), slog.String("error", rerr.Error()))
-	}
+	m := &nats.Msg{Subject: reply, Data: b, Header: nats.Header{}}
+	m.Header.Set(micro.ErrorHeader, body.Message)
+	m.Header.Set(micro.ErrorCodeHeader, code)
+	ls.respond(name, m)
 }
 
 // unavailableMessage is the whole message of an unavailable reply; the

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,8 @@ type metrics struct {
 	retries   *prometheus.CounterVec
 	leaseOps  *prometheus.CounterVec
 	takeovers prometheus.Counter
+	refusals  *prometheus.CounterVec
+	labels    principalLabels
 	claims    prometheus.Gauge
 	durable   *prometheus.GaugeVec
 	// wouldReject counts commits under the observe fence mode that
@@ -46,6 +49,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		leaseOps: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ledger_lease_requests_total", Help: "Lease service requests by endpoint and outcome (ok or error code); acquire outcomes include takeovers.",
 		}, []string{"endpoint", "outcome"}),
+		refusals: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_refusals_total",
+			Help: "Requests and events refused or cut for a principal over its share, by path (a lease endpoint, dead_letter), principal and reason (rate_limited, busy, stale, quota).",
+		}, []string{"path", "principal", "reason"}),
 		takeovers: f.NewCounter(prometheus.CounterOpts{
 			Name: "ledger_lease_takeovers_total",
 			Help: "Grants that replaced an earlier lease (an expired one, or the holder's own earlier incarnation): every grant of generation 2 and above.",
@@ -96,6 +103,34 @@ func (m *metrics) lease(endpoint, outcome string) {
 }
 
 func (m *metrics) takeover() { m.takeovers.Inc() }
+
+// refused counts a refusal of principal's on path.
+func (m *metrics) refused(path, principal, reason string) {
+	m.refusals.WithLabelValues(path, m.labels.of(principal), reason).Inc()
+}
+
+// maxPrincipalLabels bounds the principals named on /metrics; the others
+// are counted as "_other". Without authentication principals are made up
+// by whoever sends, and every one named would be a series.
+const maxPrincipalLabels = 1000
+
+type principalLabels struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (l *principalLabels) of(principal string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = map[string]bool{}
+	}
+	if !l.seen[principal] && len(l.seen) >= maxPrincipalLabels {
+		return "_other"
+	}
+	l.seen[principal] = true
+	return principal
+}
 
 func (m *metrics) durability(l fence.DurabilityLevel) {
 	for _, x := range []fence.DurabilityLevel{fence.DurabilityNone, fence.DurabilityLocal, fence.DurabilitySync} {

@@ -259,6 +259,7 @@ func (s *Service) settleWaiting(l *lane, batch []*inbound, now time.Time) {
 	for _, in := range batch {
 		if in.result.Verdict == fence.NotYet {
 			if !s.park(l, in, now) {
+				s.metrics.refused("waiting", wire.Principal(in.event.Holder), "quota")
 				s.held.release(in)
 				_ = in.msg.NakWithDelay(s.notYetDelay(in, now))
 			}
@@ -546,9 +547,18 @@ func (s *Service) deadLetter(in *inbound) *nats.Msg {
 		subject = s.subjects.DLQ(in.event.Partition, in.event.Task)
 	}
 	r := in.result
-	return wire.DeadLetterMsg(subject, in.msg.Subject(), in.msg.Headers(), in.msg.Data(), wire.Rejection{
+	m := wire.DeadLetterMsg(subject, in.msg.Subject(), in.msg.Headers(), in.msg.Data(), wire.Rejection{
 		Verdict: r.Verdict, Reason: r.Reason, CurrentGeneration: r.CurrentGeneration, CurrentHolder: r.CurrentHolder,
 		RejectedAt: time.Now(), SourceSeq: in.sourceSeq}, s.letterMax)
+	// One principal's letters must not push everyone else's out of the
+	// stream (it drops its oldest when full): beyond its quota a letter
+	// keeps the verdict and loses the message's body and headers.
+	hb, _ := wire.HeaderSize(m.Header)
+	if principal := principalOfSubject(in.msg.Subject()); !s.letters.Take(principal, hb+len(m.Data)) {
+		s.metrics.refused("dead_letter", principal, "quota")
+		return overQuotaLetter(m)
+	}
+	return m
 }
 
 // shrinkLetter is a dead letter the stream refused for its size (its limit

@@ -47,6 +47,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flowness/ledger/internal/quota"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/streams"
@@ -89,6 +90,7 @@ type Service struct {
 	workCtx    context.Context
 	cancelWork context.CancelFunc
 	letterMax  int // the largest dead letter the server and LEDGER_DLQ take
+	letters    *quota.Bytes
 	svc        micro.Service
 	copies     *copier
 }
@@ -127,7 +129,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	return &Service{cfg: cfg, nc: d.NC, js: js, store: d.Store, log: d.Logger,
 		subjects: wire.Subjects{Prefix: cfg.Prefix}, metrics: newMetrics(d.Registerer),
-		held: newHeldSet(), parked: &parkedCount{by: map[string]int{}}, stopping: make(chan struct{})}, nil
+		letters: quota.NewBytes(cfg.DeadLetterQuota), held: newHeldSet(), parked: &parkedCount{by: map[string]int{}}, stopping: make(chan struct{})}, nil
 }
 
 // Start applies the streams, starts the lease service and takes this

@@ -26,6 +26,10 @@ const (
 	RetryMaxDefault = 5 * time.Second
 	// AckWaitDefault is the projector consumer's ack wait: 30 s.
 	AckWaitDefault = 30 * time.Second
+	// TasksQuotaDefault is one principal's share of ledger_tasks: 64 MiB of
+	// values, refilled at that much an hour. Beyond it a task's value is
+	// written without its data.
+	TasksQuotaDefault = 64 << 20
 	// StopTimeoutDefault bounds Stop: 10 s.
 	StopTimeoutDefault = 10 * time.Second
 	// ReconcileEveryDefault is how often a page of task heads is compared
@@ -79,6 +83,12 @@ type Config struct {
 	// streams/ (512 MiB and 32 MiB), -1 lifts the limit. streams/README.md
 	// says what the projector does when a bucket is full.
 	TasksMaxBytes, MarksMaxBytes int64
+	// TasksQuota is one principal's value bytes in ledger_tasks (the
+	// principal of the event that changed the value), refilled at that much
+	// an hour. A value over it is written as one too large for the bucket
+	// is, without its data (data null, data_too_large its size), so one
+	// principal cannot fill the bucket for everyone. Default 64 MiB.
+	TasksQuota int64
 	// Engine configures the ordering engine (gap timeout default 5 s, buffer
 	// caps); its clock defaults to time.Now.
 	Engine projection.Config
@@ -99,6 +109,7 @@ func (c Config) WithDefaults() Config {
 	c.ReconcileEvery = cmp.Or(c.ReconcileEvery, ReconcileEveryDefault)
 	c.ReconcilePage = cmp.Or(c.ReconcilePage, ReconcilePageDefault)
 	c.ReconcileGrace = cmp.Or(c.ReconcileGrace, ReconcileGraceDefault)
+	c.TasksQuota = cmp.Or(c.TasksQuota, TasksQuotaDefault)
 	c.Engine = c.Engine.WithDefaults()
 	return c
 }
@@ -114,6 +125,9 @@ func (c Config) validate() error {
 	}
 	if c.BatchSize < 1 || c.RefetchLimit < 1 || c.ReconcilePage < 1 {
 		return fmt.Errorf("projector: batch size, re-fetch limit and reconciliation page must be positive")
+	}
+	if c.TasksQuota < 1 {
+		return fmt.Errorf("projector: tasks quota must be positive, got %d", c.TasksQuota)
 	}
 	if c.StopTimeout < 0 || c.TasksMaxBytes < -1 || c.MarksMaxBytes < -1 {
 		return fmt.Errorf("projector: stop timeout must not be negative, bucket sizes -1 or more")

@@ -45,7 +45,7 @@ func FuzzDecodeLog(f *testing.F) {
 				h.Set(name, v)
 			}
 		}
-		ev, committedAt, err := decodeLog(subj, subject, h, payload)
+		ev, committedAt, _, err := decodeLog(subj, subject, h, payload)
 		c, cerr := subj.DecodeLog(subject, h, payload)
 		if cerr != nil || c.Version < 1 {
 			require.Error(t, err, "decodeLog accepts what the codec refuses")
@@ -57,7 +57,7 @@ func FuzzDecodeLog(f *testing.F) {
 		require.Equal(t, c.Partition, ev.Partition)
 
 		m := subj.LogMsg(&c)
-		again, againAt, err := decodeLog(subj, m.Subject, m.Header, m.Data)
+		again, againAt, _, err := decodeLog(subj, m.Subject, m.Header, m.Data)
 		require.NoError(t, err, "the codec's own copy of an accepted one")
 		require.Equal(t, ev, again)
 		require.True(t, committedAt.Equal(againAt), "%v != %v", committedAt, againAt)

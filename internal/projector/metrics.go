@@ -25,6 +25,7 @@ type metrics struct {
 	loadFailures prometheus.Counter
 	tasksInMem   prometheus.Gauge
 	reconciled   prometheus.Counter
+	refusals     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -55,7 +56,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		tasksInMem:   g("ledger_projector_tasks_in_memory", "Tasks the engine holds."),
 		reconciled: c("ledger_projector_reconciled_total",
 			"Projections found behind their task's head in PostgreSQL (a log copy or a bucket value JetStream lost) and folded again."),
+		refusals: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_refusals_total",
+			Help: "Projection values written without their data for a principal over its share of ledger_tasks (path projection, reason quota).",
+		}, []string{"path", "principal", "reason"}),
 	}
+}
+
+// refused counts a value of principal's written without its data for its
+// quota. Principals come from the committed log, so from NATS users.
+func (m *metrics) refused(principal string) {
+	m.refusals.WithLabelValues("projection", principal, "quota").Inc()
 }
 
 func (m *metrics) outcome(o projection.Outcome) { m.events.WithLabelValues(string(o)).Inc() }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flowness/ledger/internal/quota"
 	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -54,6 +55,10 @@ type Service struct {
 	gaps      map[string]time.Time // open gaps, for the oldest-gap metric
 	held      map[string]*heldTask // states the bucket refused for lack of space
 	oversized map[string]bool      // tasks whose last value went without its data
+	// writers is the principal of the last event that changed each task
+	// this turn: whose share of the bucket its value is charged to.
+	writers map[string]string
+	quota   *quota.Bytes
 	// archivedWarned is the tasks whose missing version was found archived
 	// and said so (rebuild.go), once each.
 	archivedWarned map[string]bool
@@ -94,6 +99,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	return &Service{cfg: cfg, nc: d.NC, js: js, pool: d.Pool, log: d.Logger, metrics: newMetrics(d.Registerer),
 		subj: wire.Subjects{Prefix: cfg.Prefix}, engine: engine, revs: map[string]uint64{}, gaps: map[string]time.Time{},
 		held: map[string]*heldTask{}, oversized: map[string]bool{},
+		writers: map[string]string{}, quota: quota.NewBytes(cfg.TasksQuota),
 		in: make(chan jetstream.Msg, 2*cfg.BatchSize), stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 

@@ -180,7 +180,8 @@ func (s *Service) write(ctx context.Context, changed map[string]projection.State
 func (s *Service) publish(ctx context.Context, changed, retry map[string]projection.State) []pendingWrite {
 	var pending []pendingWrite
 	for task, st := range changed {
-		value, without, err := s.encode(st)
+		value, without, err := s.encode(st, s.writers[task])
+		delete(s.writers, task)
 		if err != nil {
 			s.log.Error("projection does not encode", slog.String("task", task), slog.String("error", err.Error()))
 			continue
@@ -198,10 +199,18 @@ func (s *Service) publish(ctx context.Context, changed, retry map[string]project
 }
 
 // encode is the bucket value of a state: without its data if the data makes
-// it too large for a value.
-func (s *Service) encode(st projection.State) (value []byte, without bool, err error) {
-	if value, err = json.Marshal(st); err != nil || len(value) <= s.valueLimit {
+// it too large for a value, or its writer's principal is over its share of
+// the bucket ("" charges no one: a value written again after a failure was
+// charged the first time).
+func (s *Service) encode(st projection.State, principal string) (value []byte, without bool, err error) {
+	if value, err = json.Marshal(st); err != nil {
 		return value, false, err
+	}
+	if len(value) <= s.valueLimit {
+		if principal == "" || s.quota.Take(principal, len(value)) {
+			return value, false, nil
+		}
+		s.metrics.refused(principal)
 	}
 	value, err = json.Marshal(st.WithoutData())
 	return value, true, err
@@ -217,7 +226,7 @@ func (s *Service) stored(st projection.State, without bool) {
 	switch {
 	case without && !s.oversized[task]:
 		s.oversized[task] = true
-		s.log.Warn("projection data too large for a bucket value; stored with data null", slog.String("task", task),
+		s.log.Warn("projection stored with data null: too large for a bucket value, or its writer over its share of the bucket", slog.String("task", task),
 			slog.Int("bytes", len(st.Data)), slog.Int("limit", s.valueLimit), slog.Int64("version", st.Version))
 	case !without && s.oversized[task]:
 		delete(s.oversized, task)

@@ -78,7 +78,7 @@ func (s *Service) offerBatch(ctx context.Context, batch []jetstream.Msg, changed
 	events := make([]projection.Event, len(batch))
 	times := make([]time.Time, len(batch))
 	for i, m := range batch {
-		ev, committedAt, err := decodeLog(s.subj, m.Subject(), m.Headers(), m.Data())
+		ev, committedAt, holder, err := decodeLog(s.subj, m.Subject(), m.Headers(), m.Data())
 		if err != nil {
 			// Only the ingest may publish to the log, and a redelivery
 			// would not make this readable: it leaves the consumer, loudly.
@@ -88,6 +88,7 @@ func (s *Service) offerBatch(ctx context.Context, batch []jetstream.Msg, changed
 			continue
 		}
 		events[i], times[i] = ev, committedAt
+		s.writers[ev.Task] = wire.Principal(holder)
 	}
 	read := s.readAhead(ctx, events)
 	for i, m := range batch {
@@ -109,15 +110,15 @@ func (s *Service) offerBatch(ctx context.Context, batch []jetstream.Msg, changed
 	return offered, newest
 }
 
-// decodeLog reads a LEDGER_LOG message as an event and its commit time,
+// decodeLog reads a LEDGER_LOG message as an event, its commit time and holder,
 // with the contract's codec. A version below 1 is refused here as well: the
 // engine would refuse it too, and the copy would then be acked as handled.
-func decodeLog(subj wire.Subjects, subject string, h nats.Header, data []byte) (projection.Event, time.Time, error) {
+func decodeLog(subj wire.Subjects, subject string, h nats.Header, data []byte) (projection.Event, time.Time, string, error) {
 	c, err := subj.DecodeLog(subject, h, data)
 	if err != nil {
-		return projection.Event{}, time.Time{}, err
+		return projection.Event{}, time.Time{}, "", err
 	}
-	return eventOf(&c), c.CommittedAt, nil
+	return eventOf(&c), c.CommittedAt, c.Holder, nil
 }
 
 // eventOf is the engine's event of a committed event, as the log copy and

@@ -22,6 +22,12 @@ const (
 	// database could not be reached": nothing changed, retry. It says
 	// nothing about the lease, so it is not one of the contract's outcomes.
 	ErrCodeUnavailable = "unavailable"
+	// ErrCodeRateLimited and ErrCodeBusy refuse a request of a principal
+	// over its share of the service (this implementation's codes): over
+	// its request rate, or with too many requests waiting or in service.
+	// Nothing was done; retry after a short backoff.
+	ErrCodeRateLimited = "rate_limited"
+	ErrCodeBusy        = "busy"
 )
 
 // LeaseRequest is the body of acquire, renew, release and get. Fields a

@@ -25,6 +25,11 @@ var (
 	// ErrUnavailable: the service could not be reached (no responder,
 	// timeout) or its database was down. Retrying may succeed.
 	ErrUnavailable = errors.New("worker: lease service unavailable")
+	// ErrBusy: the service refused the request because this principal is
+	// over its share of it (reply rate_limited or busy); nothing was done.
+	// It matches ErrUnavailable too, so every retry of the SDK backs off
+	// and tries again.
+	ErrBusy = fmt.Errorf("worker: lease service busy with this principal's requests: %w", ErrUnavailable)
 )
 
 // Errors of the SDK itself.
@@ -56,11 +61,11 @@ var (
 )
 
 // ServiceError is an error reply of the lease service. It matches one of
-// ErrHeld, ErrLost, ErrNoLease, ErrInvalid or ErrUnavailable with errors.Is,
+// ErrHeld, ErrLost, ErrNoLease, ErrInvalid, ErrBusy or ErrUnavailable with errors.Is,
 // and carries the current lease where the service knew it.
 type ServiceError struct {
-	// Code is the reply's "error": held, lost, no_lease, invalid or
-	// unavailable.
+	// Code is the reply's "error": held, lost, no_lease, invalid,
+	// unavailable, busy or rate_limited.
 	Code    string
 	Message string
 	// Holder, Generation and ExpiresAt describe the current lease; zero
@@ -107,6 +112,8 @@ func (e *ServiceError) Unwrap() error {
 		return ErrNoLease
 	case wire.ErrCodeUnavailable:
 		return ErrUnavailable
+	case wire.ErrCodeBusy, wire.ErrCodeRateLimited:
+		return ErrBusy
 	}
 	return ErrInvalid
 }

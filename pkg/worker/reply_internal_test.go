@@ -20,6 +20,8 @@ func FuzzLeaseServiceReply(f *testing.F) {
 		{"409", "held", `{"error":"held","message":"held","holder":"reports.pod-b","generation":9,"expires_at":"2026-03-01T12:00:03.5Z"}`},
 		{"409", "held", `{"error":"held","expires_at":"not a time"}`},
 		{"503", "the ledger's database could not serve the request", `{"error":"unavailable","message":"retry"}`},
+		{"429", "over its rate", `{"error":"rate_limited","message":"retry later"}`},
+		{"429", "too many at once", `{"error":"busy","message":"retry later"}`},
 		{"400", "bad", `not json`},
 		{"418", "teapot", `{"error":"teapot"}`},
 		{"", "", `{"partitions":-1}`},
@@ -60,4 +62,22 @@ func FuzzLeaseServiceReply(f *testing.F) {
 			_ = wire.PartitionOf("task", n) // must not panic
 		}
 	})
+}
+
+// A principal over its share of the lease service is told so, and the SDK
+// takes it as "unavailable for now": every loop that retries an
+// unavailable service backs off and tries again.
+func TestBusyAndRateLimitedAreRetriedLikeUnavailable(t *testing.T) {
+	t.Parallel()
+	for _, code := range []string{wire.ErrCodeBusy, wire.ErrCodeRateLimited} {
+		err := decodeReply("429", "retry later", []byte(`{"error":"`+code+`","message":"retry later"}`), &wire.LeaseReply{})
+		if !errors.Is(err, ErrBusy) || !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("%s: %v is not ErrBusy and ErrUnavailable", code, err)
+		}
+		for _, o := range []error{ErrHeld, ErrLost, ErrNoLease, ErrInvalid} {
+			if errors.Is(err, o) {
+				t.Fatalf("%s: %v matches %v", code, err, o)
+			}
+		}
+	}
 }

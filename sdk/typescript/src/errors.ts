@@ -5,7 +5,8 @@ import type { ErrorReply, OperatorAction, Receipt } from "./wire.js";
  *
  * - HELD, LOST, NO_LEASE, INVALID, UNAVAILABLE: the lease service said so
  *   (a ServiceError), or the SDK found the request malformed (INVALID) or the
- *   service unreachable (UNAVAILABLE) before it answered;
+ *   service unreachable (UNAVAILABLE) before it answered; a refusal of a
+ *   principal over its share (busy, rate_limited: see err.error) is UNAVAILABLE;
  * - LEASE_LOST: the lease ended without release (a refused renewal, no renewal
  *   confirmed by the local deadline, a stale receipt);
  * - RELEASED, CLOSED: the lease was given up by release() or Client.close();
@@ -48,6 +49,10 @@ const SERVICE_CODES: Record<string, ErrorCode> = {
   no_lease: "NO_LEASE",
   invalid: "INVALID",
   unavailable: "UNAVAILABLE",
+  // A principal over its share of the service: nothing was done, and every
+  // loop that retries an unavailable service backs off and tries again.
+  busy: "UNAVAILABLE",
+  rate_limited: "UNAVAILABLE",
 };
 
 /**
@@ -56,7 +61,7 @@ const SERVICE_CODES: Record<string, ErrorCode> = {
  */
 export class ServiceError extends LedgerError {
   override name = "ServiceError";
-  /** The reply's "error": held, lost, no_lease, invalid or unavailable. */
+  /** The reply's "error": held, lost, no_lease, invalid, unavailable, busy or rate_limited. */
   readonly error: string;
   readonly holder?: string;
   readonly generation?: number;

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
+	"github.com/flowness/ledger/internal/connect"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -176,7 +177,7 @@ func ChaosWriter(ctx context.Context, args []string, _, stderr io.Writer) error 
 		nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
 	nc, err := nats.Connect(f.Conn.NATSURL, opts...)
 	if err != nil {
-		return fmt.Errorf("NATS: %w", err)
+		return fmt.Errorf("NATS: %w", connect.RedactError(f.Conn.NATSURL, err))
 	}
 	defer nc.Close()
 	if err := chaos.RunWriter(ctx, nc, cfg); err != nil {

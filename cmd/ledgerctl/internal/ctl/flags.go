@@ -158,7 +158,7 @@ func (g *Globals) NATS(extra ...nats.Option) (*nats.Conn, error) {
 	opts = append(opts, extra...)
 	nc, err := nats.Connect(g.Conn.NATSURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("NATS at %s is not reachable: %w", connect.RedactURLs(g.Conn.NATSURL), err)
+		return nil, fmt.Errorf("NATS at %s is not reachable: %w", connect.RedactURLs(g.Conn.NATSURL), connect.RedactError(g.Conn.NATSURL, err))
 	}
 	return nc, nil
 }

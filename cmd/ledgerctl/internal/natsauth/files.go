@@ -73,6 +73,9 @@ func seedFile(path string, kind nkeys.PrefixByte) (kp nkeys.KeyPair, created boo
 	data, err := readSmall(path)
 	switch {
 	case err == nil:
+		if err := privateFile(path); err != nil {
+			return nil, false, err
+		}
 		kp, err := parseSeed(data, kind)
 		if err != nil {
 			return nil, false, fmt.Errorf("seed file %s: %w", path, err)
@@ -93,6 +96,21 @@ func seedFile(path string, kind nkeys.PrefixByte) (kp nkeys.KeyPair, created boo
 		return nil, false, err
 	}
 	return kp, true, nil
+}
+
+// privateFile refuses a seed file that others than its owner may read or
+// write: whoever could read it may already hold the key, so reusing it
+// quietly would hand them a credential of the new deployment.
+func privateFile(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("seed file %s: %w", path, err)
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("seed file %s has mode %#o: others may read it, so the key may be known; "+
+			"remove the file for a new key (its user's credentials change), or chmod 600 it if no one else has read it", path, perm)
+	}
+	return nil
 }
 
 func newKey(kind nkeys.PrefixByte) (nkeys.KeyPair, error) {

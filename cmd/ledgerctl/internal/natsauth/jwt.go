@@ -207,7 +207,7 @@ func jwtExport(e Export) *jwt.Export {
 func jwtImport(e Export, from string) *jwt.Import {
 	x := &jwt.Import{Name: e.Name, Subject: jwt.Subject(e.Subject), Account: from, Type: jwt.Stream}
 	if e.Service {
-		x.Type = jwt.Service
+		x.Type, x.Share = jwt.Service, e.Share
 	}
 	return x
 }

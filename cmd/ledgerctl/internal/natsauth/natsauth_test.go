@@ -159,6 +159,38 @@ func TestStaticRefusesASeedOfAnotherKind(t *testing.T) {
 	require.ErrorContains(t, err, "a seed of a account key, not of a user key")
 }
 
+// A seed others may read is refused, in both modes, with what to do;
+// never quietly reused.
+func TestASeedOthersMayReadIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"static", "jwt"} {
+		dir := filepath.Join(t.TempDir(), "auth")
+		run := func() error {
+			if mode == "static" {
+				_, err := Static(Setup{Dir: dir, Layout: layout(t), Workers: []string{"reports"}})
+				return err
+			}
+			_, err := JWT(Setup{Dir: dir, Layout: layout(t), Workers: []string{"reports"}})
+			return err
+		}
+		require.NoError(t, run(), mode)
+		seeds, err := filepath.Glob(filepath.Join(dir, "*.nk"))
+		require.NoError(t, err)
+		more, err := filepath.Glob(filepath.Join(dir, "*", "*.nk"))
+		require.NoError(t, err)
+		seeds = append(seeds, more...)
+		require.NotEmpty(t, seeds, mode)
+		for _, seed := range seeds {
+			require.NoError(t, os.Chmod(seed, 0o644))
+			err := run()
+			require.ErrorContains(t, err, "has mode 0644: others may read it", "%s %s", mode, seed)
+			require.ErrorContains(t, err, seed)
+			require.NoError(t, os.Chmod(seed, 0o600))
+		}
+		require.NoError(t, run(), mode)
+	}
+}
+
 // Operator mode: users carry a name and nothing else, signed by their
 // role's scoped key; run again, it keeps every key and credential.
 func TestJWTSignsUsersWithScopedRoleKeys(t *testing.T) {

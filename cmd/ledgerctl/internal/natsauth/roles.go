@@ -227,14 +227,18 @@ type Export struct {
 	// stream: LEDGER's messages on the subject are delivered to the
 	// importer too (receipts, bucket changes).
 	Service bool
+	// Share: the importer tells the ledger who sent each request (the
+	// server's Nats-Request-Info header names the user), so the lease
+	// service charges a public read to its sender's share.
+	Share bool
 }
 
 // WorkerExports are what the workers' account imports.
 func (l Layout) WorkerExports() []Export {
 	return []Export{
 		{Name: "events", Subject: l.p("in.>"), Service: true},
-		{Name: "leases", Subject: l.p("lease.>"), Service: true},
-		{Name: "task-head", Subject: l.p("task.head"), Service: true},
+		{Name: "leases", Subject: l.p("lease.>"), Service: true, Share: true},
+		{Name: "task-head", Subject: l.p("task.head"), Service: true, Share: true},
 		{Name: "receipts", Subject: l.p("receipt.>")},
 	}
 }

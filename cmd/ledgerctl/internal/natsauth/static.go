@@ -199,7 +199,11 @@ func exportKind(e Export) string {
 func imports(w *confWriter, exports []Export) {
 	w.open("imports: [")
 	for _, e := range exports {
-		w.line("{ %s: { account: %s, subject: %s } }", exportKind(e), quoted(AccountLedger), quoted(e.Subject))
+		share := ""
+		if e.Share {
+			share = ", share: true"
+		}
+		w.line("{ %s: { account: %s, subject: %s }%s }", exportKind(e), quoted(AccountLedger), quoted(e.Subject), share)
 	}
 	w.close("]")
 }
