@@ -158,17 +158,17 @@ func TestConsoleInABrowser(t *testing.T) {
 	l.waitCommitted("invoice-42", 1)
 	base := l.console("-allow-replay")
 
-	// Partitions: worker-a holds partition 3; worker-b takes it over while
+	// Partitions: worker-a holds partition 3; worker-a.2 (a standby of the same principal: a task is its first writer's) takes it over while
 	// the page is open.
 	do(t, ctx, "open the partitions view", chromedp.Navigate(base+"/"))
 	until(t, ctx, "partition 3 shows worker-a", `document.querySelector('#partition-3 .holder')?.textContent === 'worker-a.1'`)
 	until(t, ctx, "the page follows the live stream", `document.getElementById('status')?.textContent === 'live'`)
 	mark(t, ctx)
 	ledgertest.ExpireLease(t, l.db.Pool, 3)
-	b := l.acquire(3, "worker-b.1")
+	b := l.acquire(3, "worker-a.2")
 	until(t, ctx, "the takeover appears on partition 3's tile",
 		`(() => { const t = document.getElementById('partition-3');
-		  return t && t.classList.contains('takeover') && t.querySelector('.holder').textContent === 'worker-b.1'
+		  return t && t.classList.contains('takeover') && t.querySelector('.holder').textContent === 'worker-a.2'
 		    && t.querySelector('.gen b').textContent === '`+strconv.FormatInt(b.Generation, 10)+`'
 		    && t.querySelector('.takeovers b').textContent === '1'; })()`)
 	require.False(t, reloaded(t, ctx), "the takeover came in without a reload")
@@ -185,7 +185,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		`[...document.querySelectorAll('tr[id^="letter-"]')].some(r => r.textContent.includes('superseded') && r.textContent.includes('invoice-42'))`)
 	require.False(t, reloaded(t, ctx), "the letter came in without a reload")
 	// Worker-b's own writes commit, so the task has two generations.
-	l.publish(event{partition: 3, task: "invoice-42", holder: "worker-b.1", generation: b.Generation, version: 2,
+	l.publish(event{partition: 3, task: "invoice-42", holder: "worker-a.2", generation: b.Generation, version: 2,
 		typ: "completed", payload: `{"total":"120.00","by":"B"}`})
 	l.publish(event{partition: 5, task: "report-7", holder: "reports.pod-7", generation: 1, version: 1,
 		typ: "running", payload: `{"pct":50}`})
@@ -224,7 +224,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	// beside the fold of its log.
 	do(t, ctx, "open the task", chromedp.Navigate(base+"/task/invoice-42"))
 	until(t, ctx, "the task shows both versions and the generation change",
-		`document.getElementById('version-2') && document.querySelector('tr.generation-change')?.textContent.includes('worker-b.1')`)
+		`document.getElementById('version-2') && document.querySelector('tr.generation-change')?.textContent.includes('worker-a.2')`)
 	until(t, ctx, "the projection catches up with the log", `document.getElementById('compare')?.classList.contains('match')`)
 	require.GreaterOrEqual(t, eval[int](t, ctx, `document.querySelectorAll('table.rejections tbody tr').length`), 1)
 	screenshot(t, ctx, "task")
