@@ -58,12 +58,14 @@ type fairJob struct {
 	serve     func(ctx context.Context)
 }
 
-// fairPrincipal is one principal's share: its token bucket, its requests
-// waiting or in service, and its queues.
+// fairPrincipal is one principal's share: a token bucket and a count of
+// requests waiting or in service per class, and its queues. Each class has
+// its own, so a principal's reads and acquires never use up what keeps its
+// own leases renewed.
 type fairPrincipal struct {
-	tokens   float64
+	tokens   [fairClasses]float64
 	at       time.Time
-	inFlight int
+	inFlight [fairClasses]int
 	serving  int
 	queue    [fairClasses][]*fairJob
 	inRing   [fairClasses]bool
@@ -99,21 +101,23 @@ func (q *fairQueue) admit(j *fairJob) string {
 	q.sweep(now)
 	p := q.by[j.principal]
 	if p == nil {
-		p = &fairPrincipal{tokens: float64(q.burst), at: now}
+		p = &fairPrincipal{tokens: [fairClasses]float64{float64(q.burst), float64(q.burst)}, at: now}
 		q.by[j.principal] = p
 	}
-	p.tokens = min(float64(q.burst), p.tokens+now.Sub(p.at).Seconds()*q.rate)
+	for c := range p.tokens {
+		p.tokens[c] = min(float64(q.burst), p.tokens[c]+now.Sub(p.at).Seconds()*q.rate)
+	}
 	p.at = now
 	switch {
-	case p.tokens < 1:
+	case p.tokens[j.class] < 1:
 		q.mu.Unlock()
 		return refusedRate
-	case p.inFlight >= q.inFlight || q.queued >= fairMaxQueued:
+	case p.inFlight[j.class] >= q.inFlight || q.queued >= fairMaxQueued:
 		q.mu.Unlock()
 		return refusedBusy
 	}
-	p.tokens--
-	p.inFlight++
+	p.tokens[j.class]--
+	p.inFlight[j.class]++
 	q.queued++
 	j.received = now
 	p.queue[j.class] = append(p.queue[j.class], j)
@@ -138,7 +142,7 @@ func (q *fairQueue) sweep(now time.Time) {
 	q.swept = now
 	full := time.Duration(float64(q.burst) / q.rate * float64(time.Second))
 	for name, p := range q.by {
-		if p.inFlight == 0 && now.Sub(p.at) >= full {
+		if p.inFlight == [fairClasses]int{} && now.Sub(p.at) >= full {
 			delete(q.by, name)
 		}
 	}
@@ -188,7 +192,7 @@ func (q *fairQueue) done(j *fairJob) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	p := q.by[j.principal]
-	p.inFlight--
+	p.inFlight[j.class]--
 	p.serving--
 	if len(p.queue[classRenew])+len(p.queue[classOther]) > 0 {
 		select { // its next request may have been passed over

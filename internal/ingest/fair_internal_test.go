@@ -3,6 +3,7 @@ package ingest
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -53,6 +54,30 @@ func TestAReadIsChargedToItsSender(t *testing.T) {
 		}
 		if got := requesterOf("", h, c.reply); got != c.want {
 			t.Errorf("%q %q: charged to %q, want %q", c.info, c.reply, got, c.want)
+		}
+	}
+}
+
+// A principal's reads and acquires cannot use up what keeps its own leases:
+// renewals and releases have a bucket and an in-flight count of their own.
+// Switch: one bucket and one count per principal (fair.go, classes merged)
+// refuses the renewal rate_limited.
+func TestAPrincipalsReadsLeaveItsRenewalsTheirShare(t *testing.T) {
+	q := newFairQueue(Config{LeaseRate: 0.001, LeaseBurst: 3, LeaseInFlight: 2, LeaseWorkers: 2, LeaseMaxAge: time.Minute})
+	read := func() *fairJob { return &fairJob{principal: "bench", endpoint: "task.head", class: classOf("task.head")} }
+	refused := 0
+	for range 10 {
+		if q.admit(read()) != "" {
+			refused++
+		}
+	}
+	if refused != 8 {
+		t.Fatalf("reads: %d of 10 refused, want 8 (2 in flight)", refused)
+	}
+	for i := range 2 {
+		renew := &fairJob{principal: "bench", endpoint: "renew", class: classOf("renew")}
+		if why := q.admit(renew); why != "" {
+			t.Fatalf("renewal %d refused %s after the principal's reads used up their share", i, why)
 		}
 	}
 }
