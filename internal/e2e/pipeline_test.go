@@ -77,8 +77,9 @@ func TestPipelineWithTakeoverEndsWithProjectionsEqualToTheLog(t *testing.T) {
 	oldGen := la.Generation()
 	require.NoError(t, a.Close()) // A stops renewing, as if paused
 
-	// B takes the partition over once A's lease has expired.
-	b, err := worker.New(ns.Conn(t, worker.InboxOption("worker-b.1")), worker.Config{Holder: "worker-b.1", Logger: log})
+	// B, a standby of the same principal (a task is its first writer's),
+	// takes the partition over once A's lease has expired.
+	b, err := worker.New(ns.Conn(t, worker.InboxOption("worker-a.2")), worker.Config{Holder: "worker-a.2", Logger: log})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 	var lb *worker.Lease
