@@ -19,7 +19,7 @@ func TestObservedZombieWriteIsToldInReceiptLogCopyAndMetrics(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, ingest.Config{})
 	ctx := context.Background()
-	ra, rb := e.receipts("worker-a.1"), e.receipts("worker-b.1")
+	ra, rb := e.receipts("worker-a.1"), e.receipts("worker-a.2")
 	a := e.acquire(2, "worker-a.1", 120000)
 	first := event{id: newID(), partition: 2, task: "job-1", holder: "worker-a.1", generation: a.Generation, version: 1, typ: "running", payload: `{}`}
 	e.publish(first)
@@ -28,8 +28,8 @@ func TestObservedZombieWriteIsToldInReceiptLogCopyAndMetrics(t *testing.T) {
 	_, err := fence.SetFenceMode(ctx, e.db.Pool, 2, fence.ModeObserve, "ops", "rollout")
 	require.NoError(t, err)
 	e.expire(2)
-	b := e.acquire(2, "worker-b.1", 120000)
-	second := event{id: newID(), partition: 2, task: "job-1", holder: "worker-b.1", generation: b.Generation, version: 2, typ: "running", payload: `{}`}
+	b := e.acquire(2, "worker-a.2", 120000)
+	second := event{id: newID(), partition: 2, task: "job-1", holder: "worker-a.2", generation: b.Generation, version: 2, typ: "running", payload: `{}`}
 	e.publish(second)
 	r := receiptFor(t, rb, second.id)
 	require.Equal(t, wire.VerdictCommitted, r.Verdict)

@@ -35,7 +35,7 @@ func TestWriterCutOffFromTheServiceLearnsItLostTheLeaseBeforeTheTakeoverCommits(
 	require.NoError(t, err)
 	t.Cleanup(ncA.Close)
 	a := newClient(t, ncA, worker.Config{Holder: "worker-a.1", TTL: ttl})
-	b := l.client(nil, worker.Config{Holder: "worker-b.1"})
+	b := l.client(nil, worker.Config{Holder: "worker-a.2"})
 
 	leaseA, err := a.Acquire(ctx, partition)
 	require.NoError(t, err)

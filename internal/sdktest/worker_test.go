@@ -99,7 +99,7 @@ func TestNextLeaseContinuesTaskFromItsHead(t *testing.T) {
 	}
 	require.NoError(t, lease.Release(ctx))
 
-	second := l.client(nil, worker.Config{Holder: "worker-b.1"})
+	second := l.client(nil, worker.Config{Holder: "worker-a.2"})
 	next, err := second.Acquire(ctx, 5)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), next.Generation())
@@ -121,7 +121,7 @@ func TestNextLeaseContinuesTaskFromItsHead(t *testing.T) {
 	require.Nil(t, unknown.Type)
 	rows := l.events("report-9")
 	require.Len(t, rows, 4)
-	require.Equal(t, "worker-b.1", rows[3].Holder)
+	require.Equal(t, "worker-a.2", rows[3].Holder)
 	require.Equal(t, int64(2), rows[3].Generation)
 }
 

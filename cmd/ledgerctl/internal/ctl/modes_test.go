@@ -32,7 +32,7 @@ func TestFenceModeSwitchAndWouldRejectReport(t *testing.T) {
 	assert.Contains(t, e.run("leases").ok(t).stdout, "fence observe")
 
 	e.expire(4)
-	b := e.acquire(4, "worker-b.1")
+	b := e.acquire(4, "worker-a.2")
 	ev := func(l fence.Lease, v int64) fence.Event {
 		return fence.Event{ID: newID(), Partition: 4, Task: "job-1", Version: v, Type: "step", Payload: []byte(`{}`),
 			Holder: l.Holder, Generation: l.Generation}
