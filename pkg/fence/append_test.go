@@ -262,8 +262,8 @@ func TestLeaseExpiringBeforeTheInsertCommitsNothingOfTheAttempt(t *testing.T) {
 	s, db := newStore(t, fence.Config{})
 	ctx := context.Background()
 	// Long enough that the first attempt reads the lease as valid, even on
-	// a slow machine.
-	const ttl = time.Second
+	// a loaded machine.
+	const ttl = 3 * time.Second
 	acquired := time.Now()
 	short, err := s.Acquire(ctx, 0, "worker-a.1", ttl)
 	require.NoError(t, err)
