@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -182,7 +183,22 @@ func (s *Store) grant(ctx context.Context, partition int, holder string, ttl tim
 	}
 	ttlMS := ttl.Milliseconds()
 	var out Lease
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	// A takeover's row lock can meet an append's in a deadlock, which
+	// PostgreSQL breaks by aborting one of them: nothing was granted, so
+	// the grant is tried again, as an append is (append.go).
+	var err error
+	for try := 0; ; try++ {
+		err = s.acquireOnce(ctx, partition, holder, observed, ttlMS, reqID, o, &out)
+		if c := sqlState(err); try < 4 && (c == pgerrcode.DeadlockDetected || c == pgerrcode.SerializationFailure) {
+			continue
+		}
+		return out, err
+	}
+}
+
+// acquireOnce is one transaction of acquire.
+func (s *Store) acquireOnce(ctx context.Context, partition int, holder string, observed *int64, ttlMS int64, reqID *string, o acquireOptions, out *Lease) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// A takeover holds the lease row FOR UPDATE: bounded like an append.
 		if _, err := tx.Exec(ctx, sqlSetTimeouts, ms(s.cfg.StatementTimeout), ms(s.cfg.IdleInTransactionTimeout)); err != nil {
 			return fmt.Errorf("fence: acquire partition %d: set timeouts: %w", partition, err)
@@ -199,7 +215,7 @@ func (s *Store) grant(ctx context.Context, partition int, holder string, ttl tim
 		if observed == nil || *observed == 0 {
 			l, err := scanLease(tx.QueryRow(ctx, sqlLeaseInsertFirst, partition, holder, ttlMS, reqID, o.floor), partition)
 			if err == nil {
-				out = l
+				*out = l
 				return nil
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
@@ -215,7 +231,7 @@ func (s *Store) grant(ctx context.Context, partition int, holder string, ttl tim
 			return fmt.Errorf("fence: lock lease of partition %d: %w", partition, err)
 		}
 		if cur.Valid && cur.Holder == holder && o.requestID != "" && curReqID == o.requestID {
-			out = cur // a retry of the grant that made this generation
+			*out = cur // a retry of the grant that made this generation
 			return nil
 		}
 		if cur.Valid && cur.Holder != holder {
@@ -238,10 +254,9 @@ func (s *Store) grant(ctx context.Context, partition int, holder string, ttl tim
 		if err != nil {
 			return fmt.Errorf("fence: take over partition %d: %w", partition, err)
 		}
-		out = l
+		*out = l
 		return nil
 	})
-	return out, err
 }
 
 // Renew extends the lease by ttl (0: the lease's own TTL) from now by the
