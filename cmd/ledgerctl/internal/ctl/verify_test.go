@@ -158,3 +158,61 @@ func TestVerifyFindsAndRepairPutsBackWhatJetStreamLost(t *testing.T) {
 	}
 	e.run("verify", "-grace", "0").ok(t)
 }
+
+// LEDGER_IN loses the writes that removed its decided messages: the server
+// comes back with the stream's files as they were before the acks (a power
+// loss within its sync interval), and the messages sit below the partition
+// consumer's ack floor, where no consumer delivers them. ledgerctl verify
+// names the consumer; repair leaves it alone, says what to do, and exits 1.
+func TestVerifyFindsAConsumerAheadOfItsMessages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	e.run("streams", "apply").ok(t)
+	l := e.acquire(1, "worker-a.1")
+	for v := int64(1); v <= 30; v++ {
+		e.publish(event{partition: 1, task: "t", holder: l.Holder, generation: l.Generation, version: v, typ: "step", payload: `{}`})
+	}
+	msgs := filepath.Join(t.TempDir(), "msgs")
+	e.ns.Shutdown()
+	dirs, err := filepath.Glob(filepath.Join(e.ns.StoreDir(), "jetstream", "*", "streams", wire.StreamIn, "msgs"))
+	require.NoError(t, err)
+	require.Len(t, dirs, 1)
+	require.NoError(t, os.CopyFS(msgs, os.DirFS(dirs[0])), "the files before the acks")
+	e.ns.Restart(t)
+
+	in, err := ingest.New(ingest.Config{}, ingest.Deps{NC: e.ns.Conn(t), Store: e.store,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	require.NoError(t, in.Start(ctx))
+	e.waitCommitted("t", 30)
+	require.Eventually(t, func() bool {
+		s, err := e.js.Stream(ctx, wire.StreamIn)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	}, 20*time.Second, 20*time.Millisecond, "every message decided and removed")
+	in.Stop()
+	e.run("verify", "-grace", "0", "-kinds", "consumer").ok(t)
+
+	e.ns.Shutdown()
+	require.NoError(t, os.RemoveAll(dirs[0]))
+	require.NoError(t, os.CopyFS(dirs[0], os.DirFS(msgs)))
+	e.ns.Restart(t)
+	v := e.run("verify", "-grace", "0", "-kinds", "consumer", "-json")
+	require.Equal(t, 1, v.code, "stdout:\n%s\nstderr:\n%s", v.stdout, v.stderr)
+	lines := v.jsonLines(t)
+	require.Len(t, lines, 1)
+	require.Equal(t, wire.StreamIn, lines[0]["stream"])
+	require.Regexp(t, `^ingest-1-\d+$`, lines[0]["consumer"])
+	require.Equal(t, "message_below_ack_floor", lines[0]["problem"])
+
+	r := e.run("repair", "-grace", "0", "-kinds", "consumer", "-json")
+	require.Equal(t, 1, r.code, "a consumer is left to the operator")
+	rows := r.jsonLines(t)
+	require.Len(t, rows, 1)
+	require.Equal(t, "left alone", rows[0]["outcome"])
+	require.Contains(t, rows[0]["action"], "restart the ingest")
+}
