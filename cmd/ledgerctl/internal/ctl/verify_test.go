@@ -125,6 +125,15 @@ func TestVerifyFindsAndRepairPutsBackWhatJetStreamLost(t *testing.T) {
 	kv, err := e.js.KeyValue(ctx, wire.BucketTasks)
 	require.NoError(t, err)
 	require.NoError(t, kv.Delete(ctx, "t-0"))
+	older, err := kv.Get(ctx, "t-1") // and t-1's newest write: its value is one version back
+	require.NoError(t, err)
+	var st projection.State
+	require.NoError(t, json.Unmarshal(older.Value(), &st))
+	st.Version--
+	b, err := json.Marshal(st)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, "t-1", b)
+	require.NoError(t, err)
 	e.cutStreamTail(wire.StreamLog)
 	var short []string
 	for k := range tasks {
@@ -138,7 +147,7 @@ func TestVerifyFindsAndRepairPutsBackWhatJetStreamLost(t *testing.T) {
 	v := e.run("verify", "-grace", "0", "-json")
 	require.Equal(t, 1, v.code, "verify exits 1 on a loss; stderr:\n%s", v.stderr)
 	found := findings(t, v)
-	require.Equal(t, []string{"t-0"}, found["projection"], "the lost bucket value")
+	require.Equal(t, []string{"t-0", "t-1"}, found["projection"], "the lost bucket value, the lost write")
 	require.ElementsMatch(t, short, found["log"], "each task whose newest copy was lost")
 
 	// Repair with its fold step switched off: the log comes back, the
@@ -146,12 +155,13 @@ func TestVerifyFindsAndRepairPutsBackWhatJetStreamLost(t *testing.T) {
 	e.run("repair", "-grace", "0", "-kinds", "log", "-json").ok(t)
 	v = e.run("verify", "-grace", "0", "-json")
 	require.Equal(t, 1, v.code)
-	require.Equal(t, []string{"t-0"}, findings(t, v)["projection"])
+	require.Equal(t, []string{"t-0", "t-1"}, findings(t, v)["projection"])
 	require.Empty(t, findings(t, v)["log"])
 
 	r := e.run("repair", "-grace", "0", "-json")
 	require.Equal(t, 0, r.code, "stderr:\n%s\nstdout:\n%s", r.stderr, r.stdout)
 	require.EqualValues(t, versions, e.projected("t-0"), "folded again from PostgreSQL")
+	require.EqualValues(t, versions, e.projected("t-1"), "folded on from PostgreSQL")
 	for k := range tasks {
 		task := fmt.Sprintf("t-%d", k)
 		require.Equal(t, []int64{1, 2, 3}, e.logVersions(2, task), "task %s: in version order, once each", task)
