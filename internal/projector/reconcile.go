@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowness/ledger/pkg/projection"
+	"github.com/flowness/ledger/pkg/wire"
 )
 
 // Reconciliation finds projections behind their task's head and folds what
@@ -183,4 +185,69 @@ func (s *Service) reconcileTicker() (<-chan time.Time, func()) {
 	}
 	t := time.NewTicker(s.cfg.ReconcileEvery)
 	return t.C, t.Stop
+}
+
+// RepairTasks folds again from PostgreSQL the projections of the tasks of
+// heads, each up to its head's version, and stores them: what `ledgerctl
+// repair` runs for the projections `ledgerctl verify` found behind. It
+// takes the reconciliation's steps, without Start. A projector may run
+// meanwhile: each write is a compare-and-set on the revision read, and a
+// lost one is read again. The buckets must exist; RepairTasks creates
+// nothing.
+func (s *Service) RepairTasks(ctx context.Context, heads map[string]int64) error {
+	if err := s.bind(ctx); err != nil {
+		return err
+	}
+	changed := map[string]projection.State{}
+	for task, head := range heads {
+		from, err := s.reconcileFrom(ctx, task, changed)
+		if err != nil {
+			return fmt.Errorf("projector: repair %s: %w", task, err)
+		}
+		for from < head {
+			events, err := s.queryEvents(ctx, []string{task}, []int64{from + 1}, []int64{head})
+			if err != nil {
+				return fmt.Errorf("projector: repair %s: %w", task, err)
+			}
+			for _, ev := range events {
+				if err := s.offer(ctx, ev, changed, nil); err != nil {
+					return fmt.Errorf("projector: repair %s: %w", task, err)
+				}
+			}
+			st, _ := s.engine.State(task)
+			if len(events) == 0 || st.Version <= from {
+				return fmt.Errorf("projector: repair %s: PostgreSQL has it up to version %d, want %d", task, st.Version, head)
+			}
+			from = st.Version
+		}
+	}
+	if !s.writeAll(ctx, changed) {
+		return fmt.Errorf("projector: repair: %w", context.Cause(ctx))
+	}
+	return nil
+}
+
+// bind opens the existing buckets, as prepare does without applying
+// anything: an operator's command must not change the deployment's
+// streams.
+func (s *Service) bind(ctx context.Context) error {
+	kv, err := s.js.KeyValue(ctx, wire.BucketTasks)
+	if err != nil {
+		return fmt.Errorf("projector: bucket %s: %w", wire.BucketTasks, err)
+	}
+	marks, err := s.js.KeyValue(ctx, wire.BucketProjector)
+	if err != nil {
+		return fmt.Errorf("projector: bucket %s: %w", wire.BucketProjector, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("projector: bucket %s: %w", wire.BucketTasks, err)
+	}
+	var maxValue int32
+	if js, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		maxValue = js.StreamInfo().Config.MaxMsgSize
+	}
+	s.kv, s.tasks, s.marks = kv, wire.BucketTasks, marks
+	s.valueLimit = valueLimit(maxValue, s.nc.MaxPayload())
+	return nil
 }

@@ -57,6 +57,8 @@ var commands = map[string]Command{
 	"uncordon":     {Uncordon, "-partition P -reason R", "let a cordoned partition be granted again"},
 	"fence-mode":   {FenceMode, "[-partition P -reason R enforce|observe]", "switch a partition between enforcing and observing the fence; list modes"},
 	"would-reject": {WouldRejectReport, "-since T [-partitions SET]", "count commits that observe let through and enforce would have refused"},
+	"verify":       {Verify, "[-kinds LIST] [-since D] [-json]", "report what JetStream lost against PostgreSQL: projections, log copies, consumers"},
+	"repair":       {Repair, "[-kinds LIST] [-since D] [-json]", "put back from PostgreSQL what verify finds: log copies, projections"},
 	"snapshot":     {Snapshot, "-out FILE", "write the projection bucket to a file a rebuild can start from"},
 }
 
