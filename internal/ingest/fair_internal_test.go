@@ -64,7 +64,9 @@ func TestAReadIsChargedToItsSender(t *testing.T) {
 // refuses the renewal rate_limited.
 func TestAPrincipalsReadsLeaveItsRenewalsTheirShare(t *testing.T) {
 	q := newFairQueue(Config{LeaseRate: 0.001, LeaseBurst: 3, LeaseInFlight: 2, LeaseWorkers: 2, LeaseMaxAge: time.Minute})
-	read := func() *fairJob { return &fairJob{principal: "bench", endpoint: "task.head", class: classOf("task.head")} }
+	read := func() *fairJob {
+		return &fairJob{principal: "bench", endpoint: "task.head", class: classOf("task.head")}
+	}
 	refused := 0
 	for range 10 {
 		if q.admit(read()) != "" {
