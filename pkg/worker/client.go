@@ -359,9 +359,6 @@ func (c *Client) lookUpVerdict(p *Pending) {
 // long queue in LEDGER_IN gains few copies, and never once the lease has
 // ended.
 func (c *Client) publishAgain(p *Pending) {
-	if !resendUnknown {
-		return
-	}
 	p.mu.Lock()
 	p.unknown++
 	n := p.unknown

@@ -28,7 +28,6 @@ var binaries struct {
 	dir      string
 	nofence  string
 	noguards string
-	noresend string
 	err      error
 }
 
@@ -57,7 +56,6 @@ func build(t *testing.T) (dir, nofenceIngest string) {
 			{"build", "-o", binaries.dir + "/", "./cmd/..."},
 			{"build", "-tags", "ledger_nofence", "-o", filepath.Join(binaries.dir, "nofence", "ingest"), "./cmd/ingest"},
 			{"build", "-tags", "ledger_noguards", "-o", filepath.Join(binaries.dir, "noguards", "ingest"), "./cmd/ingest"},
-			{"build", "-tags", "ledger_noresend", "-o", filepath.Join(binaries.dir, "noresend", "ledgerctl"), "./cmd/ledgerctl"},
 		} {
 			cmd := exec.Command(gobin, args...)
 			cmd.Dir = root
@@ -68,7 +66,6 @@ func build(t *testing.T) (dir, nofenceIngest string) {
 		}
 		binaries.nofence = filepath.Join(binaries.dir, "nofence", "ingest")
 		binaries.noguards = filepath.Join(binaries.dir, "noguards", "ingest")
-		binaries.noresend = filepath.Join(binaries.dir, "noresend", "ledgerctl")
 	})
 	require.NoError(t, binaries.err)
 	return binaries.dir, binaries.nofence
@@ -231,52 +228,4 @@ func TestChaosWithNATSStorageLossBreaksNoPromise(t *testing.T) {
 	}
 	assert.Positive(t, losses, "no storage was lost: %s", res.Summary)
 	assert.Positive(t, r.Commits, res.Summary)
-}
-
-// sdkStorageLoss is a short run whose writers use the Go SDK, with one
-// storage loss of the NATS server and no other fault. The TTL (5 s)
-// outlasts the fault's outage (the ingests paused 1.5 s, NATS down 1 s):
-// the SDK re-sends only while the lease lasts.
-func sdkStorageLoss(bin, ledgerctl string) chaos.Options {
-	return chaos.Options{Bin: bin, Ledgerctl: ledgerctl, Writer: chaos.WriterSDK, TTL: 5 * time.Second,
-		Duration: 20 * time.Second, StorageLossEvery: time.Minute, DrainTimeout: 20 * time.Second,
-		SigstopEvery: chaos.Off, KillIngestEvery: chaos.Off, NATSRestartEvery: chaos.Off, PGRestartEvery: chaos.Off,
-		PGCutEvery: chaos.Off, Show: 2}
-}
-
-func storageLosses(res *chaos.Result) int {
-	for _, f := range res.Faults {
-		if f.Kind == chaos.FaultNATSLoss {
-			return f.Count
-		}
-	}
-	return 0
-}
-
-// Writers that use the Go SDK, and no re-send of their own: the NATS
-// server loses the tail of its stream files, acknowledged events with it,
-// and the SDK finds each such event unknown to the ledger after its
-// receipt timeout and publishes it again. Every event gets its verdict.
-func TestChaosWithSDKWritersUnderStorageLossLosesNoEvent(t *testing.T) {
-	bin, _ := build(t)
-	res := runChaos(t, sdkStorageLoss(bin, ""))
-
-	r := res.Report
-	assert.Zero(t, r.Total(), "violations: %v\n%s", r.Counts, res.Summary)
-	assert.Positive(t, storageLosses(res), "no storage was lost: %s", res.Summary)
-	assert.Positive(t, r.Commits, res.Summary)
-}
-
-// The negative control: the same run with the SDK's re-send switched off
-// (ledgerctl built with the tag ledger_noresend) loses the events the
-// storage loss took.
-func TestChaosWithSDKWritersWithoutResendLosesEvents(t *testing.T) {
-	build(t)
-	res := runChaos(t, sdkStorageLoss(binaries.dir, binaries.noresend))
-	if res.Dir != "" {
-		defer os.RemoveAll(res.Dir)
-	}
-
-	assert.Positive(t, storageLosses(res), "no storage was lost: %s", res.Summary)
-	assert.Positive(t, res.Report.Counts[chaos.Lost], "the storage loss took no acknowledged event, or the SDK re-sent: %s", res.Summary)
 }

@@ -56,6 +56,9 @@ type sdkWriter struct {
 // (a receipt, or the ledger's answer to the SDK's lookup), grants and
 // losses. It ignores Zombie (the SDK never publishes under a lease it
 // lost) and Resend (the SDK re-sends by itself, Config.ReceiptTimeout).
+// The SDK re-sends only while the lease lasts: an event a storage loss
+// took, whose lease ended before the SDK found it unknown, gets no verdict,
+// and the checker counts it lost.
 func RunSDKWriter(ctx context.Context, nc *nats.Conn, cfg WriterConfig) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
