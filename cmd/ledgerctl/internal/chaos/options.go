@@ -127,6 +127,12 @@ type Options struct {
 	// SDK's re-send); default Off. A storage loss needs it: an acked
 	// event the server lost is not published again otherwise.
 	Resend time.Duration
+	// Writer is how the writers reach the ledger: WriterRaw (default), or
+	// WriterSDK, the Go SDK (writer_sdk.go), which needs no Resend.
+	Writer string
+	// ReceiptTimeout is the SDK writers' receipt timeout; default
+	// SDKReceiptTimeoutDefault (2 s).
+	ReceiptTimeout time.Duration
 	// Cluster runs three JetStream nodes and R3 streams.
 	Cluster bool
 	// NATSSyncAlways runs the nodes with sync_interval: always.
@@ -192,6 +198,8 @@ func (o Options) WithDefaults() Options {
 	o.PGFailoverEvery = cmp.Or(o.PGFailoverEvery, PGFailoverEveryDefault)
 	o.StorageLossEvery = cmp.Or(o.StorageLossEvery, Off)
 	o.Resend = cmp.Or(o.Resend, Off)
+	o.Writer = cmp.Or(o.Writer, WriterRaw)
+	o.ReceiptTimeout = cmp.Or(o.ReceiptTimeout, SDKReceiptTimeoutDefault)
 	o.GapTimeout = cmp.Or(o.GapTimeout, GapTimeoutDefault)
 	o.DrainTimeout = cmp.Or(o.DrainTimeout, DrainTimeoutDefault)
 	o.Partitions = cmp.Or(o.Partitions, PartitionsDefault)
@@ -231,6 +239,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("the principal %q is not 1..%d of [A-Za-z0-9_-]", o.Principal, wire.MaxHolderPartLen)
 	case o.Rate <= 0:
 		return errors.New("the rate must be positive")
+	case o.Writer != WriterRaw && o.Writer != WriterSDK:
+		return fmt.Errorf("the writer must be %q or %q, got %q", WriterRaw, WriterSDK, o.Writer)
+	case o.ReceiptTimeout <= 0:
+		return errors.New("the receipt timeout must be positive")
 	case o.Zombie < 0 && o.Zombie != Off:
 		return errors.New("the zombie window must not be negative")
 	case o.GapWindow < 0 || o.GapTimeout <= 0 || o.DrainTimeout <= 0:

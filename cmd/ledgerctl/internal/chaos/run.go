@@ -579,6 +579,9 @@ func (r *run) startWriter(p, k int) (*proc, error) {
 	if r.o.Resend > 0 {
 		args = append(args, "-resend", r.o.Resend.String())
 	}
+	if r.o.Writer == WriterSDK {
+		args = append(args, "-writer", WriterSDK, "-receipt-timeout", r.o.ReceiptTimeout.String())
+	}
 	w := r.newProc(holder, r.bin.ledgerctl, args...)
 	w.onExit = func(p *proc, err error) {
 		r.onExit(p, err)

@@ -87,6 +87,11 @@ type WriterConfig struct {
 	// server that lost its unsynced writes may have lost it, and a receipt
 	// sent while the writer was cut off is gone. Default 0: never.
 	Resend time.Duration
+	// ReceiptTimeout is the SDK writer's worker.Config.ReceiptTimeout: how
+	// long an event waits for its receipt before the SDK asks the ledger,
+	// and publishes it again if the ledger has no record of it; default
+	// SDKReceiptTimeoutDefault (2 s). The raw writer ignores it.
+	ReceiptTimeout time.Duration
 }
 
 func (c WriterConfig) withDefaults() WriterConfig {

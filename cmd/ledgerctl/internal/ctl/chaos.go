@@ -75,6 +75,8 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.BoolVar(&o.SplitBrain, "split-brain", false, "with -replication: start the old primary again, writable, for 5 s after each failover")
 	f.DurationVar(&o.StorageLossEvery, "storage-loss-every", 0, "mean time between kill -9 of NATS (with -cluster of one node) with the tail of its stream files cut (with -cluster, every other time a block corrupted); 0: none")
 	f.DurationVar(&o.Resend, "resend", 0, "writers publish again an acked event with no receipt after this long (the SDK's re-send); 0: never")
+	f.StringVar(&o.Writer, "writer", chaos.WriterRaw, "how the writers publish: raw (JetStream itself) or sdk (the Go SDK, pkg/worker, which re-sends by itself)")
+	f.DurationVar(&o.ReceiptTimeout, "receipt-timeout", chaos.SDKReceiptTimeoutDefault, "with -writer sdk: the SDK's receipt timeout (its lookup and re-send of an event without receipt)")
 	f.BoolVar(&o.Cluster, "cluster", false, "three JetStream nodes and R3 streams; kill -9 of a node instead of the server's restart")
 	f.IntVar(&o.Ingests, "ingests", chaos.IngestsDefault, "ingest processes")
 	f.StringVar(&o.Principal, "principal", chaos.PrincipalDefault, "principal of the writers' holder ids (with -external: their NATS user)")
@@ -138,6 +140,8 @@ func ChaosWriter(ctx context.Context, args []string, _, stderr io.Writer) error 
 	f.Float64Var(&cfg.Rate, "rate", chaos.WriterRateDefault, "events per second while holding the lease")
 	f.DurationVar(&cfg.Zombie, "zombie", chaos.ZombieDefault, "how long to keep publishing with the old generation after a pause; 0: not at all")
 	f.DurationVar(&cfg.Resend, "resend", 0, "publish again an acked event with no receipt after this long; 0: never")
+	kind := f.String("writer", chaos.WriterRaw, "raw (JetStream itself) or sdk (the Go SDK, pkg/worker)")
+	f.DurationVar(&cfg.ReceiptTimeout, "receipt-timeout", chaos.SDKReceiptTimeoutDefault, "with -writer sdk: the SDK's receipt timeout")
 	logPath := f.String("log", "", "writer log file to create (required)")
 	downstream := f.String("downstream-url", "", "downstream database to perform each checkpoint's effect on directly, fenced; empty: none")
 	if err := f.Parse(args); err != nil {
@@ -180,7 +184,15 @@ func ChaosWriter(ctx context.Context, args []string, _, stderr io.Writer) error 
 		return fmt.Errorf("NATS: %w", connect.RedactError(f.Conn.NATSURL, err))
 	}
 	defer nc.Close()
-	if err := chaos.RunWriter(ctx, nc, cfg); err != nil {
+	run := chaos.RunWriter
+	switch *kind {
+	case chaos.WriterRaw:
+	case chaos.WriterSDK:
+		run = chaos.RunSDKWriter
+	default:
+		return Usagef("-writer must be %s or %s, got %q", chaos.WriterRaw, chaos.WriterSDK, *kind)
+	}
+	if err := run(ctx, nc, cfg); err != nil {
 		return err
 	}
 	return logFile.Sync()
