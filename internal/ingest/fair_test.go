@@ -168,11 +168,14 @@ func TestFloodOfOnePrincipalLeavesAnothersLatency(t *testing.T) {
 	for r := 0; r < 3 && !held; r++ {
 		held = round()
 	}
+	// The flood outruns its share (renewals and reads each have a burst of
+	// 1,000) within seconds of the rounds, if not during them.
+	require.Eventually(t, func() bool { return refused.Load() > 0 }, 60*time.Second, 50*time.Millisecond,
+		"the flood was never refused at once")
 	stop()
 	<-done
 	require.True(t, held, "renewal and commit p99 within twice the quiet run's while another principal floods")
 	t.Logf("flood: %d answers, %d refused at once", answers.Load(), refused.Load())
-	require.Positive(t, refused.Load(), "the flood was refused at once")
 
 	// Every refusal is counted under the flooding principal.
 	counted := refusals(t, reg)

@@ -30,7 +30,7 @@ func TestObserveModeCommitsWhatEnforceWouldRefuseAndSaysSo(t *testing.T) {
 	_, err = fence.SetFenceMode(ctx, db.Pool, 3, fence.ModeObserve, "ops", "rollout step 1")
 	require.NoError(t, err)
 	expire(t, db, 3)
-	b, err := s.Acquire(ctx, 3, "worker-b.1", longTTL)
+	b, err := s.Acquire(ctx, 3, "worker-a.2", longTTL)
 	require.NoError(t, err)
 	rb := appendOne(t, s, ev(b, "job-1", 2, "running"))
 	require.Equal(t, wire.VerdictCommitted, rb.Verdict)
