@@ -32,6 +32,9 @@ import (
 func (s *Service) restartBehind(ctx context.Context) (int, error) {
 	s.claims.beatMu.Lock() // no partition is taken or given up meanwhile
 	defer s.claims.beatMu.Unlock()
+	if s.claims.stopped {
+		return 0, nil // Stop has the consumers: none is made again
+	}
 	s.claims.mu.Lock()
 	runs := make(map[int]*partRun, len(s.claims.runs))
 	for p, r := range s.claims.runs {

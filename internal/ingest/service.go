@@ -205,14 +205,15 @@ func (s *Service) Start(ctx context.Context) error {
 		s.log.Warn("cannot tell yet whether the database holds every acknowledged commit; appends wait until it can",
 			slog.String("error", err.Error()))
 	}
-	if s.cfg.LogTailWindow > 0 {
-		s.wg.Add(1)
-		go s.runLogTail()
-	}
 	s.claims = &claims{owner: s.cfg.owner(), runs: map[int]*partRun{}}
 	s.beat()
 	s.wg.Add(1)
 	go s.runClaims()
+	// After the claims exist: the tail check remakes their consumers.
+	if s.cfg.LogTailWindow > 0 {
+		s.wg.Add(1)
+		go s.runLogTail()
+	}
 	s.log.Info("ingest started", slog.String("prefix", s.cfg.Prefix), slog.String("owner", s.claims.owner),
 		slog.Int("lanes", s.cfg.Lanes), slog.Int("batch_size", s.cfg.BatchSize), slog.String("gap_window", s.cfg.GapWindow.String()),
 		slog.Any("partitions", s.claims.owned()))
