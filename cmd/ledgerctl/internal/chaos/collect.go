@@ -28,8 +28,11 @@ type Sources struct {
 	Downstream *pgxpool.Pool
 }
 
-// readTimeout bounds one read of the collector.
-const readTimeout = 30 * time.Second
+// readTimeout bounds the collector's reads: the rows, LEDGER_LOG and
+// LEDGER_DLQ of a whole run. An hour-long run holds millions of messages;
+// 30 s was too short for one on a loaded machine, which then ended
+// without a verdict.
+const readTimeout = 15 * time.Minute
 
 // ReadLogs reads every writer log (*.jsonl) in dir.
 func ReadLogs(dir string) ([]*WriterLog, error) {
