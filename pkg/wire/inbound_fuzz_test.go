@@ -48,7 +48,7 @@ func FuzzDecodeInbound(f *testing.F) {
 	reasons := map[string]bool{}
 	for _, r := range []string{wire.ReasonBadSubject, wire.ReasonHeadersTooLarge, wire.ReasonMissingEventID,
 		wire.ReasonHolderMismatch, wire.ReasonMissingType, wire.ReasonMissingGen, wire.ReasonBadGeneration,
-		wire.ReasonMissingVersion, wire.ReasonBadVersion, wire.ReasonRepeatedHeader} {
+		wire.ReasonMissingVersion, wire.ReasonBadVersion, wire.ReasonRepeatedHeader, wire.ReasonBadEventID} {
 		reasons[r] = true
 	}
 	f.Fuzz(func(t *testing.T, subject, header string, data []byte) {
