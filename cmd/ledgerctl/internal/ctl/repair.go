@@ -25,24 +25,11 @@ func Repair(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			"  projection  folds the task again from PostgreSQL and writes its value (compare-and-set)\n"+
 			"  consumer    changes nothing: says what to do (a consumer in use is not safe to remake)\n"+
 			"Then verifies again, and exits 1 if anything is still found.", stderr)
-	if err := f.Parse(args); err != nil {
-		return err
-	}
-	if f.NArg() > 0 {
-		return Usagef("unexpected argument %q", f.Arg(0))
-	}
-	if err := opts.check(); err != nil {
-		return err
-	}
-	d, done, err := openVerify(ctx, f)
+	d, done, found, err := startVerify(ctx, f, opts, args)
 	if err != nil {
 		return err
 	}
 	defer done()
-	found, err := d.verify(ctx, *opts)
-	if err != nil {
-		return err
-	}
 	rows, err := d.repair(ctx, f, found)
 	if err != nil {
 		return err

@@ -74,24 +74,11 @@ func Verify(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			"  log         a task committed within -since whose newest version has no LEDGER_LOG copy\n"+
 			"  consumer    a LEDGER_IN or LEDGER_LOG consumer whose position is past its stream\n"+
 			"Exits 1 when anything is found. 'ledgerctl repair' puts back the first two kinds.", stderr)
-	if err := f.Parse(args); err != nil {
-		return err
-	}
-	if f.NArg() > 0 {
-		return Usagef("unexpected argument %q", f.Arg(0))
-	}
-	if err := opts.check(); err != nil {
-		return err
-	}
-	d, done, err := openVerify(ctx, f)
+	_, done, found, err := startVerify(ctx, f, opts, args)
 	if err != nil {
 		return err
 	}
 	defer done()
-	found, err := d.verify(ctx, *opts)
-	if err != nil {
-		return err
-	}
 	if err := printFindings(stdout, f.JSON, found); err != nil {
 		return err
 	}
@@ -125,6 +112,30 @@ func (o *verifyOpts) check() error {
 		return Usagef("-since must be positive and -grace not negative")
 	}
 	return nil
+}
+
+// startVerify parses verify's and repair's arguments, opens what they
+// read, and runs the checks: what both commands begin with.
+func startVerify(ctx context.Context, f *Flags, opts *verifyOpts, args []string) (*verifyDeps, func(), []finding, error) {
+	if err := f.Parse(args); err != nil {
+		return nil, nil, nil, err
+	}
+	if f.NArg() > 0 {
+		return nil, nil, nil, Usagef("unexpected argument %q", f.Arg(0))
+	}
+	if err := opts.check(); err != nil {
+		return nil, nil, nil, err
+	}
+	d, done, err := openVerify(ctx, f)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	found, err := d.verify(ctx, *opts)
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return d, done, found, nil
 }
 
 func openVerify(ctx context.Context, f *Flags) (*verifyDeps, func(), error) {
