@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -37,8 +38,12 @@ type Session struct {
 	// Pooled reports that two client connections shared one server
 	// session: a pooler in transaction mode is in between.
 	Pooled bool
+	// Proxied reports that a pooler or proxy is in between, in any mode:
+	// the process id the server announced at connect is not the session's
+	// own (PgBouncer, RDS Proxy and their kind hand out keys of their own).
+	Proxied bool
 	// ExecMode is the pool's query execution mode: pgx's statement cache,
-	// or cache_describe behind a transaction pooler unless the URL chose.
+	// or cache_describe behind a pooler unless the URL chose.
 	ExecMode pgx.QueryExecMode
 	// ParamsRefused reports that the server (a pooler) refused the
 	// session settings sent at connect (tcp_keepalives_*,
@@ -155,10 +160,13 @@ func (o *Options) configureSession(ctx context.Context, cfg *pgxpool.Config) (Se
 		_, explicit := given["idle_in_transaction_session_timeout"]
 		s.ParamsDropped = !explicit && s.IdleInTransaction != idle
 	}
-	if s.Pooled, err = sharedSessions(ctx, cfg.ConnConfig); err != nil {
+	if s.Proxied, s.Pooled, err = probeSessions(ctx, cfg.ConnConfig); err != nil {
 		return s, err
 	}
-	if s.Pooled && !strings.Contains(o.DatabaseURL, "default_query_exec_mode") {
+	// Whether a pooler shares sessions cannot always be seen from two
+	// connections (under load, or with server_round_robin, they reach
+	// different sessions), so behind any pooler statements are unnamed.
+	if (s.Proxied || s.Pooled) && !strings.Contains(o.DatabaseURL, "default_query_exec_mode") {
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
 	s.ExecMode = cfg.ConnConfig.DefaultQueryExecMode
@@ -184,8 +192,13 @@ func (o *Options) logSession(s Session) {
 			"the server's idle_in_transaction_session_timeout and the pooler's idle_transaction_timeout"
 		o.Logger.Warn(msg, slog.Int64("idle_in_transaction_session_timeout_ms", s.IdleInTransaction.Milliseconds()))
 	}
-	if s.Pooled {
+	switch {
+	case s.Pooled:
 		o.Logger.Info("PostgreSQL sessions are shared (a transaction-mode pooler): statements are not named",
+			slog.String("query_exec_mode", s.ExecMode.String()))
+	case s.Proxied:
+		o.Logger.Info("PostgreSQL is reached through a pooler: statements are not named unless DATABASE_URL "+
+			"sets default_query_exec_mode (cache_statement is safe in session mode only)",
 			slog.String("query_exec_mode", s.ExecMode.String()))
 	}
 }
@@ -207,16 +220,18 @@ func idleInTransaction(ctx context.Context, c *pgx.Conn) (time.Duration, error) 
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-// sharedSessions reports whether two client connections reach the same
-// server session one after the other: a pooler in transaction mode hands
-// the session one client just released to the next (PgBouncer reuses the
-// most recent first). Two sessions of their own never share a process id.
-func sharedSessions(ctx context.Context, cc *pgx.ConnConfig) (bool, error) {
+// probeSessions reports whether a pooler is in between (a connection's
+// announced process id is not its session's) and whether two client
+// connections reach the same server session one after the other: a pooler
+// in transaction mode hands the session one client just released to the
+// next (PgBouncer reuses the most recent first). Two sessions of their own
+// never share a process id.
+func probeSessions(ctx context.Context, cc *pgx.ConnConfig) (proxied, shared bool, err error) {
 	var conns [2]*pgx.Conn
 	for i := range conns {
 		c, err := pgx.ConnectConfig(ctx, cc.Copy())
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		defer c.Close(ctx)
 		conns[i] = c
@@ -226,15 +241,18 @@ func sharedSessions(ctx context.Context, cc *pgx.ConnConfig) (bool, error) {
 		i := round % 2
 		res, err := conns[i].PgConn().Exec(ctx, `SELECT pg_backend_pid()`).ReadAll()
 		if err != nil {
-			return false, fmt.Errorf("read the server's process id: %w", err)
+			return false, false, fmt.Errorf("read the server's process id: %w", err)
 		}
 		pid := string(res[0].Rows[0][0])
+		if pid != strconv.FormatUint(uint64(conns[i].PgConn().PID()), 10) {
+			proxied = true
+		}
 		if j, ok := seen[pid]; ok && j != i {
-			return true, nil
+			return true, true, nil
 		}
 		seen[pid] = i
 	}
-	return false, nil
+	return proxied, false, nil
 }
 
 // CheckPooler is a readiness check: it fails with ErrTransactionPooler

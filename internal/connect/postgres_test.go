@@ -73,6 +73,7 @@ func TestStricterServerIdleTimeoutIsKept(t *testing.T) {
 	defer pool2.Close()
 	require.Equal(t, "30s", setting(t, pool2, "idle_in_transaction_session_timeout"))
 	require.False(t, o.Session.Pooled, "a direct connection is not pooled")
+	require.False(t, o.Session.Proxied, "a direct connection announces its own process id")
 	require.Equal(t, pgx.QueryExecModeCacheStatement, o.Session.ExecMode)
 }
 
@@ -88,6 +89,8 @@ func TestPoolerRefusingSessionSettingsStillConnects(t *testing.T) {
 	defer pool.Close()
 	require.True(t, o.Session.ParamsRefused)
 	require.False(t, o.Session.Pooled, "session mode gives each client a session of its own")
+	require.True(t, o.Session.Proxied, "PgBouncer announces process ids of its own")
+	require.Equal(t, pgx.QueryExecModeCacheDescribe, o.Session.ExecMode, "behind a pooler statements are unnamed")
 	require.NoError(t, hammer(pool))
 }
 
@@ -117,6 +120,44 @@ func TestTransactionPoolerGetsUnnamedStatements(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 	require.True(t, o.Session.Pooled)
+	require.Equal(t, pgx.QueryExecModeCacheDescribe, o.Session.ExecMode)
+	require.NoError(t, hammer(pool))
+	require.NoError(t, o.CheckPooler(pool)(context.Background()))
+}
+
+// A transaction pooler that hands out its server sessions in turn
+// (server_round_robin, or any pooler under load) never shows two probes
+// one session; the pool's statements are unnamed all the same, because
+// the process id PgBouncer announces is not the session's. Switch:
+// probeSessions never reporting proxied.
+func TestTransactionPoolerHidingItsSharingGetsUnnamedStatements(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	pb := dbtest.StartPgBouncer(t, "transaction", "server_round_robin = 1")
+	url := pb.URL(t, db.Name, "default_query_exec_mode=exec", "pool_max_conns=5")
+	// Five server sessions, idle in the pooler's queue: the probes' four
+	// queries each get another one.
+	warm, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	var held []pgx.Tx
+	for range 5 {
+		tx, err := warm.Begin(context.Background())
+		require.NoError(t, err)
+		_, err = tx.Exec(context.Background(), `SELECT 1`)
+		require.NoError(t, err)
+		held = append(held, tx)
+	}
+	for _, tx := range held {
+		require.NoError(t, tx.Rollback(context.Background()))
+	}
+	defer warm.Close()
+
+	o := Options{DatabaseURL: pb.URL(t, db.Name)}
+	pool, err := o.Postgres(context.Background())
+	require.NoError(t, err)
+	defer pool.Close()
+	require.False(t, o.Session.Pooled, "the probes met no session twice")
+	require.True(t, o.Session.Proxied)
 	require.Equal(t, pgx.QueryExecModeCacheDescribe, o.Session.ExecMode)
 	require.NoError(t, hammer(pool))
 	require.NoError(t, o.CheckPooler(pool)(context.Background()))

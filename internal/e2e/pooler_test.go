@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -45,6 +46,8 @@ func TestServicesWorkThroughPgBouncer(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
 			require.Equal(t, mode == "transaction", conn.Session.Pooled)
+			require.True(t, conn.Session.Proxied)
+			require.Equal(t, pgx.QueryExecModeCacheDescribe, conn.Session.ExecMode)
 			_, err = migrations.Up(ctx, pool, nil)
 			require.NoError(t, err)
 
