@@ -57,6 +57,8 @@ const (
 	// restoreWait bounds the wait, after an asynchronous failover, for an
 	// ingest to report that the database forgot acknowledged commits.
 	restoreWait = 10 * time.Second
+	// restoreRetry is the pause before a failed restore is run again.
+	restoreRetry = 2 * time.Second
 	// resumeWait bounds the wait for the first commit after a promotion.
 	resumeWait = 60 * time.Second
 )
@@ -342,12 +344,21 @@ func (r *run) restoreForgotten(ctx context.Context, promoted time.Time, f *PGFai
 	}
 	f.Noticed = time.Since(promoted)
 	r.logf("%v after the promote, %s", f.Noticed.Round(time.Millisecond), said)
-	out, err := exec.CommandContext(ctx, r.bin.ledgerctl, "restore", "-json", "-database-url", r.dbURL,
-		"-nats-url", r.natsURL, "-prefix", r.prefix).CombinedOutput()
-	_ = os.WriteFile(filepath.Join(r.dir, "procs", fmt.Sprintf("restore-%d.log", len(r.failovers)+1)), out, 0o644)
-	if err != nil {
-		r.logf("ledgerctl restore: %v: %s", err, out)
-		return
+	// A restore that fails (NATS or the database restarting under it) is
+	// run again, as an operator would, until it works or the run ends.
+	var out []byte
+	for try := 1; ; try++ {
+		var err error
+		out, err = exec.CommandContext(ctx, r.bin.ledgerctl, "restore", "-json", "-database-url", r.dbURL,
+			"-nats-url", r.natsURL, "-prefix", r.prefix).CombinedOutput()
+		_ = os.WriteFile(filepath.Join(r.dir, "procs", fmt.Sprintf("restore-%d.log", len(r.failovers)+1)), out, 0o644)
+		if err == nil {
+			break
+		}
+		r.logf("ledgerctl restore (try %d): %v: %s", try, err, out)
+		if !sleep(ctx, restoreRetry) {
+			return
+		}
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.TrimSpace(line) == "" {
