@@ -3,6 +3,25 @@ package fence
 // The I/O of Append: the pipelined round trips that read the state a batch
 // is decided from (readState), write its plan (write), and search a batch
 // for the events PostgreSQL refuses (isolate).
+//
+// A batch costs a fixed handful of statements whatever its size, in two
+// pipelined round trips. The first sends BEGIN, the timeouts, the lease
+// lock, and the reads of uncached heads, recorded verdicts and the horizon.
+// The second sends one INSERT ... SELECT FROM unnest(...) for the commits
+// (with their ids and heads), one for the rejections, and COMMIT. A lookup
+// of stored rows that events at or below their head may collide with
+// (usually none) takes a third. A batch that records a rejection reads once
+// more under its exclusive locks. COMMIT travels with the insert, so the
+// insert itself must fail when a row does not pass the fence:
+// ledger.fence_check (migration 00003) compares the rows inserted with the
+// rows planned, raises, and the batch runs again.
+//
+// The lookups are optimistic. An event planned as head + 1 is not looked
+// up unless its id was minted before the id floor. If its id or (task,
+// version) is in fact taken, the INSERT fails with unique_violation, and
+// the batch reruns with every head read and every event looked up. An
+// event that will not commit is never decided without that full lookup, so
+// a cached head or a skipped lookup can cost a retry, never a wrong verdict.
 
 import (
 	"context"
