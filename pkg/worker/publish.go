@@ -83,9 +83,9 @@ func (l *Lease) task(task string) *taskState {
 // was refused.
 //
 // The event goes to <prefix>.in.<principal>.<instance>.<partition>.<task>
-// with the contract's headers (Subjects.InboundMsg in pkg/wire): Nats-Msg-Id (a new
-// ULID and the content token), Ledger-Generation, Ledger-Version and
-// Ledger-Type. A publish whose JetStream ack fails or times out is sent
+// with the contract's headers, built by wire.Subjects.InboundMsg:
+// Nats-Msg-Id (a new ULID and the content token), Ledger-Generation,
+// Ledger-Version and Ledger-Type. A publish whose JetStream ack fails or times out is sent
 // again with the same id while the lease lasts; JetStream deduplicates it
 // within its window, and the ledger by event id after it.
 //
