@@ -41,7 +41,7 @@
 // TestUndecodableLogCopyIsTerminatedAndTheLogFlows.
 //
 // A state whose data does not fit in a bucket value is stored without it
-// (data null, data_too_large its size; docs/contract.md §6). The engine keeps the
-// true data; loading such a value folds the data again from PostgreSQL.
+// (data null, data_too_large its size; docs/contract.md §6). The engine
+// keeps the true data; loading such a value folds it again from PostgreSQL.
 // Test: TestProjectionTooLargeForAValueIsStoredWithoutItsData.
 package projector
