@@ -376,11 +376,12 @@ type Rejection struct {
 const DeadLetterSlack = 512
 
 // DeadLetterMsg is the LEDGER_DLQ copy of a rejected message: its body and
-// headers plus r and the subject it was published on (source), on subject. It always fits in limit bytes: headers over
-// the inbound limits are dropped (Ledger-Headers-Dropped records their
-// size), a body that would not fit is cut (Ledger-Truncated records its
-// size), and a worker's own headers of the ledger's names or a publisher's
-// Nats-Expected-* expectations are not carried over.
+// headers plus r and the subject it was published on (source), on subject.
+// It always fits in limit bytes: headers over the inbound limits are
+// dropped (Ledger-Headers-Dropped records their size), a body that would
+// not fit is cut (Ledger-Truncated records its size), and a worker's own
+// headers of the ledger's names or a publisher's Nats-Expected-*
+// expectations are not carried over.
 func DeadLetterMsg(subject, source string, orig nats.Header, data []byte, r Rejection, limit int) *nats.Msg {
 	m := nats.NewMsg(subject)
 	if hb, values := HeaderSize(orig); hb <= MaxHeaderBytes && values <= MaxHeaderValues {
