@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -296,65 +295,6 @@ func (s Subjects) DecodeLog(subject string, h nats.Header, data []byte) (LogCopy
 		return c, fmt.Errorf("log copy %s: %w", subject, err)
 	}
 	return c, nil
-}
-
-// AppendReceipt appends r as JSON to b, without reflection: one receipt is
-// encoded per event.
-func AppendReceipt(b []byte, r *Receipt) []byte {
-	b = append(b, `{"event_id":`...)
-	b = appendJSONString(b, r.EventID)
-	b = append(b, `,"task":`...)
-	b = appendJSONString(b, r.Task)
-	b = append(b, `,"partition":`...)
-	b = strconv.AppendInt(b, int64(r.Partition), 10)
-	b = append(b, `,"version":`...)
-	b = strconv.AppendInt(b, r.Version, 10)
-	b = append(b, `,"verdict":`...)
-	b = appendJSONString(b, string(r.Verdict))
-	b = append(b, `,"reason":`...)
-	b = appendJSONString(b, r.Reason)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendInt(b, r.Seq, 10)
-	b = append(b, `,"generation":`...)
-	b = strconv.AppendInt(b, r.Generation, 10)
-	b = append(b, `,"current_generation":`...)
-	b = strconv.AppendInt(b, r.CurrentGeneration, 10)
-	if r.FenceMode != "" {
-		b = append(b, `,"fence_mode":`...)
-		b = appendJSONString(b, r.FenceMode)
-	}
-	if r.WouldReject != "" {
-		b = append(b, `,"would_reject":`...)
-		b = appendJSONString(b, r.WouldReject)
-	}
-	return append(b, '}')
-}
-
-// DecodeReceipt reads a receipt; its verdict must be one of the contract's.
-func DecodeReceipt(data []byte) (Receipt, error) {
-	var r Receipt
-	if err := json.Unmarshal(data, &r); err != nil {
-		return r, fmt.Errorf("receipt: %w", err)
-	}
-	if !r.Verdict.Final() || r.EventID == "" {
-		return r, fmt.Errorf("receipt: %q is not a receipt of a contract verdict", data)
-	}
-	return r, nil
-}
-
-// appendJSONString appends s as a JSON string. Ids, types and reasons are
-// plain ASCII and are copied as they are; anything else (the id of an
-// invalid message, say) goes through encoding/json.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // Rejection is what a dead letter adds to the message it copies
