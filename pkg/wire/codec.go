@@ -326,7 +326,7 @@ func DeadLetterMsg(subject, source string, orig nats.Header, data []byte, r Reje
 	m := nats.NewMsg(subject)
 	if hb, values := HeaderSize(orig); hb <= MaxHeaderBytes && values <= MaxHeaderValues {
 		for k, vs := range orig {
-			if strings.HasPrefix(k, "Nats-Expected-") || slices.Contains(DeadLetterHeaders, k) {
+			if strings.HasPrefix(k, HeaderExpectedPrefix) || slices.Contains(DeadLetterHeaders, k) {
 				continue
 			}
 			m.Header[k] = slices.Clone(vs)
@@ -364,6 +364,44 @@ func FitDeadLetter(m *nats.Msg, limit int) {
 	hdr, _ = HeaderSize(m.Header)
 	keep := max(0, limit-hdr-DeadLetterSlack)
 	m.Data = m.Data[:min(keep, len(m.Data))]
+}
+
+// DeadLetterWithoutBody is dead letter m without its body, for a stream
+// that refused m for its size: Ledger-Truncated records the body's size,
+// unless m was cut already.
+func DeadLetterWithoutBody(m *nats.Msg) *nats.Msg {
+	out := nats.NewMsg(m.Subject)
+	for k, vs := range m.Header {
+		out.Header[k] = vs
+	}
+	if out.Header.Get(HeaderTruncated) == "" {
+		out.Header.Set(HeaderTruncated, strconv.Itoa(len(m.Data)))
+	}
+	return out
+}
+
+// DeadLetterWithoutOriginal is dead letter m without the original
+// message's body and headers: the ledger's headers (the verdict, where it
+// came from) and the event id stay, and Ledger-Truncated and
+// Ledger-Headers-Dropped tell what was left out.
+func DeadLetterWithoutOriginal(m *nats.Msg) *nats.Msg {
+	out := nats.NewMsg(m.Subject)
+	dropped := nats.Header{}
+	for k, vs := range m.Header {
+		if k == HeaderMsgID || slices.Contains(DeadLetterHeaders, k) {
+			out.Header[k] = vs
+		} else {
+			dropped[k] = vs
+		}
+	}
+	if out.Header.Get(HeaderTruncated) == "" {
+		out.Header.Set(HeaderTruncated, strconv.Itoa(len(m.Data)))
+	}
+	if out.Header.Get(HeaderHeadersDropped) == "" {
+		hb, _ := HeaderSize(dropped)
+		out.Header.Set(HeaderHeadersDropped, strconv.Itoa(hb))
+	}
+	return out
 }
 
 // DeadLetter is a LEDGER_DLQ message read back: the original message's
