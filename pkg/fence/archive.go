@@ -266,7 +266,7 @@ func (s *Store) archivePartition(ctx context.Context, opts ArchiveOptions, c arc
 	table := pgx.Identifier{"ledger", c.name}.Sanitize()
 	var f ManifestFile
 	var err error
-	if s.archiveCopyFirst {
+	if s.hooks.archiveCopyFirst {
 		// The negative control: the rows are read before the detach has
 		// waited for the transactions still writing them.
 		if f, err = s.writePartition(ctx, opts, c, table); err != nil {
@@ -277,7 +277,7 @@ func (s *Store) archivePartition(ctx context.Context, opts ArchiveOptions, c arc
 		return ManifestFile{}, err
 	}
 	progress("detached", 0)
-	if !s.archiveCopyFirst {
+	if !s.hooks.archiveCopyFirst {
 		if f, err = s.writePartition(ctx, opts, c, table); err != nil {
 			return f, err
 		}
@@ -348,7 +348,7 @@ func (s *Store) writePartition(ctx context.Context, opts ArchiveOptions, c archi
 	var buf bytes.Buffer
 	var row Committed
 	var payload string
-	lost := !s.archiveLoseRow
+	lost := !s.hooks.archiveLoseRow
 	err = s.timed(ctx, opts.StatementTimeout, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT seq, event_id, partition, task_id, version, type, payload::text, holder, generation, committed_at
 FROM `+table+` ORDER BY seq`)
@@ -413,7 +413,7 @@ FROM `+table+` ORDER BY seq`)
 // checkWritten reads a written file back: it must decode, match its sum,
 // and hold the table's rows.
 func (s *Store) checkWritten(dir string, f ManifestFile, inTable int64) error {
-	if s.archiveUnchecked || s.archiveCopyFirst {
+	if s.hooks.archiveUnchecked || s.hooks.archiveCopyFirst {
 		return nil
 	}
 	if f.Rows != inTable {
