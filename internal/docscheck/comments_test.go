@@ -28,33 +28,6 @@ const (
 // shapedDocs are the package docs held to maxSentenceWords.
 var shapedDocs = []string{"pkg/fence/doc.go", "pkg/worker/doc.go"}
 
-// goFiles lists the tree's Go files, leaving out dependencies and build
-// output.
-func goFiles(t *testing.T, root string) []string {
-	t.Helper()
-	var out []string
-	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			switch d.Name() {
-			case "node_modules", ".git", "bin", "dist", "testdata", "vendor":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if strings.HasSuffix(path, ".go") {
-			out = append(out, path)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // commentText returns the text of a // comment line and whether it is
 // prose: a code block (a tab after //) and a directive are not.
 func commentText(line string) (string, bool) {
@@ -138,7 +111,7 @@ func TestPackageDocsAreShort(t *testing.T) {
 		shaped[filepath.Join(repoRoot, p)] = true
 	}
 	docs := 0
-	for _, f := range goFiles(t, repoRoot) {
+	for _, f := range treeFiles(t, repoRoot, ".go") {
 		if filepath.Base(f) != "doc.go" {
 			continue
 		}
@@ -163,7 +136,7 @@ func TestPackageDocsAreShort(t *testing.T) {
 // No comment line of the tree runs past maxCommentWidth columns, code
 // blocks in comments aside.
 func TestCommentLinesFitTheWidth(t *testing.T) {
-	files := goFiles(t, repoRoot)
+	files := treeFiles(t, repoRoot, ".go")
 	if len(files) < 100 {
 		t.Fatalf("found %d Go files; the walk is broken", len(files))
 	}
