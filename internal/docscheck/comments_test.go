@@ -26,7 +26,7 @@ const (
 )
 
 // shapedDocs are the package docs held to maxSentenceWords.
-var shapedDocs = []string{"pkg/fence/doc.go", "pkg/worker/doc.go"}
+var shapedDocs = []string{"pkg/fence/doc.go", "pkg/worker/doc.go", "internal/ingest/doc.go", "internal/projector/doc.go"}
 
 // commentText returns the text of a // comment line and whether it is
 // prose: a code block (a tab after //) and a directive are not.

@@ -5,9 +5,9 @@
 // service of docs/contract.md §1.
 //
 // Each partition's events are decided by one ingest process at a time
-// (claims.go): it claims the partition in PostgreSQL, consumes it through a
-// consumer of its own, in stream order, and appends under the claim, so an
-// ingest that lost the partition commits nothing for it. Tests:
+// (claims.go). It claims the partition in PostgreSQL and consumes it in
+// stream order, through a consumer of its own. It appends under the claim,
+// so an ingest that lost the partition commits nothing for it. Tests:
 // TestPartitionsSpreadOverIngestsAndMoveWhenOneStops,
 // TestTwoIngestProcessesProduceTheSameLogAsOne; the fence's own
 // TestWithoutTheClaimCheckALostIngestCommits is the negative control.
@@ -42,11 +42,11 @@
 //     TestGenerationIsNeverGrantedTwiceAfterTheDatabaseForgets, switch
 //     TestHooks.NoWitness.
 //
-// Hostile input is bounded: headers over wire.MaxHeaderBytes are invalid, a
-// dead letter always fits LEDGER_DLQ, a version more than MaxAhead ahead is
-// judged at once, and at most MaxWaitingPerPrincipal of a principal's events
-// wait in memory (the rest go back to LEDGER_IN for later), so no single
-// message or principal can stop the service for anyone else. Tests:
+// Hostile input is bounded, so no single message or principal can stop the
+// service for anyone else. Headers over wire.MaxHeaderBytes are invalid,
+// and a dead letter always fits LEDGER_DLQ. A version more than MaxAhead
+// ahead is judged at once. At most MaxWaitingPerPrincipal of a principal's
+// events wait in memory; the rest go back to LEDGER_IN for later. Tests:
 // TestOversizedMessagesGetDeadLettersThatFit,
 // TestGapFloodIsBoundedAndJudgesNothing,
 // TestOnePrincipalsDeadLettersStayWithinItsQuota.
