@@ -59,7 +59,7 @@ failover:
 
 # bench-external: the deployment's shape, every part a process of its own
 # (PostgreSQL, nats-server, ingest, projector, SDK workers): events/s and each
-# part's CPU time per event (docs/benchmarks.md, "The deployment's shape").
+# part's CPU time per event (docs/internals/benchmarks.md, "The deployment's shape").
 # BENCH_FLAGS passes flags: make bench-external BENCH_FLAGS='-raw -json'.
 BENCH_FLAGS ?=
 bench-external:
@@ -67,7 +67,7 @@ bench-external:
 	bin/ledgerctl bench -external $(BENCH_FLAGS)
 
 # bench-compare: the SDK path against raw publishers in the deployment's
-# shape, SDK and raw runs alternating on fresh deployments (docs/benchmarks.md,
+# shape, SDK and raw runs alternating on fresh deployments (docs/internals/benchmarks.md,
 # "SDK against raw publishers"). COMPARE_FLAGS passes flags.
 COMPARE_FLAGS ?= -compare 3 -events 200000
 bench-compare:
@@ -76,7 +76,7 @@ bench-compare:
 
 # bench-latency: publish → receipt p50/p99 in the deployment's shape, the
 # raw publishers and then the SDK paced at half the raw full-speed rate, each
-# beside a bare pipeline process at the same rate (docs/benchmarks.md,
+# beside a bare pipeline process at the same rate (docs/internals/benchmarks.md,
 # "Latency in the deployment's shape"). LATENCY_FLAGS passes flags.
 LATENCY_FLAGS ?= -events 100000
 bench-latency:

@@ -1,6 +1,9 @@
-// Command ledgerctl is the ledger's admin command line: migrations, streams,
-// leases, tasks, dead letters and the committed log. Run "ledgerctl help"
-// for the commands; the implementations live in ./internal/ctl.
+// Command ledgerctl is the ledger's admin command line: migrations,
+// streams, leases, tasks, dead letters and the committed log. It also runs
+// the lab: bench measures throughput and cost, chaos proves the promises
+// under faults. Run "ledgerctl help" for the commands. Each command lives
+// in ./internal/ctl/<command>.go; the bench report and the chaos run have
+// packages of their own (./internal/benchreport, ./internal/chaos).
 package main
 
 import (

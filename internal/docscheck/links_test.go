@@ -21,21 +21,25 @@ var heading = regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
 
 // markdownFiles lists the repository's Markdown files, leaving out
 // dependencies and build output.
-func markdownFiles(t *testing.T) []string {
+func markdownFiles(t *testing.T) []string { return treeFiles(t, repoRoot, ".md") }
+
+// treeFiles lists the files below root whose names end in suffix, leaving
+// out dependencies, build output and test data.
+func treeFiles(t *testing.T, root, suffix string) []string {
 	t.Helper()
 	var out []string
-	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
 			switch d.Name() {
-			case "node_modules", ".git", "bin", "dist", "testdata":
+			case "node_modules", ".git", "bin", "dist", "testdata", "vendor":
 				return filepath.SkipDir
 			}
 			return nil
 		}
-		if strings.HasSuffix(path, ".md") {
+		if strings.HasSuffix(path, suffix) {
 			out = append(out, path)
 		}
 		return nil

@@ -77,7 +77,7 @@ const (
 // at most 8. Events are routed to lanes by partition, so one partition's
 // events stay in order. Each lane already overlaps its next append with its
 // previous batch's copies and acks; more lanes than CPUs only add
-// transactions that compete for them (docs/benchmarks.md has the figures).
+// transactions that compete for them (docs/internals/benchmarks.md has the figures).
 func LanesDefault() int { return min(max(runtime.GOMAXPROCS(0), 2), 8) }
 
 // Config configures the ingest service. Partition count, lease TTL and

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -556,7 +555,7 @@ func (s *Service) deadLetter(in *inbound) *nats.Msg {
 	hb, _ := wire.HeaderSize(m.Header)
 	if principal := principalOfSubject(in.msg.Subject()); !s.letters.Take(principal, hb+len(m.Data)) {
 		s.metrics.refused("dead_letter", principal, "quota")
-		return overQuotaLetter(m)
+		return wire.DeadLetterWithoutOriginal(m)
 	}
 	return m
 }
@@ -566,14 +565,7 @@ func (s *Service) deadLetter(in *inbound) *nats.Msg {
 func (s *Service) shrinkLetter(m *nats.Msg) *nats.Msg {
 	s.log.Error("a dead letter was refused for its size; storing it without its body",
 		slog.String("subject", m.Subject), slog.Int("body_bytes", len(m.Data)))
-	out := nats.NewMsg(m.Subject)
-	for k, vs := range m.Header {
-		out.Header[k] = vs
-	}
-	if out.Header.Get(wire.HeaderTruncated) == "" {
-		out.Header.Set(wire.HeaderTruncated, strconv.Itoa(len(m.Data)))
-	}
-	return out
+	return wire.DeadLetterWithoutBody(m)
 }
 
 // sendReceipt tells the holder its event's verdict on core NATS. Receipts

@@ -1,37 +1,3 @@
-// Package ingest is the ingest service: it takes generation-tagged events
-// from LEDGER_IN, commits them with the fenced append, stores the committed
-// copies in LEDGER_LOG and the rejected ones in LEDGER_DLQ, sends each
-// holder its receipts, and only then acks. It also serves the lease micro
-// service of docs/contract.md §1.
-//
-// Each partition's events are decided by one ingest process at a time
-// (claims.go): it claims the partition in PostgreSQL, consumes it through a
-// consumer of its own, in stream order, and appends under the claim, so an
-// ingest that lost the partition commits nothing for it.
-//
-// Faults are never verdicts. The rules that make it so:
-//
-//   - A message in hand is kept alive. Every message this process was handed
-//     gets a progress ack every AckWait/3 until it is acked or handed back.
-//     A full lane stops its partition's delivery. Only a process that stops
-//     (killed, paused, cut off) lets its partitions go, when its claims
-//     expire; the new owner's consumer starts at the oldest message left.
-//   - An event ahead of its head waits in its lane (park.go) and is offered
-//     again when the version before it commits. A gap verdict waits for the
-//     task's earlier messages: it comes only after the event's gap window
-//     (from its arrival in LEDGER_IN) and only if LEDGER_IN holds no earlier
-//     message on its subject.
-//   - Failures of PostgreSQL or NATS are retried with backoff, the batch
-//     kept in hand; they never produce a verdict.
-//   - One event id has one final verdict: the fence makes a recorded
-//     rejection final (pkg/fence), so a redelivered copy gets the same
-//     verdict, or duplicate if it was committed.
-//
-// Hostile input is bounded: headers over wire.MaxHeaderBytes are invalid, a
-// dead letter always fits LEDGER_DLQ, a version more than MaxAhead ahead is
-// judged at once, and at most MaxWaitingPerPrincipal of a principal's events
-// wait in memory (the rest go back to LEDGER_IN for later), so no single
-// message or principal can stop the service for anyone else.
 package ingest
 
 import (

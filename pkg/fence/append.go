@@ -97,7 +97,7 @@ func (s *Store) Append(ctx context.Context, events []Event) ([]Result, error) {
 func (s *Store) appendBatch(ctx context.Context, c *Claims, events []Event) ([]Result, error) {
 	res := make([]Result, len(events))
 	b := s.prepare(events, res)
-	b.claims, b.noClaimCheck = c, s.noClaimCheck
+	b.claims, b.noClaimCheck = c, s.hooks.noClaimCheck
 	if len(b.order) == 0 {
 		return res, nil
 	}
@@ -127,7 +127,7 @@ func (s *Store) appendBatch(ctx context.Context, c *Claims, events []Event) ([]R
 			b.fullLookup = true
 			s.forgetHeads(b)
 		case code == pgerrcode.DeadlockDetected, code == pgerrcode.SerializationFailure:
-		case isNoPartition(err) && !s.noPartitionKeeping:
+		case isNoPartition(err) && !s.hooks.noPartitionKeeping:
 			// The partitions ran out (making them in the background failed):
 			// make them now. A fault of the deployment, never a verdict.
 			if _, _, perr := s.parts.ensure(ctx, 0); perr != nil {

@@ -3,6 +3,25 @@ package fence
 // The I/O of Append: the pipelined round trips that read the state a batch
 // is decided from (readState), write its plan (write), and search a batch
 // for the events PostgreSQL refuses (isolate).
+//
+// A batch costs a fixed handful of statements whatever its size, in two
+// pipelined round trips. The first sends BEGIN, the timeouts, the lease
+// lock, and the reads of uncached heads, recorded verdicts and the horizon.
+// The second sends one INSERT ... SELECT FROM unnest(...) for the commits
+// (with their ids and heads), one for the rejections, and COMMIT. A lookup
+// of stored rows that events at or below their head may collide with
+// (usually none) takes a third. A batch that records a rejection reads once
+// more under its exclusive locks. COMMIT travels with the insert, so the
+// insert itself must fail when a row does not pass the fence:
+// ledger.fence_check (migration 00003) compares the rows inserted with the
+// rows planned, raises, and the batch runs again.
+//
+// The lookups are optimistic. An event planned as head + 1 is not looked
+// up unless its id was minted before the id floor. If its id or (task,
+// version) is in fact taken, the INSERT fails with unique_violation, and
+// the batch reruns with every head read and every event looked up. An
+// event that will not commit is never decided without that full lookup, so
+// a cached head or a skipped lookup can cost a retry, never a wrong verdict.
 
 import (
 	"context"
@@ -34,8 +53,8 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 		if p, err = s.decide(ctx, conn, b, res); err != nil {
 			return err
 		}
-		if s.beforeWrite != nil {
-			s.beforeWrite()
+		if s.hooks.beforeWrite != nil {
+			s.hooks.beforeWrite()
 		}
 	}
 	// Round trip 2 (or the only one): the fenced insert, the rejections
@@ -82,7 +101,7 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 		res[i].Verdict, res[i].Seq, res[i].Committed = wire.VerdictCommitted, c.Seq, c
 		top = max(top, c.Seq)
 	}
-	if top > 0 && !s.noPartitionKeeping {
+	if top > 0 && !s.hooks.noPartitionKeeping {
 		s.parts.note(top)
 	}
 	for i, j := range p.follows {
@@ -147,7 +166,7 @@ func (s *Store) decide(ctx context.Context, conn *pgxpool.Conn, b *batch, res []
 			// head from the database, look every event up, and decide again.
 			b.fullLookup = true
 			step = txContinue
-		case len(p.rejects) > 0 && !b.exclusive && !s.sharedRejections:
+		case len(p.rejects) > 0 && !b.exclusive && !s.hooks.sharedRejections:
 			// A rejection is final (doc.go, Finality): no other append may
 			// decide the same events between this reading and the commit.
 			// The shared locks are given up rather than upgraded, so two
@@ -180,7 +199,7 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 		pb.Queue("begin")
 		pb.Queue(sqlSetTimeouts, ms(s.cfg.StatementTimeout), ms(s.cfg.IdleInTransactionTimeout))
 	}
-	if !s.unfenced {
+	if !s.hooks.unfenced {
 		lock := sqlAppendLockLeases
 		if b.exclusive {
 			lock = sqlAppendLockLeasesExclusive
@@ -211,7 +230,7 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 			return st, fmt.Errorf("set timeouts: %w", err)
 		}
 	}
-	if !s.unfenced {
+	if !s.hooks.unfenced {
 		var err error
 		if st.leases, err = readLeases(br); err != nil {
 			return st, err
@@ -301,7 +320,7 @@ func readLeases(br pgx.BatchResults) (map[int]leaseState, error) {
 
 // sqlHeads is the statement the append reads heads with.
 func (s *Store) sqlHeads() string {
-	if s.headsFromLog {
+	if s.hooks.headsFromLog {
 		return sqlAppendHeadsFromLog
 	}
 	return sqlAppendHeads
@@ -407,11 +426,11 @@ func (s *Store) write(ctx context.Context, conn *pgxpool.Conn, b *batch, p plan,
 // or with a mechanism switched off for a test's negative control.
 func (s *Store) insertSQL() string {
 	switch {
-	case s.unfenced:
+	case s.hooks.unfenced:
 		return sqlAppendInsertUnfenced
-	case s.unserialised, s.headsFromLog:
+	case s.hooks.unserialised, s.hooks.headsFromLog:
 		return without(sqlAppendInsert, appendHeadsPredicate, appendHeadsCheck)
-	case s.noIDFloor:
+	case s.hooks.noIDFloor:
 		return without(sqlAppendInsert, appendFloorPredicate, appendFloorCheck)
 	}
 	return sqlAppendInsert

@@ -39,6 +39,37 @@ import (
 //
 // Every step can be repeated: a run that stopped half way is finished by
 // the next, before it archives anything more.
+//
+// What an append consults, and why its cost does not grow with the
+// ledger's age:
+//
+//   - ledger.heads, one row per task ever committed: dense versions and
+//     pinning, for archived history too. One primary-key probe per task.
+//   - ledger.event_ids, one row per id of the hot log: idempotence by id.
+//     Ids are ULIDs, which rise with time, so its index grows at the right.
+//   - ledger.events, partitioned by seq range (ledger.partitioning, default
+//     4,194,304 rows): an insert touches the newest partition's index. A
+//     task's rows are looked up between its first_seq and seq, so only the
+//     partitions it spans are searched. Appends make partitions ahead of
+//     need (partitions.go); a missing one is made at once, never a verdict.
+//   - ledger.horizon: every row with seq < below_seq is archived, and every
+//     id minted before id_floor (a ULID's first 10 characters, its time).
+//
+// Archived history keeps every promise but one, which it bounds. A version
+// at or below a task's head is still taken. If its row is archived its
+// content can no longer be compared: the event is a conflict (archived),
+// recorded. An id not in the hot log and minted before the floor may have
+// been archived: it is invalid (before_horizon), never committed. So an id
+// minted at or after the floor is recognised for ever, and one minted
+// before it while its row is hot. No id commits twice either way, and the
+// floor only rises.
+//
+// Why an append never commits an archived id, in any order of events: the
+// archive raises the floor (step 2) before it removes an id (step 5). The
+// insert refuses an id minted before the floor it reads (ledger.ids_check),
+// and the batch is decided again. An insert that began before the floor
+// rose holds a lock on ledger.events until it commits. The detach (step 3)
+// waits for it, so that insert met the id still in ledger.event_ids.
 
 // ArchiveOptions says what Archive moves out of the hot log. At least one
 // of BeforeSeq and Before is required; with both, a partition must pass
@@ -235,7 +266,7 @@ func (s *Store) archivePartition(ctx context.Context, opts ArchiveOptions, c arc
 	table := pgx.Identifier{"ledger", c.name}.Sanitize()
 	var f ManifestFile
 	var err error
-	if s.archiveCopyFirst {
+	if s.hooks.archiveCopyFirst {
 		// The negative control: the rows are read before the detach has
 		// waited for the transactions still writing them.
 		if f, err = s.writePartition(ctx, opts, c, table); err != nil {
@@ -246,7 +277,7 @@ func (s *Store) archivePartition(ctx context.Context, opts ArchiveOptions, c arc
 		return ManifestFile{}, err
 	}
 	progress("detached", 0)
-	if !s.archiveCopyFirst {
+	if !s.hooks.archiveCopyFirst {
 		if f, err = s.writePartition(ctx, opts, c, table); err != nil {
 			return f, err
 		}
@@ -317,7 +348,7 @@ func (s *Store) writePartition(ctx context.Context, opts ArchiveOptions, c archi
 	var buf bytes.Buffer
 	var row Committed
 	var payload string
-	lost := !s.archiveLoseRow
+	lost := !s.hooks.archiveLoseRow
 	err = s.timed(ctx, opts.StatementTimeout, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT seq, event_id, partition, task_id, version, type, payload::text, holder, generation, committed_at
 FROM `+table+` ORDER BY seq`)
@@ -382,7 +413,7 @@ FROM `+table+` ORDER BY seq`)
 // checkWritten reads a written file back: it must decode, match its sum,
 // and hold the table's rows.
 func (s *Store) checkWritten(dir string, f ManifestFile, inTable int64) error {
-	if s.archiveUnchecked || s.archiveCopyFirst {
+	if s.hooks.archiveUnchecked || s.hooks.archiveCopyFirst {
 		return nil
 	}
 	if f.Rows != inTable {

@@ -117,7 +117,7 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 		l, leased := leases[e.Partition]
 		*r = Result{CurrentGeneration: l.gen, CurrentHolder: l.holder, FenceMode: modeOf(l)}
 		stale := ""
-		if !s.unfenced {
+		if !s.hooks.unfenced {
 			stale = staleReason(leased, l, e)
 		}
 		if stale != "" && observing(leased, l) {
@@ -157,7 +157,7 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 			r.Reason, p.follows[i] = wire.ReasonSameEventID, jID
 		case inTV && sameContent(b, jTV, i):
 			r.Reason, p.follows[i] = wire.ReasonSameContent, jTV
-		case x.byID == nil && !inID && !s.noIDFloor && st.horizon.beforeFloor(e.ID):
+		case x.byID == nil && !inID && !s.hooks.noIDFloor && st.horizon.beforeFloor(e.ID):
 			// Not in the hot log, and minted before the floor: it may have
 			// been committed and archived, with its id. It must not commit
 			// a second time, and which it was cannot be told here.

@@ -8,7 +8,7 @@ import "bytes"
 // checker reports the violations the fence prevents.
 func Unfenced(s *Store) *Store {
 	c := *s
-	c.unfenced = true
+	c.hooks.unfenced = true
 	return &c
 }
 
@@ -17,7 +17,7 @@ func Unfenced(s *Store) *Store {
 // insert and COMMIT).
 func BeforeWrite(s *Store, fn func()) *Store {
 	c := *s
-	c.beforeWrite = fn
+	c.hooks.beforeWrite = fn
 	return &c
 }
 
@@ -26,7 +26,7 @@ func BeforeWrite(s *Store, fn func()) *Store {
 // exclusively first: the negative control of the finality test.
 func SharedRejectionLocks(s *Store) *Store {
 	c := *s
-	c.sharedRejections = true
+	c.hooks.sharedRejections = true
 	return &c
 }
 
@@ -39,7 +39,7 @@ func NormalizePayload(p []byte, max int) ([]byte, error) { return normalizePaylo
 // one task are serialised.
 func UnserialisedHeads(s *Store) *Store {
 	c := *s
-	c.unserialised = true
+	c.hooks.unserialised = true
 	return &c
 }
 
@@ -48,7 +48,7 @@ func UnserialisedHeads(s *Store) *Store {
 // versions stay taken.
 func HeadsFromLog(s *Store) *Store {
 	c := *s
-	c.headsFromLog = true
+	c.hooks.headsFromLog = true
 	return &c
 }
 
@@ -57,7 +57,7 @@ func HeadsFromLog(s *Store) *Store {
 // that an archived id never commits again.
 func WithoutIDFloor(s *Store) *Store {
 	c := *s
-	c.noIDFloor = true
+	c.hooks.noIDFloor = true
 	return &c
 }
 
@@ -67,7 +67,7 @@ func WithoutIDFloor(s *Store) *Store {
 // (copyFirst, unchecked too): the negative controls of the archive tests.
 func ArchiveSeams(s *Store, loseRow, unchecked, copyFirst bool) *Store {
 	c := *s
-	c.archiveLoseRow, c.archiveUnchecked, c.archiveCopyFirst = loseRow, unchecked, copyFirst
+	c.hooks.archiveLoseRow, c.hooks.archiveUnchecked, c.hooks.archiveCopyFirst = loseRow, unchecked, copyFirst
 	return &c
 }
 
@@ -76,7 +76,7 @@ func ArchiveSeams(s *Store, loseRow, unchecked, copyFirst bool) *Store {
 // do.
 func WithoutPartitionKeeping(s *Store) *Store {
 	c := *s
-	c.noPartitionKeeping = true
+	c.hooks.noPartitionKeeping = true
 	return &c
 }
 
@@ -100,7 +100,7 @@ const (
 // write: the careful path alone, for benchmarks and negative controls.
 func WithoutFastPath(s *Store) *Store {
 	c := *s
-	c.noFast = true
+	c.hooks.noFast = true
 	return &c
 }
 
@@ -109,7 +109,7 @@ func WithoutFastPath(s *Store) *Store {
 // that an ingest that lost a partition commits nothing for it.
 func WithoutClaimCheck(s *Store) *Store {
 	c := *s
-	c.noClaimCheck = true
+	c.hooks.noClaimCheck = true
 	return &c
 }
 

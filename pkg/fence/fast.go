@@ -56,7 +56,7 @@ func (r *lastRead) note(leases map[int]leaseState, z *horizon) {
 // commits (or repeats another event of the batch). Only then may the batch
 // take the fast path; res is overwritten by whichever path runs.
 func (s *Store) predict(b *batch, res []Result) (plan, bool) {
-	if s.heads == nil || s.unfenced || s.noFast || s.beforeWrite != nil || b.careful || b.fullLookup || b.exclusive {
+	if s.heads == nil || s.hooks.unfenced || s.hooks.noFast || s.hooks.beforeWrite != nil || b.careful || b.fullLookup || b.exclusive {
 		return plan{}, false
 	}
 	st := state{leases: map[int]leaseState{}, heads: map[string]taskHead{}, existing: make([]existing, len(b.order))}

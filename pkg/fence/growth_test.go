@@ -26,7 +26,7 @@ import (
 // age: fence.Append on a ledger grown to N events against the same append
 // on an empty ledger, in alternating rounds of the same run. It runs only
 // with LEDGER_GROWTH=1 (it fills tens of millions of rows; see
-// docs/benchmarks.md, "Growth"):
+// docs/internals/benchmarks.md, "Growth"):
 //
 //	LEDGER_GROWTH=1 LEDGER_GROWTH_EVENTS=0,5000000,20000000 \
 //	  go test -run '^$' -bench '^BenchmarkGrowth$' -benchtime 1x -timeout 4h ./pkg/fence

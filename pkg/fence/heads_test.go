@@ -14,7 +14,7 @@ import (
 	"github.com/flowness/ledger/pkg/wire"
 )
 
-// Dense versions (doc.go invariant 2): writers racing on one task, each
+// Dense versions (doc.go, Dense versions): writers racing on one task, each
 // with its own Store (its own cache of heads) and the same lease, all read
 // the head and then append head + 1 with content of their own at once. In
 // every round exactly one commits; the task's versions stay 1, 2, 3, ...

@@ -18,39 +18,15 @@ import (
 type Store struct {
 	pool *pgxpool.Pool
 	cfg  Config
-	// unfenced switches the fence off; set only by the package's tests.
-	unfenced bool
+	// hooks are the test seams (hooks.go); the zero value is production.
+	hooks hooks
 	// heads is nil when the cache is disabled.
 	heads *headCache
-	// beforeWrite, set only by the package's tests, runs between an
-	// append's reads and its write.
-	beforeWrite func()
-	// sharedRejections, set only by the package's tests, records rejections
-	// under the shared lease locks of every append, as before finality was
-	// enforced: the negative control of the finality test.
-	sharedRejections bool
-	// unserialised, headsFromLog and noIDFloor, set only by the package's
-	// tests, switch off what keeps versions dense and ids unique across
-	// writers and archived history: the negative controls of those tests.
-	unserialised, headsFromLog, noIDFloor bool
-	// archiveLoseRow, archiveUnchecked and archiveCopyFirst, set only by
-	// the package's tests, make an archive lose a partition's first row on
-	// its way to the file, skip reading the file back, and read the rows
-	// before the detach has waited for their writers (unchecked).
-	archiveLoseRow, archiveUnchecked, archiveCopyFirst bool
-	// noPartitionKeeping, set only by the package's tests, stops appends
-	// from making partitions of ledger.events.
-	noPartitionKeeping bool
 	// parts keeps partitions of ledger.events ready ahead of the appends.
 	parts *partitionKeeper
 	// last is what appends last read under the lease locks, which the fast
-	// path predicts from; noFast, set only by the package's tests, keeps
-	// every append on the careful path.
-	last   *lastRead
-	noFast bool
-	// noClaimCheck, set only by the package's tests, appends without
-	// checking the ingest claims: the negative control of claims_test.go.
-	noClaimCheck bool
+	// path predicts from.
+	last *lastRead
 	// fastAppends and missedPredictions count the attempts that took the
 	// fast path, and those of them whose prediction missed.
 	fastAppends, missedPredictions *atomic.Int64
@@ -66,7 +42,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, cfg: cfg, unfenced: buildUnfenced, parts: &partitionKeeper{pool: pool}, last: &lastRead{},
+	s := &Store{pool: pool, cfg: cfg, hooks: hooks{unfenced: buildUnfenced}, parts: &partitionKeeper{pool: pool}, last: &lastRead{},
 		fastAppends: &atomic.Int64{}, missedPredictions: &atomic.Int64{}}
 	if cfg.HeadCacheSize > 0 {
 		s.heads = newHeadCache(cfg.HeadCacheSize)

@@ -16,6 +16,11 @@ import (
 // 00014): ledger.revoke_lease and ledger.cordon_partition, which the role
 // ledger_operator may execute, and a trigger on ledger.lease_grants that
 // refuses every grant of a cordoned partition.
+//
+// A revoke takes the lease row FOR UPDATE, as a takeover does: every event
+// of the revoked generation commits before it or not at all. It raises the
+// generation and grants it to nobody. The cordon's trigger runs in the
+// statement that moves the lease, so no path grants a cordoned partition.
 
 // Kinds of operator action, as ledger.lease_actions records them.
 const (

@@ -43,8 +43,6 @@ const (
 // only rises. The zero value refuses nothing until it learns a timeline.
 type PrimaryGuard struct {
 	newest atomic.Int64
-	// off is a test seam: nothing is refused.
-	off bool
 	// pools are the pools of the stores that use the guard (New). They are
 	// reset when it learns a newer timeline: each connection they hold
 	// was checked against an older one, and may reach an old primary.
@@ -96,7 +94,7 @@ var buildUnguarded bool
 // learns a newer one. A standby (timeline 0 here) is left to the
 // connection string's target_session_attrs.
 func (g *PrimaryGuard) check(timeline int64) error {
-	if g == nil || g.off || buildUnguarded || timeline == 0 {
+	if g == nil || buildUnguarded || timeline == 0 {
 		return nil
 	}
 	if newest := g.newest.Load(); timeline < newest {
@@ -147,7 +145,7 @@ func (s *Store) Timeline(ctx context.Context) (int64, error) {
 // primaryFloor is the timeline an append's server must be on; 0 checks
 // nothing.
 func (s *Store) primaryFloor() int64 {
-	if g := s.cfg.Primary; g != nil && !g.off && !buildUnguarded {
+	if g := s.cfg.Primary; g != nil && !buildUnguarded {
 		return g.Newest()
 	}
 	return 0

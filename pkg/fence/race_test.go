@@ -22,7 +22,7 @@ import (
 	"github.com/flowness/ledger/pkg/wire"
 )
 
-// The commit-order race (doc.go invariant 1, docs/contract.md §8): many appenders
+// The commit-order race (doc.go, Fence and Commit order; docs/contract.md §8): many appenders
 // take partitions over from each other on short TTLs, keep appending with
 // their old generation for a while after they lost it (zombies), and a
 // checker that sees only the recorded call intervals and the tables asserts

@@ -97,16 +97,45 @@ FROM ledger.heads h CROSS JOIN ledger.horizon z
 WHERE h.task_id = ANY($1::text[]) AND h.first_seq < z.below_seq`
 
 	// sqlAppendLockLeases locks the batch's lease rows FOR KEY SHARE until
-	// commit and reads them for classification. KEY SHARE conflicts only with
-	// FOR UPDATE: a takeover (sqlLeaseLock) waits for the batch, while renew
-	// and release (FOR NO KEY UPDATE) never wait for an append, so a stream
-	// of appends cannot starve a renewal.
+	// commit and reads them for classification. Three lock modes on
+	// ledger.leases carry the protocol (doc.go, Fence and Finality):
+	//
+	//   - Every append takes its lease rows FOR KEY SHARE, in its first
+	//     statement, until commit.
+	//   - An append that will record a rejection rolls back, having written
+	//     nothing, and takes the rows FOR UPDATE instead
+	//     (sqlAppendLockLeasesExclusive). Then it reads and decides again.
+	//   - A takeover or re-grant takes the row FOR UPDATE (sqlLeaseLock).
+	//     Renew and release update non-key columns: FOR NO KEY UPDATE.
+	//
+	// FOR KEY SHARE conflicts only with FOR UPDATE. So a takeover waits for
+	// every append on the partition, and every append waits for a takeover.
+	// Renew and release wait for no append, so a stream of appends cannot
+	// starve a renewal. PostgreSQL lets a new share locker pass a waiting
+	// updater; with FOR SHARE a renewal queued behind appends for over a
+	// second. The cost: a renewal can wait for an exclusive append, which is
+	// short and rare.
+	//
+	// Renew and release need not wait: neither grants a generation. A
+	// release can commit while an append of the same generation is in
+	// flight. If the append's insert ran first, its rows commit, of the
+	// released generation; the next grant (FOR UPDATE) still waits for
+	// them. If the insert runs after the release, it sees the lease expired
+	// and ledger.fence_check aborts the attempt (stale/lease_expired).
 	sqlAppendLockLeases = sqlAppendLockLeasesRead + `FOR KEY SHARE`
 
 	// sqlAppendLockLeasesExclusive is the lock of an append that will record
 	// a rejection: FOR UPDATE excludes every other append on those
 	// partitions, so an event id cannot be rejected by this transaction
-	// while another commits it (doc.go, Finality).
+	// while another commits it (doc.go, Finality). The append reads heads,
+	// stored rows and recorded verdicts only after it holds these locks. A
+	// copy committed before it locked is then read and wins. A copy
+	// appended after it committed reads its verdict and repeats it. A
+	// redelivered copy carries its partition, so both take the same row.
+	// Copies of one id published on two partitions are different messages
+	// and are not serialised; committed still wins for every later copy.
+	// Invalid verdicts are decided from the message alone and not recorded,
+	// except not_owner, so that the verdict lookup answers it.
 	sqlAppendLockLeasesExclusive = sqlAppendLockLeasesRead + `FOR UPDATE`
 
 	sqlAppendLockLeasesRead = `

@@ -1,7 +1,7 @@
 // Package projection is the per-task ordering engine behind the ledger_tasks
-// KV bucket (docs/contract.md §6). It turns the committed log, as a consumer sees it
-// (out of order, duplicated, with holes), into one State per task that is the
-// fold of the task's events in version order.
+// KV bucket (docs/contract.md §6). It turns the committed log, as a consumer
+// sees it (out of order, duplicated, with holes), into one State per task
+// that is the fold of the task's events in version order.
 //
 // It is pure: no I/O, no goroutines, no clock of its own (Config.Now), and it
 // imports nothing else of the project. Its owner, the projector service,

@@ -94,7 +94,7 @@ const indexFrom = 16
 // both. Merging member by member re-reads what was read already: the target
 // once per repeated key of the patch, a nested level once per level above
 // it, the growing member list once per added key, so a patch an attacker
-// shapes costs time quadratic in its size (docs/benchmarks.md, projector).
+// shapes costs time quadratic in its size (docs/internals/benchmarks.md, "Projector").
 // Here every byte is read once:
 //
 //  1. parsePatch reads the patch into a tree of its objects, each key once

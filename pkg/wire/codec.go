@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -298,65 +297,6 @@ func (s Subjects) DecodeLog(subject string, h nats.Header, data []byte) (LogCopy
 	return c, nil
 }
 
-// AppendReceipt appends r as JSON to b, without reflection: one receipt is
-// encoded per event.
-func AppendReceipt(b []byte, r *Receipt) []byte {
-	b = append(b, `{"event_id":`...)
-	b = appendJSONString(b, r.EventID)
-	b = append(b, `,"task":`...)
-	b = appendJSONString(b, r.Task)
-	b = append(b, `,"partition":`...)
-	b = strconv.AppendInt(b, int64(r.Partition), 10)
-	b = append(b, `,"version":`...)
-	b = strconv.AppendInt(b, r.Version, 10)
-	b = append(b, `,"verdict":`...)
-	b = appendJSONString(b, string(r.Verdict))
-	b = append(b, `,"reason":`...)
-	b = appendJSONString(b, r.Reason)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendInt(b, r.Seq, 10)
-	b = append(b, `,"generation":`...)
-	b = strconv.AppendInt(b, r.Generation, 10)
-	b = append(b, `,"current_generation":`...)
-	b = strconv.AppendInt(b, r.CurrentGeneration, 10)
-	if r.FenceMode != "" {
-		b = append(b, `,"fence_mode":`...)
-		b = appendJSONString(b, r.FenceMode)
-	}
-	if r.WouldReject != "" {
-		b = append(b, `,"would_reject":`...)
-		b = appendJSONString(b, r.WouldReject)
-	}
-	return append(b, '}')
-}
-
-// DecodeReceipt reads a receipt; its verdict must be one of the contract's.
-func DecodeReceipt(data []byte) (Receipt, error) {
-	var r Receipt
-	if err := json.Unmarshal(data, &r); err != nil {
-		return r, fmt.Errorf("receipt: %w", err)
-	}
-	if !r.Verdict.Final() || r.EventID == "" {
-		return r, fmt.Errorf("receipt: %q is not a receipt of a contract verdict", data)
-	}
-	return r, nil
-}
-
-// appendJSONString appends s as a JSON string. Ids, types and reasons are
-// plain ASCII and are copied as they are; anything else (the id of an
-// invalid message, say) goes through encoding/json.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
 // Rejection is what a dead letter adds to the message it copies
 // (docs/contract.md §5).
 type Rejection struct {
@@ -376,16 +316,17 @@ type Rejection struct {
 const DeadLetterSlack = 512
 
 // DeadLetterMsg is the LEDGER_DLQ copy of a rejected message: its body and
-// headers plus r and the subject it was published on (source), on subject. It always fits in limit bytes: headers over
-// the inbound limits are dropped (Ledger-Headers-Dropped records their
-// size), a body that would not fit is cut (Ledger-Truncated records its
-// size), and a worker's own headers of the ledger's names or a publisher's
-// Nats-Expected-* expectations are not carried over.
+// headers plus r and the subject it was published on (source), on subject.
+// It always fits in limit bytes: headers over the inbound limits are
+// dropped (Ledger-Headers-Dropped records their size), a body that would
+// not fit is cut (Ledger-Truncated records its size), and a worker's own
+// headers of the ledger's names or a publisher's Nats-Expected-*
+// expectations are not carried over.
 func DeadLetterMsg(subject, source string, orig nats.Header, data []byte, r Rejection, limit int) *nats.Msg {
 	m := nats.NewMsg(subject)
 	if hb, values := HeaderSize(orig); hb <= MaxHeaderBytes && values <= MaxHeaderValues {
 		for k, vs := range orig {
-			if strings.HasPrefix(k, "Nats-Expected-") || slices.Contains(DeadLetterHeaders, k) {
+			if strings.HasPrefix(k, HeaderExpectedPrefix) || slices.Contains(DeadLetterHeaders, k) {
 				continue
 			}
 			m.Header[k] = slices.Clone(vs)
@@ -423,6 +364,44 @@ func FitDeadLetter(m *nats.Msg, limit int) {
 	hdr, _ = HeaderSize(m.Header)
 	keep := max(0, limit-hdr-DeadLetterSlack)
 	m.Data = m.Data[:min(keep, len(m.Data))]
+}
+
+// DeadLetterWithoutBody is dead letter m without its body, for a stream
+// that refused m for its size: Ledger-Truncated records the body's size,
+// unless m was cut already.
+func DeadLetterWithoutBody(m *nats.Msg) *nats.Msg {
+	out := nats.NewMsg(m.Subject)
+	for k, vs := range m.Header {
+		out.Header[k] = vs
+	}
+	if out.Header.Get(HeaderTruncated) == "" {
+		out.Header.Set(HeaderTruncated, strconv.Itoa(len(m.Data)))
+	}
+	return out
+}
+
+// DeadLetterWithoutOriginal is dead letter m without the original
+// message's body and headers: the ledger's headers (the verdict, where it
+// came from) and the event id stay, and Ledger-Truncated and
+// Ledger-Headers-Dropped tell what was left out.
+func DeadLetterWithoutOriginal(m *nats.Msg) *nats.Msg {
+	out := nats.NewMsg(m.Subject)
+	dropped := nats.Header{}
+	for k, vs := range m.Header {
+		if k == HeaderMsgID || slices.Contains(DeadLetterHeaders, k) {
+			out.Header[k] = vs
+		} else {
+			dropped[k] = vs
+		}
+	}
+	if out.Header.Get(HeaderTruncated) == "" {
+		out.Header.Set(HeaderTruncated, strconv.Itoa(len(m.Data)))
+	}
+	if out.Header.Get(HeaderHeadersDropped) == "" {
+		hb, _ := HeaderSize(dropped)
+		out.Header.Set(HeaderHeadersDropped, strconv.Itoa(hb))
+	}
+	return out
 }
 
 // DeadLetter is a LEDGER_DLQ message read back: the original message's

@@ -131,6 +131,38 @@ func TestDeadLetterRoundTripAndFit(t *testing.T) {
 	require.Greater(t, d.HeadersDropped, wire.MaxHeaderBytes)
 }
 
+// A dead letter reduced for its size keeps its headers and records its
+// body's size; one reduced for its principal's quota keeps only the
+// ledger's headers and the event id, and records what it left out.
+func TestDeadLettersReducedSayWhatTheyLeftOut(t *testing.T) {
+	t.Parallel()
+	orig := nats.Header{}
+	orig.Set(wire.HeaderMsgID, "01JD0000000000000000000001")
+	orig.Set("X-Trace", "abc")
+	rej := wire.Rejection{Verdict: wire.VerdictGap, Reason: "window_closed", SourceSeq: 5}
+	m := wire.DeadLetterMsg("ledger.dlq.3.t", "ledger.in.w.1.3.t", orig, []byte(`{"a":1}`), rej, 1<<20)
+
+	bare := wire.DeadLetterWithoutBody(m)
+	require.Empty(t, bare.Data)
+	d, err := wire.DecodeDeadLetter(bare.Header, bare.Data)
+	require.NoError(t, err)
+	require.Equal(t, 7, d.Truncated)
+	require.Equal(t, "abc", d.Header.Get("X-Trace"))
+	require.Equal(t, -1, d.HeadersDropped)
+
+	alone := wire.DeadLetterWithoutOriginal(m)
+	require.Empty(t, alone.Data)
+	d, err = wire.DecodeDeadLetter(alone.Header, alone.Data)
+	require.NoError(t, err)
+	require.Equal(t, rej.Verdict, d.Verdict)
+	require.Equal(t, "01JD0000000000000000000001", alone.Header.Get(wire.HeaderMsgID))
+	require.Empty(t, d.Header.Get("X-Trace"))
+	require.Equal(t, 7, d.Truncated)
+	dropped := nats.Header{"X-Trace": []string{"abc"}}
+	hb, _ := wire.HeaderSize(dropped)
+	require.Equal(t, hb, d.HeadersDropped)
+}
+
 // Receipts read back are receipts of contract verdicts.
 func TestDecodeReceipt(t *testing.T) {
 	t.Parallel()

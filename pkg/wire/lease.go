@@ -152,26 +152,6 @@ type EventVerdict struct {
 	Seq     int64   `json:"seq"`
 }
 
-// Receipt is the verdict of one event, sent to <prefix>.receipt.<holder>.
-type Receipt struct {
-	EventID           string  `json:"event_id"`
-	Task              string  `json:"task"`
-	Partition         int     `json:"partition"`
-	Version           int64   `json:"version"`
-	Verdict           Verdict `json:"verdict"`
-	Reason            string  `json:"reason"`
-	Seq               int64   `json:"seq"`
-	Generation        int64   `json:"generation"`
-	CurrentGeneration int64   `json:"current_generation"`
-	// FenceMode is the partition's effective fence mode when the event was
-	// decided, "enforce" or "observe" (docs/contract.md §13); absent on an
-	// invalid receipt, decided before the fence.
-	FenceMode string `json:"fence_mode,omitempty"`
-	// WouldReject, on a commit under observe, is what enforce would have
-	// answered: "stale/<reason>".
-	WouldReject string `json:"would_reject,omitempty"`
-}
-
 // BucketLeases is the KV bucket the ingest mirrors every partition's lease
 // into (docs/contract.md §10): a read-only, watchable view for downstream
 // services. It lags the database and may miss a change: an optimisation,

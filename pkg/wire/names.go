@@ -69,6 +69,11 @@ const (
 	HeaderHeadersDropped = "Ledger-Headers-Dropped"
 )
 
+// HeaderExpectedPrefix starts the names of JetStream's publish
+// preconditions (Nats-Expected-Stream, ...): one-shot, so a dead letter
+// and a replay leave them out.
+const HeaderExpectedPrefix = "Nats-Expected-"
+
 // DeadLetterHeaders are the headers only the ledger writes on a dead
 // letter; a worker's own headers of these names are not carried over.
 var DeadLetterHeaders = []string{HeaderVerdict, HeaderReason, HeaderCurrentGeneration, HeaderCurrentHolder,

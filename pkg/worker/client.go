@@ -302,6 +302,20 @@ func (c *Client) settle(r wire.Receipt) bool {
 // publishing stopped without one: the event may still have been stored),
 // and again after each lookup that learned nothing, so an event never has
 // more than one lookup in flight.
+//
+// Receipts travel on core NATS, at least once in the normal flow, but one
+// sent while this client is disconnected is lost. The lookup asks
+// <prefix>.task.head for the verdict recorded under the event's id, with
+// the event's content, so that committed is answered only for what the
+// ledger stored. It settles the event as its receipt would have: committed
+// with the row's seq (also for a duplicate of the same id), or stale,
+// conflict or gap with its reason and current_generation 0. While the
+// ledger has no record (the LEDGER_IN message may have been lost by a
+// JetStream server that crashed), the event is published again, same id
+// and content, on the 1st, 2nd, 4th, 8th, ... such answer, while the lease
+// lasts. Two verdicts record nothing under the event's id: invalid, and a
+// duplicate of identical content under another id. An event whose receipt
+// of either is lost stays pending; the caller's context bounds every wait.
 func (c *Client) awaitVerdict(p *Pending) {
 	if isClosed(c.closedCh) {
 		return

@@ -362,6 +362,31 @@ func (l *Lease) renewBy(ctx context.Context) (time.Time, error) {
 	return sent, nil
 }
 
+// The local deadline. The database clock decides when a lease expires: a
+// grant or renewal sets expires_at = now() + TTL by its clock, at some
+// moment while the request is served. The client cannot read that clock,
+// so it keeps a more pessimistic deadline of its own:
+//
+//	local deadline = (monotonic time the confirmed request was SENT) + TTL − margin
+//	margin         = 2% of TTL + 25 ms (safetyMargin)
+//
+// For an acquire sent more than once, the send is the first: a later copy
+// may have left after the grant. The database's now() is later than the
+// send, so its expiry is later than send + TTL. The margin covers the two
+// clocks running at slightly different rates over one TTL (real drift is
+// parts per million) and a timer that fires late. So the local deadline
+// never comes after the database's expiry.
+//
+// A takeover succeeds only after the database's expiry (docs/contract.md
+// §8), and the new holder commits only after its grant. A lease whose
+// renewal is not confirmed by the local deadline is declared lost at that
+// deadline, before any other holder could even be granted the partition.
+// So a client whose renewals stop arriving (a network cut, the service
+// down, the process paused) learns of the loss in time, from nobody.
+// Losing the lease locally does not undo what was sent: events published
+// before the loss may still commit until the database's expiry. An event
+// that reaches the ledger after a takeover is refused by the fence.
+
 // onDeadline runs when the local deadline passes without a confirmed
 // renewal. The lease may still be valid in the database for a moment, but
 // this client can no longer prove it, so it gives the lease up before a

@@ -82,6 +82,13 @@ func (l *Lease) task(task string) *taskState {
 // it is released, and ErrResyncNeeded after an earlier event of the task
 // was refused.
 //
+// The event goes to <prefix>.in.<principal>.<instance>.<partition>.<task>
+// with the contract's headers, built by wire.Subjects.InboundMsg:
+// Nats-Msg-Id (a new ULID and the content token), Ledger-Generation,
+// Ledger-Version and Ledger-Type. A publish whose JetStream ack fails or times out is sent
+// again with the same id while the lease lasts; JetStream deduplicates it
+// within its window, and the ledger by event id after it.
+//
 // ctx bounds sending only; wait for the verdict with Pending.Wait and a
 // context of your own. The lease's context is a fine ctx here (nothing is
 // sent once the lease is gone), but not for the wait: it ends with the

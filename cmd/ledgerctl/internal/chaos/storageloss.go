@@ -14,12 +14,13 @@ import (
 )
 
 // loseNATSStorage stops the ingests for 1.5 s (SIGSTOP), then kills the
-// NATS server (with Cluster, a random node) with SIGKILL and damages its store before it starts again 1 s later, as a
-// power loss or a failing disk would: the newest block file of every
-// stream is cut short (the writes not yet synced are gone), or, on a
-// cluster every other time, a block in the middle of one stream's files
-// gets 64 bytes overwritten. The store's index files are left as they
-// were: the server must notice the files disagree with them.
+// NATS server (with Cluster, a random node) with SIGKILL and damages its
+// store before it starts again 1 s later, as a power loss or a failing disk
+// would: the newest block file of every stream is cut short (the writes
+// not yet synced are gone), or, on a cluster every other time, a block in
+// the middle of one stream's files gets 64 bytes overwritten. The store's
+// index files are left as they were: the server must notice the files
+// disagree with them.
 func (r *run) loseNATSStorage(ctx context.Context) {
 	i := 0
 	if r.o.Cluster {

@@ -158,8 +158,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	l.waitCommitted("invoice-42", 1)
 	base := l.console("-allow-replay")
 
-	// Partitions: worker-a holds partition 3; worker-a.2 (a standby of the same principal: a task is its first writer's) takes it over while
-	// the page is open.
+	// Partitions: worker-a holds partition 3; worker-a.2 (a standby of the
+	// same principal: a task is its first writer's) takes it over while the
+	// page is open.
 	do(t, ctx, "open the partitions view", chromedp.Navigate(base+"/"))
 	until(t, ctx, "partition 3 shows worker-a", `document.querySelector('#partition-3 .holder')?.textContent === 'worker-a.1'`)
 	until(t, ctx, "the page follows the live stream", `document.getElementById('status')?.textContent === 'live'`)

@@ -206,7 +206,8 @@ func strippedHeader(name string) bool {
 			return true
 		}
 	}
-	return len(name) >= len("Nats-Expected-") && strings.EqualFold(name[:len("Nats-Expected-")], "Nats-Expected-")
+	p := wire.HeaderExpectedPrefix
+	return len(name) >= len(p) && strings.EqualFold(name[:len(p)], p)
 }
 
 // replayMsg is the LEDGER_IN message that re-submits d.
@@ -234,7 +235,7 @@ func replayOne(ctx context.Context, js jetstream.JetStream, subj wire.Subjects, 
 	r.Subject = m.Subject
 	if newID {
 		r.NewEventID = ulid.Make().String()
-		m.Header.Set(wire.HeaderMsgID, r.NewEventID)
+		m.Header.Set(wire.HeaderMsgID, wire.MsgID(r.NewEventID, ""))
 	}
 	if dryRun {
 		r.Result = replayDryRun
