@@ -52,6 +52,8 @@ func TestAuthorizedDeployments(t *testing.T) {
 			if mode == modeJWT {
 				t.Run("minted_worker_gets_its_principals_permissions", s.mintedWorker)
 			}
+			// Last: its pull requests take deliveries from the services.
+			t.Run("no_reply_aimed_into_the_ledger", s.noReplyIntoTheLedger)
 		})
 	}
 }
