@@ -662,6 +662,14 @@ func (s *authStack) confined(t *testing.T) {
 			uc.requireDenied(t, subj)
 		}
 	}
+	// Nor update one: an update could make it republish what it stores.
+	for name, uc := range map[string]*userConn{"ingest": s.ingestNC, "projector": s.projectorNC} {
+		for _, subj := range []string{"$JS.API.STREAM.UPDATE.LEDGER_IN", "$JS.API.STREAM.UPDATE.LEDGER_DLQ",
+			"$JS.API.STREAM.UPDATE.LEDGER_LOG", "$JS.API.STREAM.UPDATE.KV_ledger_tasks", "$JS.API.STREAM.UPDATE.KV_ledger_witness"} {
+			require.NoError(t, uc.PublishRequest(subj, uc.NewRespInbox(), nil), name)
+			uc.requireDenied(t, subj)
+		}
+	}
 	for _, subj := range []string{"ledger.in.worker-a.1.3.t", "ledger.log.3.t", "ledger.receipt.worker-a.1"} {
 		require.NoError(t, s.projectorNC.Publish(subj, []byte(`{}`)))
 		s.projectorNC.requireDenied(t, subj)

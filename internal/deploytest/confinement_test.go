@@ -185,15 +185,23 @@ func (s *authStack) aimAt(t *testing.T, c confinee, target string) {
 	}
 	// A stream update that republishes what it stores to target, and a
 	// scratch bucket created anew to do the same.
-	for _, st := range []string{wire.StreamDLQ, wire.StreamLog, "KV_" + wire.BucketWitness} {
+	// (A wildcard source needs a wildcard destination: each republishes
+	// one literal subject.)
+	sources := map[string]string{wire.StreamDLQ: wire.Subjects{}.DLQ(p, task), wire.StreamLog: wire.Subjects{}.Log(p, task),
+		"KV_" + wire.BucketWitness: "$KV." + wire.BucketWitness + ".probe-" + s.mode}
+	for st, src := range sources {
 		info, err := s.admin.js(t).Stream(s.ctx, st)
 		require.NoError(t, err)
 		cfg := info.CachedInfo().Config
-		cfg.RePublish = &jetstream.RePublish{Source: ">", Destination: target}
+		cfg.RePublish = &jetstream.RePublish{Source: src, Destination: target}
 		body, err := json.Marshal(cfg)
 		require.NoError(t, err)
 		require.NoError(t, uc.PublishRequest("$JS.API.STREAM.UPDATE."+st, uc.NewRespInbox(), body))
 	}
+	// Something for such an update to republish: an operator's write to a
+	// key of the ingest's bucket that the ingest never reads.
+	_ = uc.Flush()
+	s.request(t, s.admin, "$KV."+wire.BucketWitness+".probe-"+s.mode, `{"probe":true}`)
 	rebuild := "KV_" + projector.RebuildBucket
 	require.NoError(t, uc.PublishRequest("$JS.API.STREAM.DELETE."+rebuild, uc.NewRespInbox(), nil))
 	_ = uc.Flush()
