@@ -380,6 +380,12 @@ func (s *authStack) honestFlows(t *testing.T) {
 	require.Contains(t, string(info), `"name":"ledger"`)
 	out := runLedgerctl(t, s.ledgerctl, s.env("ledgerctl", "ledgerctl"), "streams", "apply", "-json")
 	require.Contains(t, out, `"stream":"LEDGER_LOG"`)
+	// Through the imports of their account, operators read the dead
+	// letters and the log, each in its own account.
+	out = runLedgerctl(t, s.ledgerctl, s.env("ledgerctl", "ledgerctl"), "dlq", "list", "-json")
+	require.Contains(t, out, "lonely-"+s.a.task)
+	out = runLedgerctl(t, s.ledgerctl, s.env("ledgerctl", "ledgerctl"), "tail", "-n", "1", "-task", s.a.task)
+	require.Contains(t, out, s.a.task)
 
 	// Nothing the services did on the way was refused by the server.
 	s.ingestNC.requireNoErrors(t)
