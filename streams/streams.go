@@ -91,11 +91,34 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) error {
 				return err
 			}
 		}
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		if _, err := CreateOrUpdateStream(ctx, js, cfg); err != nil {
 			return fmt.Errorf("streams: apply %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// CreateOrUpdateStream creates the stream, and updates it only when it
+// exists with another configuration. The services of an authenticated
+// deployment may create a missing stream but never update one (an update
+// could make a stream republish what it stores, or take in another
+// stream's messages under new subjects), so a stream that matches must not
+// cost an update.
+func CreateOrUpdateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	st, err := js.CreateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return js.UpdateStream(ctx, cfg)
+	}
+	return st, err
+}
+
+// CreateOrUpdateKeyValue is CreateOrUpdateStream for a bucket.
+func CreateOrUpdateKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		return js.UpdateKeyValue(ctx, cfg)
+	}
+	return kv, err
 }
 
 // inSubjects are LEDGER_IN's subjects: one per partition, or (Partitions
@@ -155,7 +178,7 @@ func ApplyBucket(ctx context.Context, js jetstream.JetStream, name string, o Opt
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	kv, err := CreateOrUpdateKeyValue(ctx, js, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("streams: apply bucket %s: %w", name, err)
 	}

@@ -52,6 +52,8 @@ func TestAuthorizedDeployments(t *testing.T) {
 			if mode == modeJWT {
 				t.Run("minted_worker_gets_its_principals_permissions", s.mintedWorker)
 			}
+			// Last: its pull requests take deliveries from the services.
+			t.Run("no_reply_aimed_into_the_ledger", s.noReplyIntoTheLedger)
 		})
 	}
 }
@@ -378,6 +380,12 @@ func (s *authStack) honestFlows(t *testing.T) {
 	require.Contains(t, string(info), `"name":"ledger"`)
 	out := runLedgerctl(t, s.ledgerctl, s.env("ledgerctl", "ledgerctl"), "streams", "apply", "-json")
 	require.Contains(t, out, `"stream":"LEDGER_LOG"`)
+	// Through the imports of their account, operators read the dead
+	// letters and the log, each in its own account.
+	out = runLedgerctl(t, s.ledgerctl, s.env("ledgerctl", "ledgerctl"), "dlq", "list", "-json")
+	require.Contains(t, out, "lonely-"+s.a.task)
+	out = runLedgerctl(t, s.ledgerctl, s.env("ledgerctl", "ledgerctl"), "tail", "-n", "1", "-task", s.a.task)
+	require.Contains(t, out, s.a.task)
 
 	// Nothing the services did on the way was refused by the server.
 	s.ingestNC.requireNoErrors(t)
@@ -657,6 +665,14 @@ func (s *authStack) confined(t *testing.T) {
 				continue
 			}
 			require.NoError(t, uc.PublishRequest(subj, uc.NewRespInbox(), nil))
+			uc.requireDenied(t, subj)
+		}
+	}
+	// Nor update one: an update could make it republish what it stores.
+	for name, uc := range map[string]*userConn{"ingest": s.ingestNC, "projector": s.projectorNC} {
+		for _, subj := range []string{"$JS.API.STREAM.UPDATE.LEDGER_IN", "$JS.API.STREAM.UPDATE.LEDGER_DLQ",
+			"$JS.API.STREAM.UPDATE.LEDGER_LOG", "$JS.API.STREAM.UPDATE.KV_ledger_tasks", "$JS.API.STREAM.UPDATE.KV_ledger_witness"} {
+			require.NoError(t, uc.PublishRequest(subj, uc.NewRespInbox(), nil), name)
 			uc.requireDenied(t, subj)
 		}
 	}

@@ -35,7 +35,7 @@ func openWitness(ctx context.Context, js jetstream.JetStream, opts streams.Optio
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	kv, err := streams.CreateOrUpdateKeyValue(ctx, js, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("ingest: bucket %s: %w", wire.BucketWitness, err)
 	}

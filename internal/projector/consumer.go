@@ -41,7 +41,7 @@ func (s *Service) applyBucket(ctx context.Context, name string, maxBytes int64, 
 	if maxBytes != 0 {
 		cfg.MaxBytes = maxBytes
 	}
-	kv, err := s.js.CreateOrUpdateKeyValue(ctx, cfg)
+	kv, err := streams.CreateOrUpdateKeyValue(ctx, s.js, cfg)
 	if err != nil {
 		return nil, cfg, fmt.Errorf("projector: apply bucket %s: %w", name, err)
 	}

@@ -32,8 +32,8 @@ func authSetup(f *Flags) func() (natsauth.Setup, error) {
 	var workers, readers listFlag
 	f.Var(&workers, "worker", "a worker principal, given once per principal (its NATS user; the holder's first part)")
 	f.Var(&readers, "reader", "a read side, given once per reader: an account of its own that may only get and follow projections")
-	memMB := f.Int64("max-mem-mb", natsauth.MaxMemDefault>>20, "JetStream memory storage of the LEDGER account, MiB")
-	fileGB := f.Int64("max-file-gb", natsauth.MaxFileDefault>>30, "JetStream file storage of the LEDGER account, GiB")
+	memMB := f.Int64("max-mem-mb", natsauth.MaxMemDefault>>20, "JetStream memory storage of each account that holds streams, MiB")
+	fileGB := f.Int64("max-file-gb", natsauth.MaxFileDefault>>30, "JetStream file storage of the committed log's account (LEDGER_COMMITTED), GiB")
 	return func() (natsauth.Setup, error) {
 		if f.NArg() > 0 {
 			return natsauth.Setup{}, Usagef("unexpected argument %q", f.Arg(0))

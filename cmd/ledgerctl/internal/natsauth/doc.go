@@ -13,11 +13,20 @@
 //   - Nobody subscribes to another's inbox or to _INBOX.> as a whole: every
 //     user connects with an inbox prefix of its own (InboxPrefix), so the
 //     services' deliveries of LEDGER_IN and LEDGER_LOG reach only them.
-//   - Workers and each reader have accounts of their own, which reach the
-//     ledger's account (AccountLedger) only through its exports. Reply
-//     subjects are the requester's to choose and nobody checks them; across
-//     an import the server rewrites them, so every answer (publish acks,
-//     lease replies, direct gets) lands in the requester's own account.
+//   - No user is in an account that holds a stream. LEDGER_IN and
+//     LEDGER_DLQ (AccountLedger), LEDGER_LOG (AccountLog) and the
+//     projector's buckets (AccountProjections) are reached only through
+//     their exports; every role, each reader too, has an account of its
+//     own. Reply subjects are the requester's to choose and nobody checks
+//     them; across an import the server rewrites them, so every answer
+//     (JetStream's API, publish acks, direct gets, lease replies) lands in
+//     the requester's own account, where no stream of the ledger is.
+//   - A consumer delivers in its stream's account: the projector's
+//     consumers are on the log and its own buckets, apart from LEDGER_IN,
+//     LEDGER_DLQ and the receipts; the ingest's on LEDGER_IN, which the
+//     server refuses to deliver into itself.
+//   - The services create a missing stream but never update one: an update
+//     could make a stream republish what it stores, or transform subjects.
 //   - Readers get a projection by direct get and follow the bucket's
 //     subjects; they have no JetStream API, so no consumer delivering
 //     anywhere.

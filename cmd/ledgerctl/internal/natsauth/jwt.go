@@ -39,8 +39,8 @@ func signingKeyFile(role, name string) string {
 }
 
 // JWT writes operator (decentralised JWT) mode into s.Dir: an operator, a
-// system account, the accounts of AccountLedger (with the JetStream limits
-// of s.Limits), AccountWorkers and one per reader, each with a scoped
+// system account, the accounts of Setup.accounts (the log's with the
+// JetStream limits of s.Limits), those with users each with a scoped
 // signing key per role whose template holds the role's permissions, so
 // that a user's JWT carries a name and nothing else; ResolverConfFile for
 // the server; and credentials (<user>.creds, 0600) for every user that has
@@ -71,47 +71,47 @@ func JWT(s Setup) ([]User, error) {
 
 	type account struct {
 		name   string
+		spec   *Account
 		claims *jwt.AccountClaims
 		roles  map[string]string // role → signing key file
 	}
-	var accounts []*account
+	specs, err := s.accounts()
+	if err != nil {
+		return nil, err
+	}
+	accounts := []*account{{name: AccountSystem, spec: &Account{Name: AccountSystem}}}
+	for _, sp := range specs {
+		accounts = append(accounts, &account{name: sp.Name, spec: sp})
+	}
 	pubs := map[string]string{}
-	for _, name := range append([]string{AccountSystem, AccountLedger, AccountWorkers}, readerAccounts(s.Readers)...) {
-		_, pub, err := key("account-"+name, nkeys.PrefixByteAccount)
+	for _, a := range accounts {
+		_, pub, err := key("account-"+a.name, nkeys.PrefixByteAccount)
 		if err != nil {
 			return nil, err
 		}
-		pubs[name] = pub
-		ac := jwt.NewAccountClaims(pub)
-		ac.Name = name
-		accounts = append(accounts, &account{name: name, claims: ac, roles: map[string]string{}})
+		pubs[a.name] = pub
+		a.claims = jwt.NewAccountClaims(pub)
+		a.claims.Name = a.name
+		a.roles = map[string]string{}
 	}
 
 	for _, a := range accounts {
-		switch a.name {
-		case AccountLedger:
-			a.claims.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: s.Limits.MaxMem,
-				DiskStorage: s.Limits.MaxFile, Streams: s.Limits.MaxStreams, Consumer: s.Limits.MaxConsumers}
-			for _, e := range s.Layout.WorkerExports() {
-				a.claims.Exports.Add(jwtExport(e))
+		if l := a.spec.JetStream; l != nil {
+			a.claims.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: l.MaxMem,
+				DiskStorage: l.MaxFile, Streams: l.MaxStreams, Consumer: l.MaxConsumers}
+		}
+		for _, e := range a.spec.Exports {
+			a.claims.Exports.Add(jwtExport(e))
+		}
+		for _, i := range a.spec.Imports {
+			a.claims.Imports.Add(jwtImport(i, pubs[i.From]))
+		}
+		for _, role := range a.spec.Roles {
+			name := ""
+			if role == RoleReader {
+				name = a.name[len(AccountReaderPrefix):]
 			}
-			for _, e := range s.Layout.ReaderExports() {
-				a.claims.Exports.Add(jwtExport(e))
-			}
-			for _, r := range ServiceRoles {
-				a.roles[r] = signingKeyFile(r, "")
-			}
-		case AccountWorkers:
-			for _, e := range s.Layout.WorkerExports() {
-				a.claims.Imports.Add(jwtImport(e, pubs[AccountLedger]))
-			}
-			a.roles[RoleWorker] = signingKeyFile(RoleWorker, "")
-		case AccountSystem:
-		default:
-			for _, e := range s.Layout.ReaderExports() {
-				a.claims.Imports.Add(jwtImport(e, pubs[AccountLedger]))
-			}
-			a.roles[RoleReader] = signingKeyFile(RoleReader, a.name[len(AccountReaderPrefix):])
+			a.roles[role] = signingKeyFile(role, name)
 		}
 		for role, file := range a.roles {
 			_, skPub, err := key(file, nkeys.PrefixByteAccount)
@@ -197,17 +197,20 @@ func readerAccounts(readers []string) []string {
 }
 
 func jwtExport(e Export) *jwt.Export {
-	x := &jwt.Export{Name: e.Name, Subject: jwt.Subject(e.Subject), Type: jwt.Stream}
+	x := &jwt.Export{Subject: jwt.Subject(e.Subject), Type: jwt.Stream}
 	if e.Service {
 		x.Type, x.ResponseType = jwt.Service, jwt.ResponseTypeSingleton
+		if e.StreamResponses {
+			x.ResponseType = jwt.ResponseTypeStream
+		}
 	}
 	return x
 }
 
-func jwtImport(e Export, from string) *jwt.Import {
-	x := &jwt.Import{Name: e.Name, Subject: jwt.Subject(e.Subject), Account: from, Type: jwt.Stream}
-	if e.Service {
-		x.Type, x.Share = jwt.Service, e.Share
+func jwtImport(i Import, from string) *jwt.Import {
+	x := &jwt.Import{Subject: jwt.Subject(i.Subject), Account: from, Type: jwt.Stream}
+	if i.Service {
+		x.Type, x.Share = jwt.Service, i.Share
 	}
 	return x
 }

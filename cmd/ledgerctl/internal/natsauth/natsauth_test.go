@@ -57,7 +57,7 @@ func TestPrefixChangesEverySubject(t *testing.T) {
 	require.NoError(t, err)
 	conf := readFile(t, filepath.Join(dir, StaticConfFile))
 	require.Contains(t, conf, `"acme.in.reports.>"`)
-	require.Contains(t, conf, `{ service: "acme.in.>", accounts: ["LEDGER_WORKERS"] }`)
+	require.Contains(t, conf, `{ service: "acme.in.>", accounts: ["LEDGER_OPERATORS", "LEDGER_WORKERS"] }`)
 	require.Contains(t, conf, "ledgerctl auth static -prefix acme -worker reports -reader dash -out DIR")
 	require.NotRegexp(t, `"ledger\.`, conf)
 	require.Contains(t, conf, `"$JS.API.DIRECT.GET.KV_ledger_tasks.>"`)
@@ -143,7 +143,8 @@ func TestStaticKeepsKeysWhenRunAgain(t *testing.T) {
 		accounts = append(accounts, a.Name)
 	}
 	slices.Sort(accounts)
-	require.Equal(t, []string{AccountLedger, AccountReaderPrefix + "dash", AccountWorkers}, accounts)
+	require.Equal(t, []string{AccountLedger, AccountLog, AccountIngest, AccountOperators, AccountProjections,
+		AccountProjector, AccountReaderPrefix + "dash", AccountWorkers}, accounts)
 }
 
 // A seed file of the wrong kind is an error, never silently a new key.
@@ -202,12 +203,20 @@ func TestJWTSignsUsersWithScopedRoleKeys(t *testing.T) {
 	requireMode(t, filepath.Join(dir, ResolverConfFile), 0o644)
 
 	accounts := map[string]*jwt.AccountClaims{}
-	for _, name := range []string{AccountSystem, AccountLedger, AccountWorkers, ReaderAccount("dash")} {
+	for _, name := range []string{AccountSystem, AccountLedger, AccountLog, AccountProjections, AccountIngest,
+		AccountProjector, AccountOperators, AccountWorkers, ReaderAccount("dash")} {
 		ac, err := jwt.DecodeAccountClaims(strings.TrimSpace(readFile(t, filepath.Join(dir, KeysDir, "account-"+name+".jwt"))))
 		require.NoError(t, err, name)
 		accounts[name] = ac
 	}
-	require.EqualValues(t, MaxFileDefault, accounts[AccountLedger].Limits.JetStreamLimits.DiskStorage)
+	require.EqualValues(t, MaxFileDefault, accounts[AccountLog].Limits.JetStreamLimits.DiskStorage)
+	for _, name := range []string{AccountIngest, AccountProjector, AccountOperators, AccountWorkers} {
+		require.Zero(t, accounts[name].Limits.JetStreamLimits.DiskStorage, "%s has no JetStream of its own", name)
+		require.NotEmpty(t, accounts[name].SigningKeys, name)
+	}
+	for _, name := range []string{AccountLedger, AccountLog, AccountProjections} {
+		require.Empty(t, accounts[name].SigningKeys, "%s has no users", name)
+	}
 	for _, u := range us {
 		requireMode(t, u.File, 0o600)
 		tok, err := jwt.ParseDecoratedJWT([]byte(readFile(t, u.File)))
@@ -257,12 +266,12 @@ func TestMintUserNeedsTheRolesScopedKey(t *testing.T) {
 	_, err = MintUser(dir, "admin", "x")
 	require.ErrorContains(t, err, `no role "admin"`)
 
-	// The projector's key in the ingest's place: a key of the account, of
-	// another role, whose users would get the projector's rights.
+	// The projector's key in the ingest's place: a key of another
+	// account, whose users would get the projector's rights.
 	projector := readFile(t, filepath.Join(dir, KeysDir, "signing-projector.nk"))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, KeysDir, "signing-ingest.nk"), []byte(projector), 0o600))
 	_, err = MintUser(dir, RoleIngest, "ingest-2")
-	require.ErrorContains(t, err, "is not the account's key of role ingest")
+	require.ErrorContains(t, err, "is not one of the account's")
 
 	// The ingest's key in the worker's place.
 	ingest := readFile(t, filepath.Join(dir, KeysDir, "signing-ingest.nk"))
@@ -288,4 +297,38 @@ func TestHeaderNamesTheCommandLine(t *testing.T) {
 	require.NoError(t, err)
 	require.Regexp(t, regexp.MustCompile(`(?m)^#   ledgerctl auth static -worker a -worker b -reader r -out DIR$`),
 		readFile(t, filepath.Join(dir, StaticConfFile)))
+}
+
+// An answer lands in the requester's account, and a consumer delivers in
+// its stream's: so no user shares an account with a stream, the projector's
+// consumers are on streams apart from LEDGER_IN, LEDGER_DLQ and the
+// receipts, and no service may update a stream (an update could make it
+// republish). internal/deploytest's no_reply_aimed_into_the_ledger tries it
+// on a server.
+func TestNoUserSharesAnAccountWithAStream(t *testing.T) {
+	t.Parallel()
+	s, err := Setup{Dir: t.TempDir(), Layout: layout(t), Workers: []string{"reports"}, Readers: []string{"dash"}}.normalize()
+	require.NoError(t, err)
+	accs, err := s.accounts()
+	require.NoError(t, err)
+	owners := s.Layout.owners()
+	for _, a := range accs {
+		holds := a.JetStream != nil
+		require.Equalf(t, holds, len(a.Roles) == 0, "%s: an account holds streams or users, never both", a.Name)
+		for _, st := range owners {
+			if st == a.Name {
+				require.True(t, holds, "%s holds a stream but has no JetStream", a.Name)
+			}
+		}
+	}
+	require.NotEqual(t, owners["LEDGER_LOG"], owners["LEDGER_IN"])
+	require.NotEqual(t, owners["KV_ledger_tasks"], owners["LEDGER_IN"])
+	require.NotEqual(t, owners["KV_ledger_tasks"], owners["LEDGER_LOG"])
+	for _, role := range []string{RoleIngest, RoleProjector} {
+		p, err := s.Layout.Permissions(role, role)
+		require.NoError(t, err)
+		for _, subj := range p.Publish {
+			require.NotContains(t, subj, "$JS.API.STREAM.UPDATE.", role)
+		}
+	}
 }

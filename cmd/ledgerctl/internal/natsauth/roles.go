@@ -9,21 +9,38 @@ import (
 	"github.com/flowness/ledger/streams"
 )
 
-// Accounts of an authenticated deployment. The services share one account;
-// workers and each reader have accounts of their own, which reach the
-// ledger's account only through what it exports to them.
+// Accounts of an authenticated deployment. The streams and buckets live in
+// three accounts that have no users: AccountLedger (what workers send and
+// what the ingest refuses), AccountLog (the committed log) and
+// AccountProjections (the buckets the projector writes). Every user is in
+// an account of its own role, which reaches them only through their
+// exports.
 //
 // Separate accounts are what keep a reply subject from being a weapon: a
 // client names any reply subject it likes, and the NATS server (JetStream's
-// publish acks and direct gets) and the lease service answer on it without
-// a permission check. In one shared account a worker's publish ack
-// addressed to $KV.ledger_tasks.<task> overwrote that task's projection, and
-// a reader's direct get addressed there copied one projection over another.
-// Across an import the server rewrites every reply subject, so answers land
-// back in the requester's own account.
+// API, publish acks, direct gets) and the lease service answer on it
+// without a permission check. Across an import the server rewrites every
+// reply subject, so answers land back in the requester's own account. A
+// user in the account of LEDGER_IN could have had a direct get answered on
+// ledger.in.<another principal>.…, which LEDGER_IN stored as that
+// principal's event. A consumer delivers in the account of its stream, so
+// the accounts also part what a service may create consumers on from what
+// it must not write: the projector's consumers are on the log and on its
+// own buckets, neither beside LEDGER_IN, LEDGER_DLQ or the receipts.
 const (
-	// AccountLedger holds the services, ledgerctl and every stream and bucket.
+	// AccountLedger holds LEDGER_IN, LEDGER_DLQ and the ingest's buckets.
 	AccountLedger = "LEDGER"
+	// AccountLog holds LEDGER_LOG.
+	AccountLog = "LEDGER_COMMITTED"
+	// AccountProjections holds the projector's buckets.
+	AccountProjections = "LEDGER_PROJECTIONS"
+	// AccountIngest holds the ingest's users; it serves the lease service
+	// and sends the receipts.
+	AccountIngest = "LEDGER_INGEST"
+	// AccountProjector holds the projector's users.
+	AccountProjector = "LEDGER_PROJECTOR"
+	// AccountOperators holds the ledgerctl users.
+	AccountOperators = "LEDGER_OPERATORS"
 	// AccountWorkers holds one user per worker principal.
 	AccountWorkers = "LEDGER_WORKERS"
 	// AccountReaderPrefix, followed by the reader's name, is a reader's account.
@@ -106,12 +123,15 @@ func (l Layout) Prefix() string { return l.prefix }
 
 func (l Layout) p(rest string) string { return l.prefix + "." + rest }
 
-// streamAPI lists the JetStream API subjects that create, update and read
-// the configuration of each stream: never delete or purge.
+// streamAPI lists the JetStream API subjects that create a missing stream
+// and read the configuration of each stream. Never update, delete or
+// purge: an update could make a stream republish what it stores, or take
+// in another stream's messages under new subjects, so only operators
+// change a stream that exists (`ledgerctl streams apply`).
 func streamAPI(names ...string) []string {
 	var s []string
 	for _, n := range names {
-		s = append(s, "$JS.API.STREAM.CREATE."+n, "$JS.API.STREAM.UPDATE."+n, "$JS.API.STREAM.INFO."+n)
+		s = append(s, "$JS.API.STREAM.CREATE."+n, "$JS.API.STREAM.INFO."+n)
 	}
 	return s
 }
@@ -215,39 +235,4 @@ func (l Layout) Permissions(role, name string) (Permissions, error) {
 		}, nil
 	}
 	return Permissions{}, fmt.Errorf("natsauth: no role %q", role)
-}
-
-// Export is a subject the LEDGER account offers to the workers' or the
-// readers' accounts, which import it under the same name.
-type Export struct {
-	Name    string
-	Subject string
-	// Service: requests go to LEDGER and the answer comes back (events
-	// with their publish acks, lease requests, direct gets). Otherwise a
-	// stream: LEDGER's messages on the subject are delivered to the
-	// importer too (receipts, bucket changes).
-	Service bool
-	// Share: the importer tells the ledger who sent each request (the
-	// server's Nats-Request-Info header names the user), so the lease
-	// service charges a public read to its sender's share.
-	Share bool
-}
-
-// WorkerExports are what the workers' account imports.
-func (l Layout) WorkerExports() []Export {
-	return []Export{
-		{Name: "events", Subject: l.p("in.>"), Service: true},
-		{Name: "leases", Subject: l.p("lease.>"), Service: true, Share: true},
-		{Name: "task-head", Subject: l.p("task.head"), Service: true, Share: true},
-		{Name: "receipts", Subject: l.p("receipt.>")},
-	}
-}
-
-// ReaderExports are what each reader's account imports.
-func (l Layout) ReaderExports() []Export {
-	kvTasks := "KV_" + l.tasksBucket
-	return []Export{
-		{Name: "projection-get", Subject: "$JS.API.DIRECT.GET." + kvTasks + ".>", Service: true},
-		{Name: "projection-changes", Subject: "$KV." + l.tasksBucket + ".>"},
-	}
 }

@@ -127,8 +127,12 @@ func accountOf(role, name string) string {
 		return AccountWorkers
 	case RoleReader:
 		return ReaderAccount(name)
+	case RoleIngest:
+		return AccountIngest
+	case RoleProjector:
+		return AccountProjector
 	}
-	return AccountLedger
+	return AccountOperators
 }
 
 // users lists the users of a setup, services first.

@@ -112,76 +112,77 @@ func renderStatic(s Setup, us []User, keys []string) ([]byte, error) {
 	w.line("# docs/security.md says which attack each permission refuses.")
 	w.line("")
 	w.open("accounts {")
-
-	readers := readerAccounts(s.Readers)
-	accounts := append([]string{AccountLedger, AccountWorkers}, readers...)
+	accounts, err := s.accounts()
+	if err != nil {
+		return nil, err
+	}
 	for _, acc := range accounts {
-		switch {
-		case acc == AccountLedger:
-			w.line("# The services and ledgerctl, with every stream and bucket.")
-		case acc == AccountWorkers:
-			w.line("# One user per worker principal. The account reaches the ledger only")
-			w.line("# through LEDGER's exports, so every reply a worker asks for (publish")
-			w.line("# acks, lease replies) comes back into this account.")
-		default:
-			w.line("# A reader: get a projection, follow the bucket's changes. Nothing else")
-			w.line("# reaches this account, and nothing of it reaches another.")
-		}
-		w.open("%s: {", quoted(acc))
-		if acc == AccountLedger {
+		w.line("# %s", accountNote(acc))
+		w.open("%s: {", quoted(acc.Name))
+		if l := acc.JetStream; l != nil {
 			w.open("jetstream: {")
-			w.line("max_mem: %d", s.Limits.MaxMem)
-			w.line("max_file: %d", s.Limits.MaxFile)
-			w.line("max_streams: %d", s.Limits.MaxStreams)
-			w.line("max_consumers: %d", s.Limits.MaxConsumers)
+			w.line("max_mem: %d", l.MaxMem)
+			w.line("max_file: %d", l.MaxFile)
+			w.line("max_streams: %d", l.MaxStreams)
+			w.line("max_consumers: %d", l.MaxConsumers)
 			w.close("}")
 		}
-		w.open("users: [")
-		for i, u := range us {
-			if u.Account != acc {
-				continue
-			}
-			p, err := s.Layout.Permissions(u.Role, u.Name)
-			if err != nil {
-				return nil, err
-			}
-			who := u.Role
-			if u.Name != u.Role {
-				who += " " + u.Name
-			}
-			w.line("# %s: seed %s.nk, inbox prefix %s", who, userFile(u.Role, u.Name), u.Inbox)
-			w.open("{")
-			w.line("nkey: %s", keys[i])
-			w.open("permissions: {")
-			w.open("publish: {")
-			w.list("allow", p.Publish)
-			w.close("}")
-			w.open("subscribe: {")
-			w.list("allow", p.Subscribe)
-			w.close("}")
-			if p.Responses {
-				w.line("allow_responses: true")
-			}
-			w.close("}")
-			w.close("}")
-		}
-		w.close("]")
-		switch {
-		case acc == AccountLedger:
-			w.open("exports: [")
-			for _, e := range s.Layout.WorkerExports() {
-				w.line("{ %s: %s, accounts: %s }", exportKind(e), quoted(e.Subject), quotedList([]string{AccountWorkers}))
-			}
-			if len(readers) > 0 {
-				for _, e := range s.Layout.ReaderExports() {
-					w.line("{ %s: %s, accounts: %s }", exportKind(e), quoted(e.Subject), quotedList(readers))
+		if len(acc.Roles) > 0 {
+			w.open("users: [")
+			for i, u := range us {
+				if u.Account != acc.Name {
+					continue
 				}
+				p, err := s.Layout.Permissions(u.Role, u.Name)
+				if err != nil {
+					return nil, err
+				}
+				who := u.Role
+				if u.Name != u.Role {
+					who += " " + u.Name
+				}
+				w.line("# %s: seed %s.nk, inbox prefix %s", who, userFile(u.Role, u.Name), u.Inbox)
+				w.open("{")
+				w.line("nkey: %s", keys[i])
+				w.open("permissions: {")
+				w.open("publish: {")
+				w.list("allow", p.Publish)
+				w.close("}")
+				w.open("subscribe: {")
+				w.list("allow", p.Subscribe)
+				w.close("}")
+				if p.Responses {
+					w.line("allow_responses: true")
+				}
+				w.close("}")
+				w.close("}")
 			}
 			w.close("]")
-		case acc == AccountWorkers:
-			imports(&w, s.Layout.WorkerExports())
-		default:
-			imports(&w, s.Layout.ReaderExports())
+		}
+		if len(acc.Exports) > 0 {
+			w.open("exports: [")
+			for _, e := range acc.Exports {
+				resp := ""
+				if e.StreamResponses {
+					resp = ", response_type: stream"
+				}
+				w.line("{ %s: %s, accounts: %s%s }", exportKind(e), quoted(e.Subject), quotedList(e.To), resp)
+			}
+			w.close("]")
+		}
+		if len(acc.Imports) > 0 {
+			w.open("imports: [")
+			for _, i := range acc.Imports {
+				kind, share := "stream", ""
+				if i.Service {
+					kind = "service"
+				}
+				if i.Share {
+					share = ", share: true"
+				}
+				w.line("{ %s: { account: %s, subject: %s }%s }", kind, quoted(i.From), quoted(i.Subject), share)
+			}
+			w.close("]")
 		}
 		w.close("}")
 	}
@@ -189,21 +190,30 @@ func renderStatic(s Setup, us []User, keys []string) ([]byte, error) {
 	return []byte(w.b.String()), nil
 }
 
+// accountNote says in one line what an account is for.
+func accountNote(a *Account) string {
+	switch a.Name {
+	case AccountLedger:
+		return "LEDGER_IN, LEDGER_DLQ and the ingest's buckets. No user: reached only through its exports."
+	case AccountLog:
+		return "LEDGER_LOG. No user: reached only through its exports."
+	case AccountProjections:
+		return "The projector's buckets. No user: reached only through its exports."
+	case AccountIngest:
+		return "The ingest: serves the lease service, sends receipts."
+	case AccountProjector:
+		return "The projector."
+	case AccountOperators:
+		return "Operators (ledgerctl, the nats CLI): everything, through imports."
+	case AccountWorkers:
+		return "One user per worker principal."
+	}
+	return "A reader: get a projection, follow the bucket's changes."
+}
+
 func exportKind(e Export) string {
 	if e.Service {
 		return "service"
 	}
 	return "stream"
-}
-
-func imports(w *confWriter, exports []Export) {
-	w.open("imports: [")
-	for _, e := range exports {
-		share := ""
-		if e.Share {
-			share = ", share: true"
-		}
-		w.line("{ %s: { account: %s, subject: %s }%s }", exportKind(e), quoted(AccountLedger), quoted(e.Subject), share)
-	}
-	w.close("]")
 }
