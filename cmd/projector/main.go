@@ -33,6 +33,7 @@ func run(args []string) error {
 	parts := fs.String("partitions", connect.Env("LEDGER_PROJECT_PARTITIONS", "all"), `partitions this projector owns: "all", or like "0-7" or "1,3,8-9" (env LEDGER_PROJECT_PARTITIONS)`)
 	fs.IntVar(&cfg.Replicas, "replicas", connect.EnvInt("LEDGER_REPLICAS", 1), "bucket replicas: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
 	fs.IntVar(&cfg.BatchSize, "batch-size", connect.EnvInt("LEDGER_PROJECTOR_BATCH", projector.BatchSizeDefault), "log messages per turn (env LEDGER_PROJECTOR_BATCH)")
+	fs.IntVar(&cfg.CatchUpBatchSize, "catch-up-batch", connect.EnvInt("LEDGER_PROJECTOR_CATCHUP_BATCH", 0), "log messages per turn while behind; 0 is 10,000 or -batch-size if larger, -batch-size turns it off (env LEDGER_PROJECTOR_CATCHUP_BATCH)")
 	fs.DurationVar(&cfg.Engine.GapTimeout, "gap-timeout", connect.EnvDuration("LEDGER_GAP_TIMEOUT", projection.GapTimeoutDefault), "how long a task waits for a missing version before re-fetching it (env LEDGER_GAP_TIMEOUT)")
 	fs.DurationVar(&cfg.StopTimeout, "stop-timeout", connect.EnvDuration("LEDGER_STOP_TIMEOUT", projector.StopTimeoutDefault), "how long a stop lets the turn in hand finish (env LEDGER_STOP_TIMEOUT)")
 	fs.DurationVar(&cfg.ReconcileEvery, "reconcile-every", connect.EnvDuration("LEDGER_RECONCILE_EVERY", projector.ReconcileEveryDefault), "how often a page of task heads is compared with the projections; negative turns it off (env LEDGER_RECONCILE_EVERY)")

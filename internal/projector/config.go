@@ -16,6 +16,12 @@ import (
 const (
 	// BatchSizeDefault is the most log messages handled per turn: 1000.
 	BatchSizeDefault = 1000
+	// CatchUpBatchSizeDefault is the most log messages a turn takes while
+	// the projector is behind: 10,000.
+	CatchUpBatchSizeDefault = 10_000
+	// CatchUpWaitDefault is how long a catch-up turn waits for its next
+	// message before it goes with what it has: 20 ms.
+	CatchUpWaitDefault = 20 * time.Millisecond
 	// RefetchEveryDefault is how often due re-fetches are looked for: 250 ms.
 	RefetchEveryDefault = 250 * time.Millisecond
 	// RefetchLimitDefault caps the versions one re-fetch reads per task: 10,000.
@@ -55,6 +61,19 @@ type Config struct {
 	Replicas int
 	// BatchSize is the most log messages per turn; default 1000.
 	BatchSize int
+	// CatchUpBatchSize is the most log messages per turn while the
+	// projector is behind (a turn found BatchSize messages waiting): it
+	// keeps taking them, each within CatchUpWait, up to this many. A task
+	// gets one bucket write a turn, so a larger turn folds a backlog with
+	// fewer writes. Default 10,000; BatchSize turns it off. A turn's
+	// messages, the ones waiting for it (2 × BatchSize) and the pull's
+	// (CatchUpBatchSize / 2) are all unacked: keep them within the
+	// consumer's max_ack_pending (20,000), or turns end short of it.
+	CatchUpBatchSize int
+	// CatchUpWait is how long a catch-up turn waits for its next message;
+	// it collects for ten times as long at most, which is what a turn can
+	// add to the time a change takes to reach the bucket. Default 20 ms.
+	CatchUpWait time.Duration
 	// RefetchEvery is the re-fetch timer; default 250 ms.
 	RefetchEvery time.Duration
 	// RefetchLimit caps the versions read per task per re-fetch; default 10,000.
@@ -100,6 +119,8 @@ func (c Config) WithDefaults() Config {
 	c.PartitionCount = cmp.Or(c.PartitionCount, wire.PartitionsDefault)
 	c.Replicas = cmp.Or(c.Replicas, 1)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.CatchUpBatchSize = cmp.Or(c.CatchUpBatchSize, max(CatchUpBatchSizeDefault, c.BatchSize))
+	c.CatchUpWait = cmp.Or(c.CatchUpWait, CatchUpWaitDefault)
 	c.RefetchEvery = cmp.Or(c.RefetchEvery, RefetchEveryDefault)
 	c.RefetchLimit = cmp.Or(c.RefetchLimit, RefetchLimitDefault)
 	c.RetryMin = cmp.Or(c.RetryMin, RetryMinDefault)
@@ -125,6 +146,9 @@ func (c Config) validate() error {
 	}
 	if c.BatchSize < 1 || c.RefetchLimit < 1 || c.ReconcilePage < 1 {
 		return fmt.Errorf("projector: batch size, re-fetch limit and reconciliation page must be positive")
+	}
+	if c.CatchUpBatchSize < c.BatchSize || c.CatchUpWait < 0 {
+		return fmt.Errorf("projector: catch-up batch size must be at least the batch size (%d), its wait not negative", c.BatchSize)
 	}
 	if c.TasksQuota < 1 {
 		return fmt.Errorf("projector: tasks quota must be positive, got %d", c.TasksQuota)

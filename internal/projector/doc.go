@@ -25,6 +25,12 @@
 // TestProjectorKilledDuringAGapRestartsRight,
 // TestOutOfOrderDuplicatedAndMissingVersionsEndRight.
 //
+// A task gets one bucket write a turn, however many of its versions the
+// turn holds (TestATurnWritesEachTaskOnce). A projector that is behind (a
+// turn found a whole batch waiting) takes up to CatchUpBatchSize messages a
+// turn, so a backlog costs fewer writes than events
+// (TestCatchUpTurnsWriteATaskOnceForSeveralVersions).
+//
 // A message is not acked when its effect could not be stored:
 //
 //   - If the task's stored value cannot be read, the message is nak'ed and

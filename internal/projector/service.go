@@ -91,7 +91,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("projector: %w", err)
 	}
-	js, err := jetstream.New(d.NC, jetstream.WithPublishAsyncMaxPending(4*cfg.BatchSize),
+	// A turn publishes a value per task at most, all before it awaits the acks.
+	js, err := jetstream.New(d.NC, jetstream.WithPublishAsyncMaxPending(max(4*cfg.BatchSize, cfg.CatchUpBatchSize)),
 		jetstream.WithPublishAsyncTimeout(5*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("projector: jetstream: %w", err)
@@ -124,7 +125,8 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	consume, err := cons.Consume(s.deliver,
-		jetstream.PullMaxMessages(2*s.cfg.BatchSize),
+		// Enough in flight for a catch-up turn not to wait on each pull.
+		jetstream.PullMaxMessages(max(2*s.cfg.BatchSize, s.cfg.CatchUpBatchSize/2)),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			s.log.Warn("consume", slog.String("error", err.Error()))
 		}))

@@ -38,6 +38,10 @@ func (s *Service) run(ctx context.Context) {
 }
 
 // fill adds what is waiting in the channel to batch, up to a batch's size.
+// A full batch means the projector is behind: it goes on taking messages as
+// they come, up to a catch-up batch, so that each task's versions in it
+// cost one bucket write. It stops when none comes within CatchUpWait, and
+// after ten times CatchUpWait in all.
 func (s *Service) fill(batch []jetstream.Msg) []jetstream.Msg {
 	for len(batch) < s.cfg.BatchSize {
 		select {
@@ -47,8 +51,40 @@ func (s *Service) fill(batch []jetstream.Msg) []jetstream.Msg {
 			return batch
 		}
 	}
+	if len(batch) >= s.cfg.CatchUpBatchSize {
+		return batch
+	}
+	// A steady flow must not hold the batch for long: ten waits in all.
+	deadline := time.Now().Add(catchUpWaits * s.cfg.CatchUpWait)
+	wait := time.NewTimer(s.cfg.CatchUpWait)
+	defer wait.Stop()
+	for len(batch) < s.cfg.CatchUpBatchSize {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return batch
+		}
+		select {
+		case m := <-s.in:
+			batch = append(batch, m)
+			continue
+		default:
+		}
+		wait.Reset(min(s.cfg.CatchUpWait, left)) // since Go 1.23 no stale tick survives a Reset
+		select {
+		case m := <-s.in:
+			batch = append(batch, m)
+		case <-wait.C:
+			return batch
+		case <-s.stop:
+			return batch
+		}
+	}
 	return batch
 }
+
+// catchUpWaits bounds how long a catch-up turn collects messages, in
+// CatchUpWaits.
+const catchUpWaits = 10
 
 // turn handles one batch (possibly empty), the due re-fetches and the held
 // tasks that are due.

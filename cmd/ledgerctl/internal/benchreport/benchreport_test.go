@@ -32,7 +32,7 @@ func TestSmallRunReportsEveryRow(t *testing.T) {
 	table := r.Table()
 	require.Contains(t, table, "machine: ")
 	rows := r.Rows()
-	require.Len(t, rows, 21, "5 baselines, 3 pipelines, 4 SDK, 5 latency, 4 projector")
+	require.Len(t, rows, 22, "5 baselines, 3 pipelines, 4 SDK, 5 latency, 5 projector")
 	for _, row := range rows {
 		require.Contains(t, table, row.Label)
 		if row.Label == r.SDKFirstSecond.Label {
@@ -93,7 +93,10 @@ func TestSmallRunReportsEveryRow(t *testing.T) {
 	require.Equal(t, 1000, r.CatchUp.Events, "the backlog is one phase of events")
 	require.Equal(t, r.CatchUp.Events, r.LogRead.Events)
 	require.Equal(t, r.Rebuild.Events, r.EventsRead.Events)
-	require.InDelta(t, r.CatchUp.PerSecond/r.LogRead.PerSecond, r.CatchUp.Relative, 1e-9)
+	require.Equal(t, r.CatchUp.Events, r.Backlog.Events, "the catch-up folds what the backlog committed")
+	require.InDelta(t, r.CatchUp.PerSecond/r.Backlog.PerSecond, r.CatchUp.Relative, 1e-9, "the catch-up over the commit rate")
+	require.InDelta(t, r.CatchUp.PerSecond/r.LogRead.PerSecond, r.CatchUpVsRead, 1e-9)
+	require.Contains(t, r.Table(), "the raw read of the same LEDGER_LOG messages")
 	require.InDelta(t, r.Rebuild.PerSecond/r.EventsRead.PerSecond, r.Rebuild.Relative, 1e-9)
 
 	out := progress.String()

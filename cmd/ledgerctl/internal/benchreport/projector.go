@@ -54,7 +54,7 @@ func newProjectorBench(s *localstack.Stack, raw *rawBench, o Options, prog *prog
 
 // run fills the section's four rows.
 func (b *projectorBench) run(ctx context.Context, r *Report) error {
-	from, to, started, err := b.backlog(ctx)
+	from, to, started, err := b.backlog(ctx, r)
 	if err != nil {
 		return fmt.Errorf("benchreport: projector catch-up: %w", err)
 	}
@@ -83,8 +83,8 @@ func (b *projectorBench) run(ctx context.Context, r *Report) error {
 // backlog stops the projector, publishes Events events through the full
 // pipeline while it is down, and starts it again. It returns the LEDGER_LOG
 // sequences the restarted projector has to go through, (from, to], and
-// when it was started.
-func (b *projectorBench) backlog(ctx context.Context) (from, to uint64, started time.Time, err error) {
+// when it was started; r.Backlog is the rate the ingest committed them at.
+func (b *projectorBench) backlog(ctx context.Context, r *Report) (from, to uint64, started time.Time, err error) {
 	err = b.stack.RestartProjector(ctx, func() error {
 		c, err := b.consumer(ctx)
 		if err != nil {
@@ -95,9 +95,11 @@ func (b *projectorBench) backlog(ctx context.Context) (from, to uint64, started 
 			return err
 		}
 		defer b.raw.letGo()
-		if _, _, err := b.raw.fullRound(ctx, "projector: its backlog through the ingest", b.o.Events); err != nil {
+		rate, _, err := b.raw.fullRound(ctx, "projector: its backlog through the ingest", b.o.Events)
+		if err != nil {
 			return err
 		}
+		r.Backlog = throughputRow(LabelBacklog, b.o.Events, time.Duration(float64(b.o.Events)/rate*float64(time.Second)))
 		if err := b.raw.checkCommitted(ctx); err != nil {
 			return err
 		}

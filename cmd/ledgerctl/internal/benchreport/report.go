@@ -21,6 +21,7 @@ const (
 	LabelBarePipeline   = "pipeline: raw → bare (one set-based insert), median"
 	LabelHotPipeline    = "pipeline: raw → ingest, one hot task a partition, median"
 	LabelSDKKV          = "pipeline: SDK → ingest → projector KV"
+	LabelBacklog        = "projector: its backlog, committed while it is down"
 	LabelCatchUp        = "projector: LEDGER_LOG → KV (catch-up)"
 	LabelLogRead        = "raw read of the same LEDGER_LOG messages"
 	LabelRebuild        = "projector: rebuild from PostgreSQL"
@@ -114,14 +115,19 @@ type Report struct {
 	LatencySDKKV      Row `json:"latency_sdk_kv,omitzero"`
 	LatencyBare       Row `json:"latency_bare,omitzero"`
 	// The projector catching up on Events log copies published while it
-	// was stopped, beside an ordered consumer reading the same messages;
-	// and a rebuild of every projection from ledger.events, beside a scan
-	// of the same rows in the same chunks. Relative is each projector rate
-	// over its raw read.
-	CatchUp    Row `json:"catch_up,omitzero"`
-	LogRead    Row `json:"log_read,omitzero"`
-	Rebuild    Row `json:"rebuild,omitzero"`
-	EventsRead Row `json:"events_read,omitzero"`
+	// was stopped (Backlog: the rate the ingest committed them at, the
+	// peak commit rate of the run), beside an ordered consumer reading the
+	// same messages; and a rebuild of every projection from ledger.events,
+	// beside a scan of the same rows in the same chunks. CatchUp.Relative
+	// is the catch-up over the backlog's commit rate (the target is 2 or
+	// more) and CatchUpVsRead its rate over the raw read; Rebuild.Relative
+	// is the rebuild over its raw read.
+	Backlog       Row     `json:"backlog,omitzero"`
+	CatchUp       Row     `json:"catch_up,omitzero"`
+	CatchUpVsRead float64 `json:"catch_up_vs_log_read,omitempty"`
+	LogRead       Row     `json:"log_read,omitzero"`
+	Rebuild       Row     `json:"rebuild,omitzero"`
+	EventsRead    Row     `json:"events_read,omitzero"`
 }
 
 // Round is one round of the pipeline section.
@@ -210,7 +216,7 @@ func (r Report) Rows() []Row {
 		r.FullPipeline, r.BarePipeline, r.HotPipeline,
 		r.SDKReceipt, r.SDKFirstSecond, r.SDKSteady, r.SDKKV,
 		r.LatencyRaw, r.LatencySDKAck, r.LatencySDKReceipt, r.LatencySDKKV, r.LatencyBare,
-		r.CatchUp, r.LogRead, r.Rebuild, r.EventsRead}
+		r.Backlog, r.CatchUp, r.LogRead, r.Rebuild, r.EventsRead}
 	return slices.DeleteFunc(all, func(row Row) bool { return row.Label == "" })
 }
 
@@ -257,6 +263,10 @@ func (r Report) Table() string {
 	if r.SDKReceipt.Label != "" {
 		fmt.Fprintf(&b, "sdk: %d SDK workers, %s in flight per lease, fresh tasks; the projector runs and the workers read their receipts (the raw pipelines have neither)\n",
 			r.Workers, group(MaxInFlight))
+	}
+	if r.CatchUpVsRead > 0 {
+		fmt.Fprintf(&b, "projector: the backlog of %s events folded in %s, %.2f × the raw read of the same LEDGER_LOG messages\n",
+			group(int64(r.CatchUp.Events)), r.CatchUp.Elapsed.Round(time.Millisecond), r.CatchUpVsRead)
 	}
 	if r.Rate > 0 {
 		from := "given"
@@ -356,6 +366,9 @@ func (r *Report) ratios() {
 		}
 	}
 	relate(&r.FenceAppend, r.SchemaInsert, "the same writes, set-based")
-	relate(&r.CatchUp, r.LogRead, "raw LOG read")
+	relate(&r.CatchUp, r.Backlog, "commit rate")
+	if r.CatchUp.Label != "" && r.LogRead.PerSecond > 0 {
+		r.CatchUpVsRead = r.CatchUp.PerSecond / r.LogRead.PerSecond
+	}
 	relate(&r.Rebuild, r.EventsRead, "raw SELECT")
 }
