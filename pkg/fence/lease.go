@@ -163,6 +163,16 @@ func (s *Store) TakeOver(ctx context.Context, partition int, holder string, obse
 
 func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl time.Duration, observed *int64, opts []AcquireOption) (Lease, error) {
 	l, err := s.grant(ctx, partition, holder, ttl, observed, opts)
+	if sqlState(err) == sqlStateOutOfRange {
+		return l, outOfRange(err)
+	}
+	if errors.Is(err, ErrHeld) {
+		// A partition that is not the holder's to lease is answered so
+		// while another holds it too: waiting would not help.
+		if why := s.rangeRefusal(ctx, partition, holder); why != "" {
+			return l, &LeaseError{Kind: ErrForbidden, Msg: why}
+		}
+	}
 	return l, s.cordoned(ctx, partition, err)
 }
 
