@@ -1,5 +1,5 @@
 -- +goose Up
--- Two rules about principals that the database keeps, whoever writes:
+-- What the database keeps per principal, whoever writes:
 --
 --   ledger.rejections         a rejection is one the fence would give. The
 --                             ingest's role writes only the columns an
@@ -10,6 +10,8 @@
 --                             an operator said so (ledgerctl partition-ranges).
 --                             A grant outside them is refused (LFP01), as a
 --                             cordon refuses it (migration 00014).
+--   ledger.quota_buckets      each principal's share of the dead letters and
+--                             of the projections, for every process at once.
 
 -- A stolen ingest DATABASE_URL could otherwise record any verdict for any
 -- event id: a rejection row stands for ever (a verdict is never reversed),
@@ -156,7 +158,53 @@ GRANT EXECUTE ON FUNCTION ledger.partition_range_refusal(integer, text) TO ledge
 REVOKE EXECUTE ON FUNCTION ledger.set_partition_ranges(text, integer[], text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION ledger.set_partition_ranges(text, integer[], text, text) TO ledger_operator;
 
+-- Per-principal quotas that hold across processes (internal/quota): the
+-- dead letters of every ingest, and the projection values of every
+-- projector, draw from one bucket per principal here. A process takes
+-- bytes in chunks and spends them locally, so the database is asked about
+-- once a chunk, and what all processes spend never passes the quota.
+CREATE TABLE ledger.quota_buckets (
+    kind       text             NOT NULL CHECK (kind IN ('dead_letters', 'projections')),
+    principal  text             NOT NULL,
+    -- bytes_left as of at; the bucket refills at its size an hour.
+    bytes_left double precision NOT NULL,
+    at         timestamptz      NOT NULL,
+    PRIMARY KEY (kind, principal)
+);
+
+-- ledger.quota_take takes up to want bytes from principal's bucket of
+-- kind, of size bytes (the caller's configured quota), and returns how
+-- many it took: fewer, or 0, when the bucket has fewer left. The database's
+-- clock refills it.
+-- +goose StatementBegin
+CREATE FUNCTION ledger.quota_take(k text, who text, want bigint, size bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    now_at timestamptz := clock_timestamp();
+    have   double precision;
+    got    bigint;
+BEGIN
+    IF want < 0 OR size < 1 THEN
+        RAISE EXCEPTION 'ledger quota: want % of size %', want, size USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO ledger.quota_buckets AS b (kind, principal, bytes_left, at)
+    VALUES (k, who, size, now_at) ON CONFLICT (kind, principal) DO NOTHING;
+    SELECT least(size, b.bytes_left + extract(epoch FROM now_at - b.at) / 3600 * size) INTO have
+    FROM ledger.quota_buckets b WHERE b.kind = k AND b.principal = who FOR UPDATE;
+    got := greatest(0, least(want, floor(have)))::bigint;
+    UPDATE ledger.quota_buckets b SET bytes_left = have - got, at = now_at WHERE b.kind = k AND b.principal = who;
+    RETURN got;
+END
+$$;
+-- +goose StatementEnd
+
+GRANT SELECT ON ledger.quota_buckets TO ledger_operator;
+REVOKE EXECUTE ON FUNCTION ledger.quota_take(text, text, bigint, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger.quota_take(text, text, bigint, bigint) TO ledger_ingest, ledger_projector;
+
 -- +goose Down
+DROP FUNCTION ledger.quota_take(text, text, bigint, bigint);
+DROP TABLE ledger.quota_buckets;
 DROP TRIGGER lease_grants_partition_range_check ON ledger.lease_grants;
 DROP FUNCTION ledger.partition_range_check();
 DROP FUNCTION ledger.partition_range_refusal(integer, text);

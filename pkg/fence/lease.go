@@ -80,6 +80,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 // Partitions is the store's partition count N: partitions are 0..N-1.
 func (s *Store) Partitions() int { return s.cfg.Partitions }
 
+// Pool is the database the store works on, for the ingest's own tables
+// beside the fence's (its shared quotas).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
 // MaxPayload is the largest event payload the store accepts (Config.MaxPayload).
 func (s *Store) MaxPayload() int { return s.cfg.MaxPayload }
 
