@@ -203,9 +203,14 @@
 // events against their leases (locked FOR KEY SHARE until commit) and
 // against the heads moved in the same statement, heads against the rows
 // they rise onto, event ids against their rows, and every lease move
-// against the compare-and-swap (docs/security.md). The append's own
-// statements pass them unchanged; a trigger's refusal is an error of the
-// fence's own SQLSTATE (LF001, LF005, LF006), never a verdict.
+// against the compare-and-swap (docs/security.md). Migration 00017 holds
+// rejections to the same: a row of ledger.rejections must be the verdict
+// the fence gives its event (LF007), and a grant must lie within the
+// grantee's partition ranges where an operator set them (LFP01, every
+// role). Migration 00018 makes each statement trigger one query. The
+// append's own statements pass them unchanged; a trigger's refusal is an
+// error of the fence's own SQLSTATE (LF001, LF005, LF006, LF007), never a
+// verdict.
 //
 // # Growth
 //
