@@ -54,7 +54,7 @@ func TestConcurrentUpIsSafe(t *testing.T) {
 	// The partitions of ledger.events are tables too; they are counted apart.
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_class
 		WHERE relnamespace = 'ledger'::regnamespace AND relkind IN ('r', 'p') AND NOT relispartition`).Scan(&n))
-	require.Equal(t, 14, n) // 00014: partition_controls, lease_actions; 00015: fence_modes
+	require.Equal(t, 16, n) // 00014: partition_controls, lease_actions; 00015: fence_modes; 00017: partition_ranges, quota_buckets
 }
 
 func TestCheckReportsPendingMigrations(t *testing.T) {

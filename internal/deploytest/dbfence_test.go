@@ -239,3 +239,31 @@ func migrateDown(t *testing.T, pool *pgxpool.Pool, version int64) {
 		require.NoError(t, err, n)
 	}
 }
+
+// The database's fence locks the lease an event claims until commit, also
+// for an insert that did not lock it first as the append does: a takeover
+// (FOR UPDATE) waits for it.
+func TestDatabaseFenceLocksTheLeaseOfARawInsert(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	pool := openPool(t, loginUser(t, db, roleIngest))
+	stageIngestHistory(t, pool)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `WITH ins AS (
+		INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
+		VALUES ('01JD00000000000000000000L3', 1, 'report-7', 3, 'completed', '{}', 'reports.b', 3, clock_timestamp())
+		RETURNING seq, version, type)
+		UPDATE ledger.heads h SET version = ins.version, seq = ins.seq, type = ins.type FROM ins WHERE h.task_id = 'report-7'`)
+	require.NoError(t, err, "the current holder's next version passes the fence")
+
+	_, err = db.Pool.Exec(ctx, `SELECT FROM ledger.leases WHERE partition = 1 FOR UPDATE NOWAIT`)
+	var pgErr *pgconn.PgError
+	require.Truef(t, errors.As(err, &pgErr), "a takeover's lock must wait for the insert, got %v", err)
+	require.Equal(t, "55P03", pgErr.Code, pgErr.Message) // lock_not_available
+	_, err = db.Pool.Exec(ctx, `SELECT FROM ledger.leases WHERE partition = 2 FOR UPDATE NOWAIT`)
+	require.NoError(t, err, "a lease the insert does not claim is not locked")
+}

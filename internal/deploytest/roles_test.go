@@ -70,8 +70,8 @@ func TestRolesAllowTheirWorkAndForbidRewritingHistory(t *testing.T) {
 	}{
 		{roleIngest, "appends an event", insertEvent, true},
 		{roleIngest, "reads events", `SELECT count(*) FROM ledger.events`, true},
-		{roleIngest, "records a rejection", `INSERT INTO ledger.rejections (event_id, partition, task_id, version, holder, generation, verdict, reason)
-			VALUES ('01JD0000000000000000000003', 3, 'report-7', 2, 'worker-b', 1, 'stale', 'not_holder')`, true},
+		{roleIngest, "records a rejection", `INSERT INTO ledger.rejections (event_id, partition, task_id, version, holder, generation, verdict, reason, current_generation)
+			VALUES ('01JD0000000000000000000003', 3, 'report-7', 2, 'worker-b', 1, 'stale', 'not_holder', 1)`, true},
 		{roleIngest, "records a grant", `INSERT INTO ledger.lease_grants (partition, generation, holder) VALUES (3, 1, 'worker-a')`, true},
 		{roleIngest, "grants a first lease", `INSERT INTO ledger.leases (partition, holder, generation, expires_at, ttl_ms)
 			VALUES (4, 'worker-a', 1, clock_timestamp(), 3000)`, true},

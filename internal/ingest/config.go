@@ -148,7 +148,9 @@ type Config struct {
 	// headers), refilled at that much an hour. A letter over it is stored
 	// without the message's body and headers (Ledger-Truncated and
 	// Ledger-Headers-Dropped say so), so one principal cannot push every
-	// other's letters out of LEDGER_DLQ. Default 64 MiB.
+	// other's letters out of LEDGER_DLQ. Every ingest of the ledger draws
+	// from the same count, kept in PostgreSQL (internal/quota, Shared).
+	// Default 64 MiB.
 	DeadLetterQuota int64
 	// ClaimTTL is how long this ingest's claims on its partitions last
 	// without a heartbeat; default 3 s.

@@ -26,6 +26,7 @@ import (
 // to the contract's JSON error body.
 const (
 	codeInvalid     = "400"
+	codeForbidden   = "403"
 	codeNoLease     = "404"
 	codeHeld        = "409"
 	codeLost        = "412"
@@ -200,7 +201,8 @@ func (ls *leaseService) replyError(name, reply string, err error) {
 	case errors.As(err, &le):
 		body.Error = le.Code()
 		code = map[string]string{wire.ErrCodeHeld: codeHeld, wire.ErrCodeLost: codeLost,
-			wire.ErrCodeNoLease: codeNoLease, wire.ErrCodeInvalid: codeInvalid}[body.Error]
+			wire.ErrCodeNoLease: codeNoLease, wire.ErrCodeInvalid: codeInvalid,
+			wire.ErrCodeForbidden: codeForbidden}[body.Error]
 		if cur := le.Current; cur != nil {
 			body.Holder, body.Generation, body.ExpiresAt = cur.Holder, cur.Generation, wire.FormatTime(cur.ExpiresAt)
 		}

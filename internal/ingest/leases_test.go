@@ -454,3 +454,29 @@ func TestLeaseServiceCapsAPrincipalsLeases(t *testing.T) {
 	_, er, _ = e.lease("renew", map[string]any{"partition": 2, "holder": "reports.a", "generation": 1, "ttl_ms": 10000})
 	require.Nil(t, er)
 }
+
+// An acquire of a partition outside the principal's ranges is refused with
+// forbidden (403), the message naming the principal's ranges; within them
+// it is granted as always.
+func TestLeaseServiceRefusesAPartitionOutsideThePrincipalsRanges(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, ingest.Config{})
+	ctx := context.Background()
+	require.NoError(t, fence.SetPartitionRanges(ctx, e.db.Pool, "billing", []fence.Range{{Lo: 0, Hi: 7}}, "ops", "split"))
+	require.NoError(t, fence.SetPartitionRanges(ctx, e.db.Pool, "reports", []fence.Range{{Lo: 8, Hi: 15}}, "ops", "split"))
+
+	e.acquire(3, "billing.x", 60000)
+	e.acquire(9, "reports.a", 60000)
+	for _, c := range []struct {
+		holder    string
+		partition int
+	}{{"reports.a", 3}, {"reports.a", 4}, {"billing.x", 9}} {
+		_, er, h := e.lease("acquire", map[string]any{"partition": c.partition, "holder": c.holder})
+		require.NotNilf(t, er, "%s acquires %d", c.holder, c.partition)
+		require.Equal(t, wire.ErrCodeForbidden, er.Error)
+		require.Equal(t, "403", h.Get(micro.ErrorCodeHeader))
+		require.Contains(t, er.Message, fmt.Sprintf("partition %d is not within principal %s's partitions", c.partition, wire.Principal(c.holder)))
+	}
+	require.Zero(t, e.count(`SELECT count(*) FROM ledger.lease_grants WHERE (holder LIKE 'reports.%' AND partition < 8)
+		OR (holder LIKE 'billing.%' AND partition >= 8)`))
+}

@@ -71,3 +71,48 @@ func TestOnePrincipalsDeadLettersStayWithinItsQuota(t *testing.T) {
 	require.Less(t, billingBytes, quota+flood*1024, "the quota, and a small letter beyond it")
 	require.Equal(t, float64(cut), refusalsOf(t, reg, "dead_letter", "billing", "quota"))
 }
+
+// Two ingests share one principal's dead letter quota: a flood over every
+// partition, decided half by each process, stores no more of billing's
+// letters whole than one quota allows (each process counting on its own
+// stored about twice as many).
+func TestTwoIngestsShareOnePrincipalsDeadLetterQuota(t *testing.T) {
+	t.Parallel()
+	const quota = 64 << 10
+	cfg := ingest.Config{DeadLetterQuota: quota, ClaimTTL: time.Second}
+	e := newEnv(t, cfg)
+	e.startIngest(cfg)
+	require.Eventually(t, func() bool {
+		return e.count(`SELECT count(DISTINCT owner) FROM ledger.ingest_claims WHERE expires_at > clock_timestamp()`) == 2
+	}, 60*time.Second, 100*time.Millisecond, "both ingests decide partitions")
+
+	body := []byte(`"` + strings.Repeat("x", 16<<10) + `"`)
+	const flood = 48
+	for i := range flood {
+		// No Ledger-Type: invalid/missing_type, a dead letter at once.
+		m := nats.NewMsg(e.subj.In("billing.x", i%16, fmt.Sprintf("junk-%d", i)))
+		m.Header.Set(nats.MsgIdHdr, newID())
+		m.Header.Set(wire.HeaderGeneration, "1")
+		m.Header.Set(wire.HeaderVersion, "1")
+		m.Data = body
+		e.publishMsg(m)
+	}
+	var whole, cut int
+	require.Eventually(t, func() bool {
+		whole, cut = 0, 0
+		for _, m := range e.streamMsgs(wire.StreamDLQ, "") {
+			dl, err := wire.DecodeDeadLetter(m.Headers(), m.Data())
+			require.NoError(t, err)
+			if dl.Truncated >= 0 {
+				cut++
+			} else {
+				whole++
+			}
+		}
+		return whole+cut == flood
+	}, 60*time.Second, 100*time.Millisecond)
+	letter := len(body) + 1024
+	t.Logf("billing: %d letters, %d whole, %d cut (quota %d bytes, about %d letters)", flood, whole, cut, quota, quota/letter)
+	require.LessOrEqual(t, whole*len(body), quota, "the two ingests together keep billing within one quota")
+	require.Positive(t, whole)
+}

@@ -56,7 +56,7 @@ type Service struct {
 	workCtx    context.Context
 	cancelWork context.CancelFunc
 	letterMax  int // the largest dead letter the server and LEDGER_DLQ take
-	letters    *quota.Bytes
+	letters    *quota.Shared
 	svc        micro.Service
 	copies     *copier
 }
@@ -95,7 +95,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	return &Service{cfg: cfg, nc: d.NC, js: js, store: d.Store, log: d.Logger,
 		subjects: wire.Subjects{Prefix: cfg.Prefix}, metrics: newMetrics(d.Registerer),
-		letters: quota.NewBytes(cfg.DeadLetterQuota), held: newHeldSet(), parked: &parkedCount{by: map[string]int{}}, stopping: make(chan struct{})}, nil
+		letters: quota.NewShared(d.Store.Pool(), quota.DeadLetters, cfg.DeadLetterQuota), held: newHeldSet(), parked: &parkedCount{by: map[string]int{}}, stopping: make(chan struct{})}, nil
 }
 
 // Start applies the streams, starts the lease service and takes this

@@ -106,7 +106,9 @@ type Config struct {
 	// principal of the event that changed the value), refilled at that much
 	// an hour. A value over it is written as one too large for the bucket
 	// is, without its data (data null, data_too_large its size), so one
-	// principal cannot fill the bucket for everyone. Default 64 MiB.
+	// principal cannot fill the bucket for everyone. Every projector of the
+	// ledger draws from the same count, kept in PostgreSQL (internal/quota,
+	// Shared). Default 64 MiB.
 	TasksQuota int64
 	// Engine configures the ordering engine (gap timeout default 5 s, buffer
 	// caps); its clock defaults to time.Now.

@@ -58,7 +58,7 @@ type Service struct {
 	// writers is the principal of the last event that changed each task
 	// this turn: whose share of the bucket its value is charged to.
 	writers map[string]string
-	quota   *quota.Bytes
+	quota   *quota.Shared
 	// archivedWarned is the tasks whose missing version was found archived
 	// and said so (rebuild.go), once each.
 	archivedWarned map[string]bool
@@ -100,7 +100,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	return &Service{cfg: cfg, nc: d.NC, js: js, pool: d.Pool, log: d.Logger, metrics: newMetrics(d.Registerer),
 		subj: wire.Subjects{Prefix: cfg.Prefix}, engine: engine, revs: map[string]uint64{}, gaps: map[string]time.Time{},
 		held: map[string]*heldTask{}, oversized: map[string]bool{},
-		writers: map[string]string{}, quota: quota.NewBytes(cfg.TasksQuota),
+		writers: map[string]string{}, quota: quota.NewShared(d.Pool, quota.Projections, cfg.TasksQuota),
 		in: make(chan jetstream.Msg, 2*cfg.BatchSize), stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 

@@ -1,8 +1,10 @@
 // Package quota keeps per-principal shares of the ledger's shared storage:
 // a token bucket of bytes per principal, full at its size and refilled at
-// that size an hour. The ingest keeps one for dead letters, the projector
-// one for projection values. Each process keeps its own count, and a
-// restart starts every principal full.
+// that size an hour. The ingests share one for dead letters, the
+// projectors one for projection values: Shared keeps the count in
+// PostgreSQL, so it holds across processes and restarts. Bytes is the
+// count of one process, which Shared falls back to while the database does
+// not answer.
 package quota
 
 import (

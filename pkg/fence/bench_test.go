@@ -3,16 +3,19 @@ package fence_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/migrations"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -50,36 +53,103 @@ func BenchmarkAppend(b *testing.B) {
 // BenchmarkAppendDatabaseFence measures what the database's own fence
 // (migration 00012: the triggers that hold the ingest's role to the fence)
 // costs an append, as BenchmarkAppend does, through a LOGIN user in
-// ledger_ingest: one database with the triggers and one with them disabled,
-// appended to in turn, batch by batch, so that both see the same machine.
-// It reports events/s of each and their ratio.
+// ledger_ingest: one database with the triggers, one with migration 00012's
+// bodies of them (before 00018 made them cheaper) and one with them
+// disabled, appended to in turn, batch by batch, so that all see the same
+// machine. It reports events/s of each and the ratios to the one without.
 func BenchmarkAppendDatabaseFence(b *testing.B) {
 	for _, size := range []int{1, 100, 1000} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
-			var sides [2]*benchAppender // with the triggers, without
+			// The triggers as they are, with migration 00012's bodies (00018
+			// undone), and switched off.
+			var sides [3]*benchAppender
+			var dbs [3]*dbtest.DB
+			var pools [3]*pgxpool.Pool
 			for i := range sides {
 				_, db := newStore(b, fence.Config{})
-				if i == 1 {
-					_, err := db.Pool.Exec(context.Background(), sqlDisableDatabaseFence)
+				dbs[i] = db
+				// The triggers' own time, per function (pg_stat_user_functions).
+				_, err := db.Pool.Exec(context.Background(), "ALTER DATABASE "+pgx.Identifier{dbName(b, db)}.Sanitize()+" SET track_functions = 'pl'")
+				require.NoError(b, err)
+				switch i {
+				case 1:
+					_, err = db.Pool.Exec(context.Background(), downOf(b, "00018_cheaper_database_fence.sql"))
+					require.NoError(b, err)
+				case 2:
+					_, err = db.Pool.Exec(context.Background(), sqlDisableDatabaseFence)
 					require.NoError(b, err)
 				}
-				s, err := fence.New(ingestPool(b, db), fence.Config{})
+				pools[i] = ingestPool(b, db)
+				s, err := fence.New(pools[i], fence.Config{})
 				require.NoError(b, err)
 				sides[i] = newBenchAppender(b, s, size, false)
 			}
-			var spent [2]time.Duration
+			var spent [3]time.Duration
+			var steps [3][]time.Duration
 			b.ResetTimer()
 			for n := range b.N {
-				first := n % 2 // alternate which side goes first
-				spent[first] += sides[first].step(b)
-				spent[1-first] += sides[1-first].step(b)
+				for k := range sides { // rotate which side goes first
+					i := (n + k) % len(sides)
+					d := sides[i].step(b)
+					spent[i] += d
+					steps[i] = append(steps[i], d)
+				}
 			}
-			on, off := float64(b.N*size)/spent[0].Seconds(), float64(b.N*size)/spent[1].Seconds()
-			b.ReportMetric(on, "events/s-dbfence")
-			b.ReportMetric(off, "events/s-without")
-			b.ReportMetric(on/off, "ratio")
+			var rate [3]float64
+			for i := range rate {
+				rate[i] = float64(b.N*size) / spent[i].Seconds()
+			}
+			b.ReportMetric(rate[0], "events/s-dbfence")
+			b.ReportMetric(rate[1], "events/s-dbfence00012")
+			b.ReportMetric(rate[2], "events/s-without")
+			b.ReportMetric(rate[0]/rate[2], "ratio")
+			b.ReportMetric(rate[1]/rate[2], "ratio00012")
+			// Medians resist the machine's pauses better than totals do.
+			var p50 [3]float64
+			for i := range p50 {
+				slices.Sort(steps[i])
+				p50[i] = float64(steps[i][len(steps[i])/2])
+			}
+			b.ReportMetric(p50[2]/p50[0], "ratio-p50")
+			b.ReportMetric(p50[2]/p50[1], "ratio00012-p50")
+			b.StopTimer()
+			for i := range 2 {
+				pools[i].Close() // its sessions report their function statistics as they end
+				b.ReportMetric(triggerMicros(b, dbs[i])/float64(b.N), []string{"trigger-µs/append", "trigger-µs/append-00012"}[i])
+			}
 		})
 	}
+}
+
+// triggerMicros is the time the database fence's trigger functions spent
+// in db, in microseconds, once the sessions that ran them have ended.
+func triggerMicros(b testing.TB, db *dbtest.DB) float64 {
+	b.Helper()
+	var us float64
+	require.Eventually(b, func() bool {
+		err := db.Pool.QueryRow(context.Background(), `SELECT coalesce(sum(self_time), 0) * 1000 FROM pg_stat_user_functions
+			WHERE schemaname = 'ledger' AND funcname IN ('events_fence', 'heads_fence', 'event_ids_fence', 'heads_moved_from')`).Scan(&us)
+		return err == nil && us > 0
+	}, 10*time.Second, 50*time.Millisecond)
+	return us
+}
+
+// dbName is the name of db's database.
+func dbName(b testing.TB, db *dbtest.DB) string {
+	b.Helper()
+	var name string
+	require.NoError(b, db.Pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&name))
+	return name
+}
+
+// downOf is the Down half of migration file name.
+func downOf(b testing.TB, name string) string {
+	b.Helper()
+	data, err := fs.ReadFile(migrations.FS(), name)
+	require.NoError(b, err)
+	_, down, ok := strings.Cut(string(data), "-- +goose Down")
+	require.True(b, ok, "%s has no Down half", name)
+	return down
 }
 
 // sqlDisableDatabaseFence switches migration 00012's triggers off.

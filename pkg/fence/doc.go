@@ -105,9 +105,14 @@
 //     would refuse and marks it WouldReject (modes.go, migration 00015).
 //     Test: TestObserveModeCommitsWhatEnforceWouldRefuseAndSaysSo.
 //   - The database's own fence. PostgreSQL refuses, to every role but the
-//     schema's owner, what the fence refuses (migration 00012). Its refusal
-//     is an error of the fence's own SQLSTATE, never a verdict. Test:
-//     TestIngestRoleCannotBypassTheFence in internal/deploytest.
+//     schema's owner, what the fence refuses (migrations 00012, 00018), and
+//     a rejection the fence would not give (00017). Its refusal is an error
+//     of the fence's own SQLSTATE, never a verdict. Tests:
+//     TestIngestRoleCannotBypassTheFence,
+//     TestIngestRoleCannotRecordAFalseRejection (internal/deploytest).
+//   - Partition ranges. Where an operator set ranges, a grant lies within
+//     the grantee's (00017, every role). Test:
+//     TestPrincipalLeasesOnlyItsPartitionRanges.
 //
 // A binary built with -tags ledger_nofence has the fence off, and one with
 // -tags ledger_noguards has no PrimaryGuard: the chaos run's negative

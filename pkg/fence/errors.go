@@ -27,6 +27,9 @@ var (
 	// ErrInvalid: the request itself is malformed (partition out of range,
 	// bad holder id, TTL out of bounds).
 	ErrInvalid = errors.New("invalid lease request")
+	// ErrForbidden: the partition is outside the holder's principal's
+	// partition ranges (ledgerctl partition-ranges); no grant is made.
+	ErrForbidden = errors.New("partition outside the principal's ranges")
 	// ErrObservationStale: TakeOver's observed generation is no longer the
 	// current one, though the lease is not validly held by another; the
 	// caller must observe again.
@@ -57,7 +60,8 @@ func (e *LeaseError) Error() string { return e.Kind.Error() + ": " + e.Msg }
 // Is makes errors.Is(err, ErrHeld) and friends work.
 func (e *LeaseError) Is(target error) bool { return target == e.Kind }
 
-// Code is the wire error code of the error: held, lost, no_lease or invalid.
+// Code is the wire error code of the error: held, lost, no_lease, forbidden
+// or invalid.
 func (e *LeaseError) Code() string {
 	switch e.Kind {
 	case ErrHeld:
@@ -68,6 +72,8 @@ func (e *LeaseError) Code() string {
 		return wire.ErrCodeNoLease
 	case ErrObservationStale:
 		return wire.ErrCodeHeld
+	case ErrForbidden:
+		return wire.ErrCodeForbidden
 	}
 	return wire.ErrCodeInvalid
 }

@@ -56,6 +56,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 // Partitions is the store's partition count N: partitions are 0..N-1.
 func (s *Store) Partitions() int { return s.cfg.Partitions }
 
+// Pool is the database the store works on, for the ingest's own tables
+// beside the fence's (its shared quotas).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
 // MaxPayload is the largest event payload the store accepts (Config.MaxPayload).
 func (s *Store) MaxPayload() int { return s.cfg.MaxPayload }
 
@@ -139,6 +143,16 @@ func (s *Store) TakeOver(ctx context.Context, partition int, holder string, obse
 
 func (s *Store) acquire(ctx context.Context, partition int, holder string, ttl time.Duration, observed *int64, opts []AcquireOption) (Lease, error) {
 	l, err := s.grant(ctx, partition, holder, ttl, observed, opts)
+	if sqlState(err) == sqlStateOutOfRange {
+		return l, outOfRange(err)
+	}
+	if errors.Is(err, ErrHeld) {
+		// A partition that is not the holder's to lease is answered so
+		// while another holds it too: waiting would not help.
+		if why := s.rangeRefusal(ctx, partition, holder); why != "" {
+			return l, &LeaseError{Kind: ErrForbidden, Msg: why}
+		}
+	}
 	return l, s.cordoned(ctx, partition, err)
 }
 

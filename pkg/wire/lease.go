@@ -18,6 +18,10 @@ const (
 	ErrCodeLost    = "lost"
 	ErrCodeNoLease = "no_lease"
 	ErrCodeInvalid = "invalid"
+	// ErrCodeForbidden refuses an acquire of a partition outside the
+	// requester's partition ranges (an operator's configuration,
+	// ledgerctl partition-ranges). Retrying does not help.
+	ErrCodeForbidden = "forbidden"
 	// ErrCodeUnavailable is this implementation's code for "the ledger's
 	// database could not be reached": nothing changed, retry. It says
 	// nothing about the lease, so it is not one of the contract's outcomes.

@@ -51,15 +51,16 @@ var commands = map[string]Command{
 	"rebuild": {Rebuild, "[-partitions SET]", "replay the PostgreSQL log into fresh projections (stop the projectors first)"},
 	"chaos":   {Chaos, "[flags] | writer|check ...", "run the ledger as processes under faults and check every promise"},
 
-	"archive":      {Archive, "-dir DIR -before-seq N | -older-than D", "move history older than a horizon into files, online"},
-	"revoke":       {Revoke, "-partition P -reason R", "fence a partition's holder now: raise its generation, end its lease"},
-	"cordon":       {Cordon, "-partition P -reason R", "grant a partition to nobody until it is uncordoned; its holder drains"},
-	"uncordon":     {Uncordon, "-partition P -reason R", "let a cordoned partition be granted again"},
-	"fence-mode":   {FenceMode, "[-partition P -reason R enforce|observe]", "switch a partition between enforcing and observing the fence; list modes"},
-	"would-reject": {WouldRejectReport, "-since T [-partitions SET]", "count commits that observe let through and enforce would have refused"},
-	"verify":       {Verify, "[-kinds LIST] [-since D] [-json]", "report what JetStream lost against PostgreSQL: projections, log copies, consumers"},
-	"repair":       {Repair, "[-kinds LIST] [-since D] [-json]", "put back from PostgreSQL what verify finds: log copies, projections"},
-	"snapshot":     {Snapshot, "-out FILE", "write the projection bucket to a file a rebuild can start from"},
+	"archive":          {Archive, "-dir DIR -before-seq N | -older-than D", "move history older than a horizon into files, online"},
+	"revoke":           {Revoke, "-partition P -reason R", "fence a partition's holder now: raise its generation, end its lease"},
+	"cordon":           {Cordon, "-partition P -reason R", "grant a partition to nobody until it is uncordoned; its holder drains"},
+	"uncordon":         {Uncordon, "-partition P -reason R", "let a cordoned partition be granted again"},
+	"fence-mode":       {FenceMode, "[-partition P -reason R enforce|observe]", "switch a partition between enforcing and observing the fence; list modes"},
+	"partition-ranges": {PartitionRanges, "[-principal NAME -ranges 0-15 | -clear -reason R]", "say which partitions a principal may lease; list the ranges"},
+	"would-reject":     {WouldRejectReport, "-since T [-partitions SET]", "count commits that observe let through and enforce would have refused"},
+	"verify":           {Verify, "[-kinds LIST] [-since D] [-json]", "report what JetStream lost against PostgreSQL: projections, log copies, consumers"},
+	"repair":           {Repair, "[-kinds LIST] [-since D] [-json]", "put back from PostgreSQL what verify finds: log copies, projections"},
+	"snapshot":         {Snapshot, "-out FILE", "write the projection bucket to a file a rebuild can start from"},
 }
 
 // Run runs ledgerctl with args (without the program name) and returns the
