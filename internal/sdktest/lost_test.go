@@ -23,17 +23,7 @@ import (
 // publishes it again, same id and content, while its lease lasts.
 func TestEventLostFromLedgerInIsPublishedAgainAndCommitted(t *testing.T) {
 	t.Parallel()
-	l := &ledger{t: t, db: dbtest.New(t), ns: natstest.Start(t)}
-	var err error
-	l.store, err = fence.New(l.db.Pool, fence.Config{})
-	require.NoError(t, err)
-	startIngest := func() *ingest.Service {
-		svc, err := ingest.New(ingest.Config{}, ingest.Deps{NC: l.ns.Conn(t), Store: l.store, Logger: ledgertest.Logger()})
-		require.NoError(t, err)
-		require.NoError(t, svc.Start(context.Background()))
-		t.Cleanup(svc.Stop)
-		return svc
-	}
+	l, startIngest := newStoppableLedger(t)
 	first := startIngest()
 	ctx := testCtx(t, 60*time.Second)
 	// A long lease outlasts the ingest's absence, which also takes the
@@ -50,11 +40,7 @@ func TestEventLostFromLedgerInIsPublishedAgainAndCommitted(t *testing.T) {
 	require.NoError(t, err)
 	ack, err := p2.PubAck(ctx)
 	require.NoError(t, err)
-	in, err := l.ns.JetStream(t).Stream(ctx, wire.StreamIn)
-	require.NoError(t, err)
-	require.NoError(t, in.DeleteMsg(ctx, ack.Sequence), "the acknowledged message is lost")
-	_, err = in.GetMsg(ctx, ack.Sequence)
-	require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
+	l.loseInMsg(ctx, ack.Sequence)
 
 	startIngest()
 	require.NoError(t, p2.Wait(testCtx(t, settleWait)), "the lost event was not committed")
@@ -62,4 +48,71 @@ func TestEventLostFromLedgerInIsPublishedAgainAndCommitted(t *testing.T) {
 	require.Len(t, rows, 2)
 	require.Equal(t, p2.ID(), rows[1].EventID, "committed under its own id")
 	require.Equal(t, "completed", rows[1].Type)
+}
+
+// An event lost from LEDGER_IN that the client finds unknown only after
+// its lease ended still gets its verdict: the client publishes it again
+// all the same, and the ledger judges the copy by the event's generation,
+// stale, as it would have judged the lost message decided that late.
+func TestEventLostAfterItsLeaseEndedIsJudgedStale(t *testing.T) {
+	t.Parallel()
+	l, startIngest := newStoppableLedger(t)
+	first := startIngest()
+	ctx := testCtx(t, 60*time.Second)
+	c := l.client(nil, worker.Config{Holder: "lost.b", TTL: 2 * time.Second, ReceiptTimeout: receiptTimeout})
+	lease, err := c.Acquire(ctx, 2)
+	require.NoError(t, err)
+	p1, err := lease.Publish(ctx, "report", "running", []byte(`{"step":1}`))
+	require.NoError(t, err)
+	require.NoError(t, p1.Wait(ctx))
+
+	// The ingest, and with it the lease service, goes away: the lease
+	// cannot be renewed and ends by its deadline.
+	first.Stop()
+	p2, err := lease.Publish(ctx, "report", "completed", []byte(`{"step":2}`))
+	require.NoError(t, err)
+	ack, err := p2.PubAck(ctx)
+	require.NoError(t, err)
+	l.loseInMsg(ctx, ack.Sequence)
+	select {
+	case <-lease.Lost():
+	case <-ctx.Done():
+		t.Fatal("the lease was not lost without its lease service")
+	}
+
+	startIngest()
+	r, err := p2.Receipt(testCtx(t, settleWait))
+	require.NoError(t, err, "the event lost after its lease ended got no verdict")
+	require.Equal(t, wire.VerdictStale, r.Verdict)
+	require.Equal(t, 1, l.count(`select count(*) from ledger.rejections where event_id = $1 and verdict = 'stale'`, p2.ID()),
+		"the stale verdict is recorded")
+	require.Len(t, l.events("report"), 1, "only the first event committed")
+}
+
+// newStoppableLedger is a ledger whose ingests the test starts (and
+// stops) itself: startIngest starts one more.
+func newStoppableLedger(t *testing.T) (*ledger, func() *ingest.Service) {
+	t.Helper()
+	l := &ledger{t: t, db: dbtest.New(t), ns: natstest.Start(t)}
+	var err error
+	l.store, err = fence.New(l.db.Pool, fence.Config{})
+	require.NoError(t, err)
+	return l, func() *ingest.Service {
+		svc, err := ingest.New(ingest.Config{}, ingest.Deps{NC: l.ns.Conn(t), Store: l.store, Logger: ledgertest.Logger()})
+		require.NoError(t, err)
+		require.NoError(t, svc.Start(context.Background()))
+		t.Cleanup(svc.Stop)
+		return svc
+	}
+}
+
+// loseInMsg deletes LEDGER_IN's message seq, as a server that lost an
+// acknowledged write does.
+func (l *ledger) loseInMsg(ctx context.Context, seq uint64) {
+	l.t.Helper()
+	in, err := l.ns.JetStream(l.t).Stream(ctx, wire.StreamIn)
+	require.NoError(l.t, err)
+	require.NoError(l.t, in.DeleteMsg(ctx, seq), "the acknowledged message is lost")
+	_, err = in.GetMsg(ctx, seq)
+	require.ErrorIs(l.t, err, jetstream.ErrMsgNotFound)
 }

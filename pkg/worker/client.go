@@ -312,8 +312,8 @@ func (c *Client) settle(r wire.Receipt) bool {
 // conflict or gap with its reason and current_generation 0. While the
 // ledger has no record (the LEDGER_IN message may have been lost by a
 // JetStream server that crashed), the event is published again, same id
-// and content, on the 1st, 2nd, 4th, 8th, ... such answer, while the lease
-// lasts. Two verdicts record nothing under the event's id: invalid, and a
+// and content, on the 1st, 2nd, 4th, 8th, ... such answer, after the
+// lease ended too (publishAgain). Two verdicts record nothing under the event's id: invalid, and a
 // duplicate of identical content under another id. An event whose receipt
 // of either is lost stays pending; the caller's context bounds every wait.
 func (c *Client) awaitVerdict(p *Pending) {
@@ -370,18 +370,23 @@ func (c *Client) lookUpVerdict(p *Pending) {
 // LEDGER_IN stores it even where it still remembers the lost one; if the
 // first copy is only waiting, the ledger answers the second duplicate. It
 // sends on the first such answer and then after 2, 4, 8, ... of them, so a
-// long queue in LEDGER_IN gains few copies, and never once the lease has
-// ended.
+// long queue in LEDGER_IN gains few copies.
+//
+// It sends after the lease ended too. The copy carries the event's own
+// generation, so the fence judges it as it would have judged the lost
+// message decided as late: stale once the lease is gone, never a commit
+// the original could not have made. Without it an event acknowledged by
+// JetStream, and lost there after its lease ended, never gets a verdict.
 func (c *Client) publishAgain(p *Pending) {
 	p.mu.Lock()
 	p.unknown++
 	n := p.unknown
 	p.mu.Unlock()
-	if n&(n-1) != 0 || p.msg == nil || p.lease.ctx.Err() != nil {
+	if n&(n-1) != 0 || p.msg == nil {
 		return
 	}
 	m := againMsg(p.msg, n)
-	ctx, cancel := context.WithTimeout(p.lease.ctx, c.cfg.PublishAckTimeout)
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.PublishAckTimeout)
 	defer cancel()
 	if _, err := c.js.PublishMsg(ctx, m); err != nil {
 		c.log.Debug("the ledger has no record of an event; publishing it again failed, trying later",

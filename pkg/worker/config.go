@@ -80,7 +80,8 @@ type Config struct {
 	// (the event still waits in LEDGER_IN, or its message was lost) the
 	// client asks again every ReceiptTimeout, one request at a time per
 	// event, and publishes the event again on the 1st, 2nd, 4th, ... such
-	// answer while the lease lasts. Default 10 s.
+	// answer, after the lease ended too (that copy is answered stale).
+	// Default 10 s.
 	ReceiptTimeout time.Duration
 	// Logger receives the client's warnings (failed renewals, lost
 	// leases); default slog.Default().

@@ -482,11 +482,13 @@ export class Client {
    * writes), and the event must not wait for ever. Same id and content, a new
    * Nats-Msg-Id token; if the first copy is only waiting, the ledger answers
    * the second duplicate. It sends on the first such answer, then after 2, 4,
-   * 8, ... of them, and never once the lease has ended.
+   * 8, ... of them, after the lease ended too: the copy carries the event's
+   * generation, so the ledger answers it stale once the lease is gone, and
+   * an event JetStream lost late still gets its verdict.
    */
   #publishAgain(p: Pending): void {
     const n = ++p.unknown;
-    if ((n & (n - 1)) !== 0 || p.lease.signal.aborted || !p.headers || this.#closed || this.publishAgainOffForTest) return;
+    if ((n & (n - 1)) !== 0 || !p.headers || this.#closed || this.publishAgainOffForTest) return;
     this.nc.publish(p.subject, p.payload, { headers: p.againHeaders(n) });
     this.log.info("the ledger has no record of an event; published it again", { event_id: p.id, task: p.task, version: p.version });
   }
