@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -56,9 +56,9 @@ type sdkWriter struct {
 // (a receipt, or the ledger's answer to the SDK's lookup), grants and
 // losses. It ignores Zombie (the SDK never publishes under a lease it
 // lost) and Resend (the SDK re-sends by itself, Config.ReceiptTimeout).
-// The SDK re-sends only while the lease lasts: an event a storage loss
-// took, whose lease ended before the SDK found it unknown, gets no verdict,
-// and the checker counts it lost.
+// The SDK publishes again an event the ledger has no record of, even
+// after its lease ended (the copy is then judged stale); a stopping writer
+// waits up to sdkStopGrace for its events' verdicts before it closes.
 func RunSDKWriter(ctx context.Context, nc *nats.Conn, cfg WriterConfig) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -70,7 +70,7 @@ func RunSDKWriter(ctx context.Context, nc *nats.Conn, cfg WriterConfig) error {
 	}
 	c, err := worker.New(nc, worker.Config{Holder: cfg.Holder, Prefix: cfg.Prefix, Partitions: cfg.Partition + 1,
 		TTL: cfg.TTL, ReceiptTimeout: rt, PublishAckTimeout: max(cfg.TTL, time.Second),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}) // into the writer's process log
 	if err != nil {
 		return fmt.Errorf("sdk writer: %w", err)
 	}
@@ -82,7 +82,19 @@ func RunSDKWriter(ctx context.Context, nc *nats.Conn, cfg WriterConfig) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	flushed := make(chan struct{})
 	go func() { defer close(flushed); w.raw.flushEvery(bg, 100*time.Millisecond) }()
+	// Told to stop, the writer gives its events without a verdict until
+	// sdkStopGrace to get one, as a user waits for Pending.Wait: the SDK
+	// keeps looking each up, and publishes again one the ledger has no
+	// record of, even after its lease ended.
+	var stopBy atomic.Int64
+	stopAfter := context.AfterFunc(ctx, func() { stopBy.Store(time.Now().Add(sdkStopGrace).UnixNano()) })
+	defer stopAfter()
 	defer func() {
+		deadline := time.Now().Add(sdkStopGrace)
+		if at := stopBy.Load(); at != 0 {
+			deadline = time.Unix(0, at)
+		}
+		waitUntil(&w.waits, deadline)
 		_ = c.Close() // ends the waits of events that never got a verdict
 		w.waits.Wait()
 		stopBG()
@@ -105,12 +117,29 @@ func RunSDKWriter(ctx context.Context, nc *nats.Conn, cfg WriterConfig) error {
 	return nil
 }
 
+// sdkStopGrace bounds how long a stopping SDK writer waits for its
+// events' verdicts, its lease's release included: within the 15 s the run
+// gives a writer after SIGTERM.
+const sdkStopGrace = 12 * time.Second
+
+// waitUntil waits for wg, or until deadline.
+func waitUntil(wg *sync.WaitGroup, deadline time.Time) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
 // end releases the lease when the writer is told to stop, so the SDK
 // keeps its events (and re-sends what the ledger has no record of) until
 // their verdicts, bounded by the writer's grace; a lost lease is logged.
 func (w *sdkWriter) end(lease *worker.Lease) {
 	if lease.Context().Err() == nil {
-		rctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+		rctx, cancel := context.WithTimeout(context.Background(), sdkStopGrace)
 		err := lease.Release(rctx)
 		cancel()
 		if err != nil && !errors.Is(err, worker.ErrLeaseLost) {
