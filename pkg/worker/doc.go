@@ -68,9 +68,10 @@
 //     TestPublishBlocksWhileMaxInFlightEventsAwaitReceipts.
 //   - Every event gets its verdict. A lost receipt is looked up after
 //     Config.ReceiptTimeout, and an event the ledger never saw is published
-//     again (client.go, awaitVerdict). Tests:
-//     TestLostReceiptIsLearnedFromTheLedger,
-//     TestEventLostFromLedgerInIsPublishedAgainAndCommitted.
+//     again, after its lease ended too, to be judged stale (client.go,
+//     awaitVerdict). Tests: TestLostReceiptIsLearnedFromTheLedger,
+//     TestEventLostFromLedgerInIsPublishedAgainAndCommitted,
+//     TestEventLostAfterItsLeaseEndedIsJudgedStale.
 //   - Release returns only after every in-flight event has its receipt.
 //     Tests: TestEventsCommitAndReleaseWaitsForTheirReceipts,
 //     TestReleaseReturnsAfterALostReceipt.
