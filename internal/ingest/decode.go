@@ -38,7 +38,7 @@ func decode(in *inbound, subjects wire.Subjects) (ok bool) {
 	d, bad := subjects.DecodeInbound(m.Subject(), m.Headers(), m.Data())
 	in.subjectOK = d.SubjectOK
 	in.event = fence.Event{ID: d.ID, Partition: d.Partition, Task: d.Task, Version: d.Version, Type: d.Type,
-		Payload: d.Payload, Holder: d.Holder, Generation: d.Generation}
+		Payload: d.Payload, Holder: d.Holder, Generation: d.Generation, Snapshot: d.Kind == wire.KindSnapshot}
 	if bad != nil {
 		in.result = fence.Result{Verdict: wire.VerdictInvalid, Reason: bad.Reason, Detail: bad.Detail}
 		return false

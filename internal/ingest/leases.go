@@ -523,8 +523,8 @@ func ttlOf(r wire.LeaseRequest) time.Duration {
 func headReply(h fence.Head) wire.TaskHeadReply {
 	r := wire.TaskHeadReply{Task: h.Task, Version: h.Version, Seq: h.Seq}
 	if h.Known {
-		p, typ := h.Partition, h.Type
-		r.Partition, r.Type = &p, &typ
+		p, typ, kind := h.Partition, h.Type, h.Kind
+		r.Partition, r.Type, r.Kind = &p, &typ, &kind
 	}
 	if h.Owner != "" {
 		owner := h.Owner

@@ -36,6 +36,11 @@ type Event struct {
 	Final bool
 	// GapReason is the reason of that gap verdict; default gap_timeout.
 	GapReason string
+	// Snapshot marks an event of a snapshot task (wire.KindSnapshot): its
+	// version must rise above the task's head, and need not be head + 1.
+	// The first committed event of a task pins its kind; an event of the
+	// other kind is invalid (wrong_kind).
+	Snapshot bool
 }
 
 // Committed is an event as the ledger stored it: exactly what its
@@ -185,7 +190,8 @@ func (s *Store) rememberHeads(b *batch, commits []int) {
 			// Only the owner's events commit (classify), or any principal's
 			// on a task that has none: caching the committer as the owner
 			// can cost such a task a careful rereading, never a verdict.
-			heads[e.Task] = taskHead{partition: e.Partition, version: e.Version, owner: wire.Principal(e.Holder)}
+			heads[e.Task] = taskHead{partition: e.Partition, version: e.Version, owner: wire.Principal(e.Holder),
+				snapshot: e.Snapshot}
 		}
 	}
 	s.heads.raise(heads)

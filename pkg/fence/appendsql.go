@@ -248,7 +248,7 @@ func (s *Store) readState(ctx context.Context, conn *pgxpool.Conn, b *batch, ste
 		rows, _ := br.Query()
 		var task string
 		var h taskHead
-		if _, err := pgx.ForEachRow(rows, []any{&task, &h.partition, &h.version, &h.firstSeq, &h.owner}, func() error {
+		if _, err := pgx.ForEachRow(rows, []any{&task, &h.partition, &h.version, &h.firstSeq, &h.owner, &h.snapshot}, func() error {
 			st.heads[task] = h
 			return nil
 		}); err != nil {
@@ -384,7 +384,7 @@ func (s *Store) write(ctx context.Context, conn *pgxpool.Conn, b *batch, p plan,
 		s.queueFastReads(pb, b)
 	}
 	if len(p.commits) > 0 {
-		queueInsert(pb, b, p.commits, res, s.insertSQL())
+		queueInsert(pb, b, p, res, s.insertSQL())
 	}
 	if len(p.rejects) > 0 {
 		queueRejections(pb, b, p.rejects, res)
@@ -437,15 +437,26 @@ func (s *Store) insertSQL() string {
 }
 
 // queueInsert queues the fenced insert of the commits: the columns of
-// sqlProbeInsert, and how many rows the fence must let through.
-func queueInsert(pb *pgx.Batch, b *batch, commits []int, res []Result, sql string) {
+// sqlProbeInsert, how many rows the fence must let through, what each
+// would_reject says, and per task the head version the plan moves it from
+// and its kind.
+func queueInsert(pb *pgx.Batch, b *batch, p plan, res []Result, sql string) {
+	commits := p.commits
 	would := make([]*string, len(commits))
+	var tasks, kinds []string
+	var from []int64
+	seen := make(map[string]bool, len(p.from))
 	for k, i := range commits {
 		if w := res[i].WouldReject; w != "" {
 			would[k] = &w
 		}
+		e := &b.events[i]
+		if v, ok := p.from[e.Task]; ok && !seen[e.Task] {
+			seen[e.Task] = true
+			tasks, from, kinds = append(tasks, e.Task), append(from, v), append(kinds, kindName(e.Snapshot))
+		}
 	}
-	pb.Queue(sql, append(eventColumns(b, commits), int64(len(commits)), would)...)
+	pb.Queue(sql, append(eventColumns(b, commits), int64(len(commits)), would, tasks, from, kinds)...)
 }
 
 // readInserted reads the rows the fenced insert returned.
@@ -470,7 +481,7 @@ func readInserted(br pgx.BatchResults, b *batch, commits []int, res []Result) (m
 		e := &b.events[i]
 		out[id] = &Committed{Seq: seq, EventID: id, Partition: e.Partition, Task: e.Task, Version: e.Version,
 			Type: e.Type, Payload: []byte(b.payloads[i]), Holder: e.Holder, Generation: e.Generation, CommittedAt: at,
-			WouldReject: res[i].WouldReject}
+			WouldReject: res[i].WouldReject, Snapshot: e.Snapshot}
 		return nil
 	})
 	if err != nil {

@@ -32,6 +32,9 @@ type taskHead struct {
 	version   int64
 	firstSeq  int64
 	owner     string // the principal that wrote version 1; "" where unknown
+	// snapshot is the task's kind (wire.KindSnapshot), pinned by its
+	// first commit.
+	snapshot bool
 }
 
 // stored is a committed row that shares a key with a batch event. A row
@@ -77,6 +80,9 @@ type plan struct {
 	commits []int       // events to insert, in order
 	follows map[int]int // event → the planned commit it duplicates
 	rejects []int       // events that get a new rejections row
+	// from is, per task with commits, the head version the batch planned
+	// its first commit from: the insert moves the head only from there.
+	from map[string]int64
 	// unchecked is set when an event that does not commit was decided
 	// without a lookup of its id.
 	unchecked bool
@@ -105,7 +111,7 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 		task    string
 		version int64
 	}
-	p := plan{follows: map[int]int{}}
+	p := plan{follows: map[int]int{}, from: map[string]int64{}}
 	plannedID := map[string]int{}
 	plannedTV := map[key]int{}
 	rejectedID := map[string]int{} // event id → the first event of the batch given a new rejection
@@ -149,10 +155,16 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 			r.Verdict, r.Reason = wire.VerdictInvalid, wire.ReasonNotOwner
 			r.Detail = fmt.Sprintf("task %s belongs to principal %s", e.Task, h.owner)
 			p.rejects = append(p.rejects, i)
+		case known && h.snapshot != e.Snapshot:
+			// A task's kind is pinned by its first commit, like its
+			// partition and owner. Recorded, as not_owner is.
+			r.Verdict, r.Reason = wire.VerdictInvalid, wire.ReasonWrongKind
+			r.Detail = fmt.Sprintf("task %s is a %s task; the event says %s", e.Task, kindName(h.snapshot), kindName(e.Snapshot))
+			p.rejects = append(p.rejects, i)
 		case hotID && sameStored(x.byID, e):
-			r.Verdict, r.Reason, r.Seq, r.Committed = wire.VerdictDuplicate, wire.ReasonSameEventID, x.byID.c.Seq, &x.byID.c
+			r.Verdict, r.Reason, r.Seq, r.Committed = wire.VerdictDuplicate, wire.ReasonSameEventID, x.byID.c.Seq, withKind(x.byID.c, e)
 		case x.byTV != nil && x.byTV.c.Type == e.Type && x.byTV.samePayload:
-			r.Verdict, r.Reason, r.Seq, r.Committed = wire.VerdictDuplicate, wire.ReasonSameContent, x.byTV.c.Seq, &x.byTV.c
+			r.Verdict, r.Reason, r.Seq, r.Committed = wire.VerdictDuplicate, wire.ReasonSameContent, x.byTV.c.Seq, withKind(x.byTV.c, e)
 		case inID && sameEvent(b, jID, i):
 			r.Reason, p.follows[i] = wire.ReasonSameEventID, jID
 		case inTV && sameContent(b, jTV, i):
@@ -184,6 +196,24 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 			r.Verdict, r.Reason = wire.VerdictConflict, wire.ReasonArchived
 			r.Detail = fmt.Sprintf("version %d of task %s is committed in archived history (below seq %d)", e.Version, e.Task, st.horizon.belowSeq)
 			p.rejects = append(p.rejects, i)
+		case e.Snapshot && e.Version <= h.version && !b.fullLookup:
+			// A snapshot task's version at or below its head that is not
+			// stored was skipped, or the head came from the cache: decide
+			// from heads read from the database.
+			p.unchecked = true
+		case e.Snapshot && e.Version <= h.version:
+			// Skipped: a later snapshot is committed, and a snapshot task
+			// never goes back.
+			r.Verdict, r.Reason = wire.VerdictConflict, wire.ReasonOvertaken
+			r.Detail = fmt.Sprintf("snapshot task %s is at version %d, past version %d", e.Task, h.version, e.Version)
+			p.rejects = append(p.rejects, i)
+		case e.Snapshot:
+			// A snapshot rises above the head: it never waits for the
+			// versions it skips.
+			s.planCommit(&p, heads, h, e, i)
+			plannedID[e.ID] = i
+			plannedTV[key{e.Task, e.Version}] = i
+			continue
 		case e.Version > h.version+int64(s.cfg.MaxAhead):
 			r.Verdict, r.Reason = wire.VerdictGap, wire.ReasonTooFarAhead
 			p.rejects = append(p.rejects, i)
@@ -203,9 +233,7 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 			// found: the reads straddled another writer's commit.
 			return p, errRetryBatch
 		default:
-			p.commits = append(p.commits, i)
-			heads[e.Task] = taskHead{partition: e.Partition, version: e.Version, firstSeq: h.firstSeq,
-				owner: cmp.Or(h.owner, wire.Principal(e.Holder))}
+			s.planCommit(&p, heads, h, e, i)
 			plannedID[e.ID] = i
 			plannedTV[key{e.Task, e.Version}] = i
 			continue
@@ -221,6 +249,32 @@ func (s *Store) classify(b *batch, st state, res []Result) (plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// planCommit plans event i, of head h, as a commit, and moves the
+// batch's view of its task's head onto it.
+func (s *Store) planCommit(p *plan, heads map[string]taskHead, h taskHead, e *Event, i int) {
+	p.commits = append(p.commits, i)
+	if _, ok := p.from[e.Task]; !ok {
+		p.from[e.Task] = h.version
+	}
+	heads[e.Task] = taskHead{partition: e.Partition, version: e.Version, firstSeq: h.firstSeq,
+		owner: cmp.Or(h.owner, wire.Principal(e.Holder)), snapshot: e.Snapshot}
+}
+
+// withKind is a stored row's log copy, of the kind of the event that
+// duplicates it: the kind check came first, so it is the task's.
+func withKind(c Committed, e *Event) *Committed {
+	c.Snapshot = e.Snapshot
+	return &c
+}
+
+// kindName is a task kind's name in the contract.
+func kindName(snapshot bool) string {
+	if snapshot {
+		return wire.KindSnapshot
+	}
+	return wire.KindEvents
 }
 
 // staleReason is the fence as classification sees it; the insert checks the

@@ -53,6 +53,13 @@
 //     ledger.heads only from the version it planned from (sqlAppendInsert).
 //     Tests: TestWritersRacingOnOneTaskAreSerialised, switch
 //     UnserialisedHeads; TestArchivedVersionsStayTaken, switch HeadsFromLog.
+//   - Snapshot tasks. A task whose first commit says Snapshot keeps every
+//     rule but density (contract §14): its versions rise, a version above
+//     the head commits at once, and a skipped one below it is
+//     conflict/overtaken. Its kind (ledger.heads.kind) never changes; an
+//     event of the other kind is invalid/wrong_kind, recorded. Enforced in
+//     classify.go and by the database's fence. Tests:
+//     TestSnapshotTaskSkipsVersionsButNeverGoesBack, TestTaskKindCannotChange.
 //   - Idempotence. A committed event id, or (task, version), sent again with
 //     the same content is a duplicate with the original seq. Other content
 //     is a conflict, recorded. Content compares as jsonb does (classify.go).

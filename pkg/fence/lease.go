@@ -371,6 +371,9 @@ type Head struct {
 	// (ledgerctl archive): versions 1..Archived are no longer in the hot
 	// log, but in the archive's files. 0 when none is.
 	Archived int64
+	// Kind is the task's kind, wire.KindEvents or wire.KindSnapshot,
+	// pinned by its first committed event.
+	Kind string
 }
 
 // TaskHead returns task's head.
@@ -379,7 +382,7 @@ func (s *Store) TaskHead(ctx context.Context, task string) (Head, error) {
 	if !wire.ValidID(task) {
 		return h, leaseErr(ErrInvalid, nil, "task id %q is not 1..128 of [A-Za-z0-9_-]", task)
 	}
-	err := s.pool.QueryRow(ctx, sqlTaskHead, task).Scan(&h.Partition, &h.Version, &h.Seq, &h.Type, &h.Owner, &h.Archived)
+	err := s.pool.QueryRow(ctx, sqlTaskHead, task).Scan(&h.Partition, &h.Version, &h.Seq, &h.Type, &h.Owner, &h.Archived, &h.Kind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return h, nil
 	}
@@ -417,7 +420,7 @@ func (s *Store) TaskHeads(ctx context.Context, tasks []string) ([]Head, error) {
 	rows, _ := br.Query()
 	var ord int64
 	var h Head
-	if _, err := pgx.ForEachRow(rows, []any{&ord, &h.Partition, &h.Version, &h.Seq, &h.Type, &h.Owner}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&ord, &h.Partition, &h.Version, &h.Seq, &h.Type, &h.Owner, &h.Kind}, func() error {
 		if ord < 1 || ord > int64(len(out)) {
 			return fmt.Errorf("a head for position %d of %d", ord, len(out))
 		}

@@ -261,7 +261,7 @@ func TestTaskHeadsOfManyTasksAtOnce(t *testing.T) {
 	heads, err := s.TaskHeads(ctx, []string{"a", "b", "c"})
 	require.NoError(t, err)
 	require.Len(t, heads, 3)
-	require.Equal(t, fence.Head{Task: "a", Known: true, Partition: 2, Version: 2, Seq: heads[0].Seq, Type: "done", Owner: "worker-a"}, heads[0])
+	require.Equal(t, fence.Head{Task: "a", Known: true, Partition: 2, Version: 2, Seq: heads[0].Seq, Type: "done", Owner: "worker-a", Kind: "events"}, heads[0])
 	require.Equal(t, fence.Head{Task: "b"}, heads[1])
 	require.EqualValues(t, 1, heads[2].Version)
 	_, err = s.TaskHeads(ctx, []string{"a", "bad id"})

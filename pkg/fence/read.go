@@ -20,7 +20,7 @@ func (s *Store) Between(ctx context.Context, task string, after, before int64) (
 	var c Committed
 	var payload string
 	_, err = pgx.ForEachRow(rows, []any{&c.Seq, &c.EventID, &c.Partition, &c.Task, &c.Version, &c.Type, &payload,
-		&c.Holder, &c.Generation, &c.CommittedAt}, func() error {
+		&c.Holder, &c.Generation, &c.CommittedAt, &c.Snapshot}, func() error {
 		c.Payload = []byte(payload)
 		out = append(out, c)
 		return nil

@@ -77,7 +77,7 @@ SELECT h.partition, h.version, h.seq, h.type, coalesce(h.owner, ''),
        CASE WHEN h.first_seq < z.below_seq THEN coalesce(
            (SELECT min(e.version) FROM ledger.events e
             WHERE e.task_id = h.task_id AND e.seq >= z.below_seq AND e.seq <= h.seq), h.version + 1) - 1
-       ELSE 0 END
+       ELSE 0 END, h.kind
 FROM ledger.heads h CROSS JOIN ledger.horizon z WHERE h.task_id = $1`
 
 	// sqlTaskHeads reads the heads of many tasks in one statement, by their
@@ -87,7 +87,7 @@ FROM ledger.heads h CROSS JOIN ledger.horizon z WHERE h.task_id = $1`
 	// is: a key probe per task, and the search of the hot log only for the
 	// few tasks that need it.
 	sqlTaskHeads = `
-SELECT t.ord, h.partition, h.version, h.seq, h.type, coalesce(h.owner, '')
+SELECT t.ord, h.partition, h.version, h.seq, h.type, coalesce(h.owner, ''), h.kind
 FROM unnest($1::text[]) WITH ORDINALITY AS t(task_id, ord)
 JOIN ledger.heads h ON h.task_id = t.task_id`
 	sqlTaskHeadsArchived = `
@@ -171,13 +171,13 @@ FROM t`
 	// sqlAppendHeads reads each task's head from ledger.heads, one probe of
 	// its primary key per task, whatever the length of the log.
 	sqlAppendHeads = `
-SELECT task_id, partition, version, first_seq, coalesce(owner, '') FROM ledger.heads WHERE task_id = ANY($1::text[])`
+SELECT task_id, partition, version, first_seq, coalesce(owner, ''), kind = 'snapshot' FROM ledger.heads WHERE task_id = ANY($1::text[])`
 
 	// sqlAppendHeadsFromLog reads the heads from the log itself, as before
 	// ledger.heads: only the negative control of the archive tests uses it,
 	// to show that a head read from the hot log forgets archived versions.
 	sqlAppendHeadsFromLog = `
-SELECT t.task_id, h.partition, h.version, 1::bigint, ''
+SELECT t.task_id, h.partition, h.version, 1::bigint, '', false
 FROM unnest($1::text[]) AS t(task_id)
 CROSS JOIN LATERAL (
     SELECT e.partition, e.version FROM ledger.events e
@@ -234,8 +234,9 @@ JOIN ledger.events e ON e.task_id = i.task_id AND e.version = i.version AND e.se
 	// fails the statement so that the batch is decided again (doc.go,
 	// Growth). It moves each
 	// task's head in ledger.heads: a task's head moves from exactly the
-	// version the batch planned from (the version before its first commit
-	// of the task), or not at all. The UPDATE waits for the row lock of a
+	// version the batch planned from ($12: the head its first commit of the
+	// task was decided against), or not at all; a new task's head takes
+	// the kind its first event says ($13). The UPDATE waits for the row lock of a
 	// concurrent writer of the task and then finds the head moved; the
 	// INSERT of a new task's head waits for a concurrent insert of the same
 	// task and then finds it there. ledger.heads_check (migration 00006)
@@ -266,8 +267,9 @@ ids AS (
 ),
 moves AS (
     SELECT DISTINCT ON (task_id) task_id, partition, version, seq, type, split_part(holder, '.', 1) AS owner,
-           min(version) OVER w - 1 AS prev, min(seq) OVER w AS first_seq
-    FROM ins WINDOW w AS (PARTITION BY task_id)
+           p.prev, p.kind, min(seq) OVER w AS first_seq
+    FROM ins JOIN unnest($11::text[], $12::bigint[], $13::text[]) AS p(task_id, prev, kind) USING (task_id)
+    WINDOW w AS (PARTITION BY task_id)
     ORDER BY task_id, version DESC
 ),
 moved AS (
@@ -277,8 +279,8 @@ moved AS (
     RETURNING 1
 ),
 born AS (
-    INSERT INTO ledger.heads (task_id, partition, version, seq, type, first_seq, owner)
-    SELECT task_id, partition, version, seq, type, first_seq, owner FROM moves WHERE prev = 0
+    INSERT INTO ledger.heads (task_id, partition, version, seq, type, first_seq, owner, kind)
+    SELECT task_id, partition, version, seq, type, first_seq, owner, kind FROM moves WHERE prev = 0
     ORDER BY task_id
     ON CONFLICT (task_id) DO NOTHING
     RETURNING 1
@@ -372,7 +374,8 @@ const sqlEnsurePartitions = `SELECT partitions_end, rows_per_partition FROM ledg
 // sqlCommittedBetween reads a task's committed events strictly between two
 // versions, in version order; archived versions are not among them.
 const sqlCommittedBetween = `
-SELECT e.seq, e.event_id, e.partition, e.task_id, e.version, e.type, e.payload::text, e.holder, e.generation, e.committed_at
+SELECT e.seq, e.event_id, e.partition, e.task_id, e.version, e.type, e.payload::text, e.holder, e.generation, e.committed_at,
+       h.kind = 'snapshot'
 FROM ledger.heads h JOIN ledger.events e ON e.task_id = h.task_id AND e.seq >= h.first_seq AND e.seq <= h.seq
 WHERE h.task_id = $1 AND e.version > $2 AND e.version < $3 ORDER BY e.version`
 

@@ -29,6 +29,9 @@ type Inbound struct {
 	Type       string
 	// Payload is the event's JSON; empty means null.
 	Payload []byte
+	// Kind is the kind of task the event is for: KindSnapshot, or
+	// KindEvents ("" means the same; the header is then left out).
+	Kind string
 }
 
 // InboundMsg is e as a LEDGER_IN message. Its Nats-Msg-Id is the event id
@@ -41,6 +44,9 @@ func (s Subjects) InboundMsg(e Inbound) *nats.Msg {
 	m.Header.Set(HeaderGeneration, gen)
 	m.Header.Set(HeaderVersion, ver)
 	m.Header.Set(HeaderType, e.Type)
+	if e.Kind != "" && e.Kind != KindEvents {
+		m.Header.Set(HeaderKind, e.Kind)
+	}
 	m.Data = e.Payload
 	return m
 }
@@ -112,6 +118,15 @@ func (s Subjects) DecodeInbound(subject string, h nats.Header, data []byte) (Dec
 	note(asInvalid(err))
 	d.Version, err = decimal(h, HeaderVersion, ReasonMissingVersion, ReasonBadVersion)
 	note(asInvalid(err))
+	d.Kind = KindEvents
+	if vals := h.Values(HeaderKind); len(vals) > 1 {
+		note(&Invalid{ReasonRepeatedHeader, fmt.Sprintf("header %s is given %d times", HeaderKind, len(vals))})
+	} else if len(vals) == 1 {
+		if !ValidKind(vals[0]) {
+			note(&Invalid{ReasonBadKind, fmt.Sprintf("header %s: %.80q is neither %s nor %s", HeaderKind, vals[0], KindEvents, KindSnapshot)})
+		}
+		d.Kind = vals[0]
+	}
 	// The ids are read first so that even this verdict reaches its holder.
 	if d.HeaderBytes > MaxHeaderBytes || values > MaxHeaderValues {
 		return d, &Invalid{ReasonHeadersTooLarge, fmt.Sprintf("headers are %d bytes in %d values; at most %d bytes and %d values are allowed",
@@ -190,6 +205,9 @@ type LogCopy struct {
 	// WouldReject is set on an event committed under the observe fence
 	// mode that enforce would have refused: "stale/<reason>".
 	WouldReject string
+	// Snapshot is set on a copy of a snapshot task's event: header
+	// Ledger-Kind: snapshot (docs/contract.md §14).
+	Snapshot bool
 }
 
 // LogMsg is c as a LEDGER_LOG message. It is built with few allocations:
@@ -236,8 +254,15 @@ func (s Subjects) LogMsg(c *LogCopy) *nats.Msg {
 	if c.WouldReject != "" {
 		m.Header[HeaderWouldReject] = []string{c.WouldReject}
 	}
+	if c.Snapshot {
+		m.Header[HeaderKind] = kindSnapshotValue
+	}
 	return m
 }
+
+// kindSnapshotValue is the one Ledger-Kind value of a snapshot task's log
+// copies; shared, never modified.
+var kindSnapshotValue = []string{KindSnapshot}
 
 // ValidWouldReject reports whether w is what a would_reject says: the
 // stale verdict and one of its reasons.
@@ -289,6 +314,13 @@ func (s Subjects) DecodeLog(subject string, h nats.Header, data []byte) (LogCopy
 		c.WouldReject = h.Get(HeaderWouldReject)
 		if len(w) != 1 || !ValidWouldReject(c.WouldReject) {
 			errs = append(errs, fmt.Errorf("header %s: %q is not stale/<reason>", HeaderWouldReject, w))
+		}
+	}
+	if k, ok := h[HeaderKind]; ok {
+		if len(k) != 1 || !ValidKind(k[0]) {
+			errs = append(errs, fmt.Errorf("header %s: %q is not %s or %s", HeaderKind, k, KindEvents, KindSnapshot))
+		} else {
+			c.Snapshot = k[0] == KindSnapshot
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -135,6 +135,10 @@ type TaskHeadReply struct {
 	// the task (this implementation's addition; contract §3, not_owner).
 	// Null for a task never committed, or one whose owner is not known.
 	Owner *string `json:"owner"`
+	// Kind is the task's kind, KindEvents or KindSnapshot, pinned by its
+	// first committed event (contract §14). Null for a task never
+	// committed.
+	Kind *string `json:"kind"`
 }
 
 // TaskHeadEventReply is the reply of ledger.task.head to a request with

@@ -37,7 +37,26 @@ const (
 	HeaderGeneration = "Ledger-Generation"
 	HeaderVersion    = "Ledger-Version"
 	HeaderType       = "Ledger-Type"
+	// HeaderKind, optional, is the kind of task the event is for:
+	// KindSnapshot, or KindEvents (the default when absent). The first
+	// committed event of a task chooses its kind for ever (docs/contract.md
+	// §14). Log copies of a snapshot task carry it too.
+	HeaderKind = "Ledger-Kind"
 )
+
+// The kinds of task (docs/contract.md §14).
+const (
+	// KindEvents is a task applied event by event: dense versions, an
+	// early version waits for the missing ones.
+	KindEvents = "events"
+	// KindSnapshot is a task whose every event is a complete snapshot of
+	// its state: versions rise, a later version does not wait for missing
+	// ones, and the newest committed snapshot is the task's state.
+	KindSnapshot = "snapshot"
+)
+
+// ValidKind reports whether k names a kind of task.
+func ValidKind(k string) bool { return k == KindEvents || k == KindSnapshot }
 
 // Extra headers of committed-log copies (docs/contract.md §4).
 const (

@@ -36,6 +36,7 @@ const (
 	ReasonVersionTaken  = "version_taken"   // (task, version) is committed with other content
 	ReasonEventIDReused = "event_id_reused" // the event id is committed with other content
 	ReasonArchived      = "archived"        // the event id or (task, version) is committed in archived history
+	ReasonOvertaken     = "overtaken"       // a snapshot task's head is past this version, which was never committed
 
 	// Duplicate.
 	ReasonSameEventID = "same_event_id" // the event id is already committed
@@ -48,7 +49,9 @@ const (
 
 	// Invalid.
 	ReasonWrongPartition  = "wrong_partition"
-	ReasonNotOwner        = "not_owner" // the task belongs to another principal
+	ReasonNotOwner        = "not_owner"  // the task belongs to another principal
+	ReasonWrongKind       = "wrong_kind" // the task is of another kind (events or snapshot) than the event says
+	ReasonBadKind         = "bad_kind"   // Ledger-Kind is neither events nor snapshot
 	ReasonBadSubject      = "bad_subject"
 	ReasonBadPartition    = "bad_partition"
 	ReasonBadTask         = "bad_task_id"
