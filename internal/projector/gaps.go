@@ -69,7 +69,7 @@ func scanEvents(rows pgx.Rows) ([]projection.Event, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (projection.Event, error) {
 		var ev projection.Event
 		var payload string
-		err := r.Scan(&ev.Task, &ev.Partition, &ev.Version, &ev.Seq, &ev.Type, &payload)
+		err := r.Scan(&ev.Task, &ev.Partition, &ev.Version, &ev.Seq, &ev.Type, &payload, &ev.Snapshot)
 		ev.Payload = json.RawMessage(payload)
 		return ev, err
 	})

@@ -269,6 +269,9 @@ func (r *rebuild) replayArchive(ctx context.Context, dir string) error {
 		if len(chunk) == 0 {
 			return nil
 		}
+		if err := r.markSnapshots(ctx, chunk); err != nil {
+			return err
+		}
 		if err := r.events(ctx, chunk); err != nil {
 			return err
 		}
@@ -290,6 +293,38 @@ func (r *rebuild) replayArchive(ctx context.Context, dir string) error {
 		return fmt.Errorf("projector: rebuild from the archive: %w", err)
 	}
 	return flush()
+}
+
+// markSnapshots marks the events of snapshot tasks, which the archive's
+// files do not: ledger.heads keeps every task's kind.
+func (r *rebuild) markSnapshots(ctx context.Context, chunk []projection.Event) error {
+	seen := map[string]bool{}
+	var tasks []string
+	for _, ev := range chunk {
+		if !seen[ev.Task] {
+			seen[ev.Task] = true
+			tasks = append(tasks, ev.Task)
+		}
+	}
+	rows, err := r.s.pool.Query(ctx, sqlSnapshotTasks, tasks)
+	if err != nil {
+		return fmt.Errorf("projector: rebuild from the archive: kinds of %d tasks: %w", len(tasks), err)
+	}
+	snap, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("projector: rebuild from the archive: kinds of %d tasks: %w", len(tasks), err)
+	}
+	if len(snap) == 0 {
+		return nil
+	}
+	is := map[string]bool{}
+	for _, t := range snap {
+		is[t] = true
+	}
+	for i := range chunk {
+		chunk[i].Snapshot = is[chunk[i].Task]
+	}
+	return nil
 }
 
 // sqlArchivedSums lists what the ledger recorded of every archived

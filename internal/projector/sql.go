@@ -6,7 +6,8 @@ const (
 	// each (task, from, to) the versions from..to (to = 0: all after from),
 	// in version order, at most $4 per task.
 	sqlRefetch = `
-SELECT e.task_id, e.partition, e.version, e.seq, e.type, e.payload::text
+SELECT e.task_id, e.partition, e.version, e.seq, e.type, e.payload::text,
+       coalesce((SELECT h.kind = 'snapshot' FROM ledger.heads h WHERE h.task_id = r.task_id), false)
 FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS r(task_id, from_v, to_v)
 CROSS JOIN LATERAL (
     SELECT task_id, partition, version, seq, type, payload FROM ledger.events e
@@ -20,8 +21,13 @@ CROSS JOIN LATERAL (
 
 	// sqlScan reads the log in seq order for a rebuild.
 	sqlScan = `
-SELECT task_id, partition, version, seq, type, payload::text FROM ledger.events
-WHERE seq > $1 AND partition = ANY($2::int[]) ORDER BY seq LIMIT $3`
+SELECT e.task_id, e.partition, e.version, e.seq, e.type, e.payload::text, coalesce(h.kind = 'snapshot', false)
+FROM ledger.events e LEFT JOIN ledger.heads h ON h.task_id = e.task_id
+WHERE e.seq > $1 AND e.partition = ANY($2::int[]) ORDER BY e.seq LIMIT $3`
+
+	// sqlSnapshotTasks picks, of the given tasks, the snapshot tasks: the
+	// archive's files do not carry a task's kind.
+	sqlSnapshotTasks = `SELECT task_id FROM ledger.heads WHERE task_id = ANY($1::text[]) AND kind = 'snapshot'`
 
 	sqlScanCount = `SELECT count(*), coalesce(max(seq), 0) FROM ledger.events WHERE partition = ANY($1::int[])`
 

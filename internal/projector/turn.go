@@ -161,7 +161,7 @@ func decodeLog(subj wire.Subjects, subject string, h nats.Header, data []byte) (
 // the archive's files (rebuild.go) carry it.
 func eventOf(c *wire.LogCopy) projection.Event {
 	return projection.Event{Task: c.Task, Partition: c.Partition, Version: c.Version, Seq: c.Seq,
-		Type: c.Type, Payload: c.Payload}
+		Type: c.Type, Payload: c.Payload, Snapshot: c.Snapshot}
 }
 
 // offer gives one event to the engine, loading the task the first time

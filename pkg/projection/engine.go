@@ -170,6 +170,8 @@ func (e *Engine) Offer(ev Event) (Result, error) {
 		}
 	case ev.Version <= t.state.Version:
 		res, err = t.checkApplied(ev, fp)
+	case ev.Snapshot || t.state.Kind == KindSnapshot:
+		res, err = e.applySnapshot(t, ev, fp, now)
 	case ev.Version == t.state.Version+1:
 		res, err = e.apply(t, ev, fp, now)
 	default:
@@ -225,6 +227,42 @@ func (e *Engine) apply(t *task, ev Event, fp fingerprint, now time.Time) (Result
 	}
 	return res, err
 }
+
+// applySnapshot applies a snapshot task's event above the task's version:
+// it is the whole state, so it does not wait for the versions it skips,
+// and it replaces whatever was folded before. Anything buffered at or
+// below it is dropped (a snapshot task buffers nothing of its own).
+func (e *Engine) applySnapshot(t *task, ev Event, fp fingerprint, now time.Time) (Result, error) {
+	base := State{Task: t.state.Task, Partition: t.state.Partition}
+	var next State
+	if _, ok := e.cfg.Reducer.(MergeReducer); ok {
+		next.Status, next.Data = ev.Type, trimSpace(ev.Payload)
+	} else {
+		var err error
+		if next, err = e.cfg.Reducer.Reduce(base, ev); err != nil {
+			err = fmt.Errorf("%w: task %q version %d: %w", ErrReduce, ev.Task, ev.Version, err)
+			return Result{Outcome: OutcomeRejected, Changed: e.enterCatchUp(t, ev.Version, now, e.retryAt(now))}, err
+		}
+	}
+	next.Task, next.Partition, next.Version, next.Seq, next.UpdatedAt, next.Gap, next.Kind =
+		t.state.Task, ev.Partition, ev.Version, ev.Seq, now.UTC(), nil, KindSnapshot
+	t.state = next
+	// The fingerprints are of consecutive versions; a snapshot task keeps
+	// only its newest, so an older version is unverified, never a conflict.
+	t.fps, t.fpBase = append(t.fps[:0], fp), ev.Version
+	for v, p := range t.buf {
+		if v <= ev.Version {
+			e.unbuffer(t, p)
+		}
+	}
+	if t.catchUp && t.state.Version >= t.mark {
+		t.catchUp = false
+	}
+	return Result{Outcome: OutcomeApplied, Applied: 1, Changed: true}, nil
+}
+
+// KindSnapshot is State.Kind of a snapshot task.
+const KindSnapshot = "snapshot"
 
 // retryAt is when a task that starts waiting now is due for a re-fetch.
 func (e *Engine) retryAt(now time.Time) time.Time { return now.Add(e.cfg.GapTimeout) }

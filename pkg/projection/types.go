@@ -55,6 +55,10 @@ type Event struct {
 	// keep it (buffered, or as the task's data), so the caller must not modify
 	// it after offering it.
 	Payload json.RawMessage
+	// Snapshot marks an event of a snapshot task (docs/contract.md §14):
+	// a complete state. It is applied as soon as its version is above the
+	// task's, whatever versions it skips; an older one is never applied.
+	Snapshot bool
 }
 
 // GapInfo describes a task that waits for a missing version. It is the "gap"
@@ -99,6 +103,10 @@ type State struct {
 	// while Version, Status and Seq stay exact (docs/contract.md §6). The Engine never
 	// sets it and never loads such a State: it always holds the true data.
 	DataTooLarge int `json:"data_too_large,omitempty"`
+	// Kind is "snapshot" for a snapshot task, whose Data is its newest
+	// snapshot (docs/contract.md §14); empty (and left out of the JSON)
+	// for a task applied event by event.
+	Kind string `json:"kind,omitempty"`
 }
 
 // WithoutData returns st as stored when its data does not fit in a bucket
