@@ -119,6 +119,9 @@ type Task struct {
 	// Owner is the principal that wrote version 1, which alone may write
 	// the task; "" where none is known.
 	Owner string
+	// Snapshot is set for a snapshot task (docs/contract.md §14): its
+	// versions rise with gaps and its projection is the newest snapshot.
+	Snapshot bool
 	// Archived, when the task's first versions were archived (ledgerctl
 	// archive), says which: Events then starts after them.
 	Archived string

@@ -38,6 +38,7 @@ type taskView struct {
 	Partition  int
 	Head       int64
 	Owner      string
+	Snapshot   bool
 	Events     []eventRow
 	Rejections []TaskRejection
 	Projection TaskProjection
@@ -65,7 +66,7 @@ func (s *Server) taskView(ctx context.Context, id string) taskView {
 		v.Problem = s.hub.problem("read task", "the task could not be read (the console's log says why)", err)
 		return v
 	}
-	v.Rejections, v.Projection, v.Owner = t.Rejections, t.Projection, t.Owner
+	v.Rejections, v.Projection, v.Owner, v.Snapshot = t.Rejections, t.Projection, t.Owner, t.Snapshot
 	for i, e := range t.Events {
 		row := eventRow{TaskEvent: e}
 		if i > 0 && (e.Generation != t.Events[i-1].Generation || e.Holder != t.Events[i-1].Holder) {
@@ -87,7 +88,7 @@ func taskComparison(id string, t Task) comparison {
 	if t.Archived != "" {
 		return comparison{Note: t.Archived + "; the stored projection is not compared with the fold of the versions left"}
 	}
-	fold, err := foldLog(id, t.Events)
+	fold, err := foldLog(id, t.Events, t.Snapshot)
 	if err != nil {
 		return comparison{Note: "the log could not be folded: " + err.Error()}
 	}
@@ -96,7 +97,7 @@ func taskComparison(id string, t Task) comparison {
 
 // foldLog folds a task's committed events with the projector's engine and
 // reducer: the projection the log implies.
-func foldLog(id string, events []TaskEvent) (projection.State, error) {
+func foldLog(id string, events []TaskEvent, snapshot bool) (projection.State, error) {
 	e, err := projection.New(projection.Config{})
 	if err != nil {
 		return projection.State{}, err
@@ -106,7 +107,7 @@ func foldLog(id string, events []TaskEvent) (projection.State, error) {
 	}
 	for _, ev := range events {
 		if _, err := e.Offer(projection.Event{Task: id, Partition: ev.Partition, Version: ev.Version, Seq: ev.Seq,
-			Type: ev.Type, Payload: ev.Payload}); err != nil {
+			Type: ev.Type, Payload: ev.Payload, Snapshot: snapshot}); err != nil {
 			return projection.State{}, fmt.Errorf("version %d: %w", ev.Version, err)
 		}
 	}

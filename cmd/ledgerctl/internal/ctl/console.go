@@ -151,7 +151,7 @@ func (l *ctlLedger) Task(ctx context.Context, id string) (console.Task, error) {
 		return t, err
 	}
 	t.Archived = archived.Explanation
-	if err := l.pool.QueryRow(ctx, sqlTaskOwner, id).Scan(&t.Owner); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if err := l.pool.QueryRow(ctx, sqlTaskOwner, id).Scan(&t.Owner, &t.Snapshot); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return t, schemaHint("read the task's owner", err)
 	}
 	for _, e := range events {

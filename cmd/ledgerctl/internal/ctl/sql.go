@@ -34,8 +34,9 @@ ORDER BY l.partition`
 SELECT seq, event_id, partition, version, type, holder, generation, committed_at, payload::text
 FROM ledger.events WHERE task_id = $1 ORDER BY version`
 
-	// sqlTaskOwner is the principal that owns a task (migration 00013).
-	sqlTaskOwner = `SELECT coalesce(owner, '') FROM ledger.heads WHERE task_id = $1`
+	// sqlTaskOwner is the principal that owns a task (migration 00013),
+	// and whether it is a snapshot task (migration 00016).
+	sqlTaskOwner = `SELECT coalesce(owner, ''), kind = 'snapshot' FROM ledger.heads WHERE task_id = $1`
 
 	// sqlTaskArchived is how many of a task's first versions are archived
 	// (ledgerctl archive), and the horizon: 0 when none is.

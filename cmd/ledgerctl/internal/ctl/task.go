@@ -111,7 +111,8 @@ func Task(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var owner string
-	if err := pool.QueryRow(ctx, sqlTaskOwner, id).Scan(&owner); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	var snapshot bool
+	if err := pool.QueryRow(ctx, sqlTaskOwner, id).Scan(&owner, &snapshot); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return schemaHint("read the task's owner", err)
 	}
 	proj, err := projection(ctx, js, id)
@@ -142,6 +143,9 @@ func Task(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if owner != "" {
 		fmt.Fprintf(stdout, "task %s: owned by principal %s, which alone may write it\n", id, owner)
+	}
+	if snapshot {
+		fmt.Fprintf(stdout, "task %s: a snapshot task: its versions rise with gaps, and its projection is the newest snapshot\n", id)
 	}
 	return printTask(stdout, id, events, rejections, proj)
 }
