@@ -94,6 +94,23 @@ func (l *Lease) task(task string) *taskState {
 // sent once the lease is gone), but not for the wait: it ends with the
 // lease, and a stale verdict of an event already sent would go unseen.
 func (l *Lease) Publish(ctx context.Context, task, typ string, payload []byte) (*Pending, error) {
+	return l.publishKind(ctx, task, typ, payload, false)
+}
+
+// PublishSnapshot is Publish for a snapshot task (docs/contract.md §14):
+// payload is the task's complete state, and the event carries the header
+// Ledger-Kind: snapshot. Its version is assigned as Publish assigns it,
+// above every version this lease published of the task, but the ledger
+// commits it without waiting for versions it skips, and the projection is
+// the newest snapshot committed. The task's first committed event chooses
+// its kind for ever: a snapshot of a task applied event by event, or an
+// event Publish sends to a snapshot task, is refused as invalid/wrong_kind.
+func (l *Lease) PublishSnapshot(ctx context.Context, task, typ string, payload []byte) (*Pending, error) {
+	return l.publishKind(ctx, task, typ, payload, true)
+}
+
+// publishKind is Publish, of a snapshot task's event when snapshot is set.
+func (l *Lease) publishKind(ctx context.Context, task, typ string, payload []byte, snapshot bool) (*Pending, error) {
 	switch {
 	case !wire.ValidID(task):
 		return nil, fmt.Errorf("worker: publish: task id %q is not 1..128 of [A-Za-z0-9_-]: %w", task, ErrInvalid)
@@ -124,7 +141,7 @@ func (l *Lease) Publish(ctx context.Context, task, typ string, payload []byte) (
 	case <-l.ctx.Done():
 		return nil, context.Cause(l.ctx)
 	}
-	p, err := l.publish(ctx, task, typ, payload)
+	p, err := l.publish(ctx, task, typ, payload, snapshot)
 	if err != nil {
 		<-l.slots
 		return nil, err
@@ -154,7 +171,7 @@ func notSent(task string, err error) error {
 	return fmt.Errorf("worker: publish to task %s not sent: %w", task, err)
 }
 
-func (l *Lease) publish(ctx context.Context, task, typ string, payload []byte) (*Pending, error) {
+func (l *Lease) publish(ctx context.Context, task, typ string, payload []byte, snapshot bool) (*Pending, error) {
 	ts := l.task(task)
 	ts.mu.Lock()
 	for ts.resync != nil {
@@ -172,6 +189,7 @@ func (l *Lease) publish(ctx context.Context, task, typ string, payload []byte) (
 		return nil, ts.pinned
 	}
 	p := l.newPending(task)
+	p.snapshot = snapshot
 	if ts.known {
 		if err := l.send(ctx, ts, p, typ, payload, false); err != nil {
 			return nil, err
@@ -336,8 +354,12 @@ func (l *Lease) learnHead(ctx context.Context, task string, ts *taskState) error
 
 // message is an event's LEDGER_IN message (docs/contract.md §2).
 func (l *Lease) message(p *Pending, typ string, payload []byte) *nats.Msg {
-	return l.c.subj.InboundMsg(wire.Inbound{ID: p.id, Partition: l.partition, Task: p.task, Holder: l.c.cfg.Holder,
-		Generation: l.generation, Version: p.version, Type: typ, Payload: payload})
+	in := wire.Inbound{ID: p.id, Partition: l.partition, Task: p.task, Holder: l.c.cfg.Holder,
+		Generation: l.generation, Version: p.version, Type: typ, Payload: payload}
+	if p.snapshot {
+		in.Kind = wire.KindSnapshot
+	}
+	return l.c.subj.InboundMsg(in)
 }
 
 // ResyncTask learns task's head again, after an event of the task was
@@ -399,6 +421,8 @@ type Pending struct {
 	task    string
 	version int64
 	msg     *nats.Msg
+	// snapshot marks an event of a snapshot task (PublishSnapshot).
+	snapshot bool
 
 	done     chan struct{} // closed with the receipt (or err)
 	acked    chan struct{} // closed with the publish ack's outcome

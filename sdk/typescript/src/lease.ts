@@ -351,6 +351,23 @@ export class Lease {
    * and NOT_SENT when opts.signal ends first.
    */
   async publish(task: string, type: string, payload?: Uint8Array | string, opts: PublishOptions = {}): Promise<Pending> {
+    return this.#publishKind(task, type, payload, opts, false);
+  }
+
+  /**
+   * publishSnapshot is publish for a snapshot task (contract §14): payload is
+   * the task's complete state, and the event carries Ledger-Kind: snapshot.
+   * Its version is assigned as publish assigns it, but the ledger commits it
+   * without waiting for versions it skips, and the projection is the newest
+   * snapshot committed. A task's first committed event chooses its kind for
+   * ever: a snapshot of an events task, or a publish() to a snapshot task, is
+   * refused invalid/wrong_kind.
+   */
+  publishSnapshot(task: string, type: string, payload?: Uint8Array | string, opts: PublishOptions = {}): Promise<Pending> {
+    return this.#publishKind(task, type, payload, opts, true);
+  }
+
+  async #publishKind(task: string, type: string, payload: Uint8Array | string | undefined, opts: PublishOptions, snapshot: boolean): Promise<Pending> {
     const data = typeof payload === "string" ? encoder.encode(payload) : (payload ?? new Uint8Array(0));
     if (!validTask(task)) throw new LedgerError("INVALID", `ledger: publish: task id ${JSON.stringify(task)} is not 1..128 of [A-Za-z0-9_-]`);
     if (!validType(type)) throw new LedgerError("INVALID", `ledger: publish: event type ${JSON.stringify(type)} is not 1..64 of [A-Za-z0-9_.:-]`);
@@ -375,7 +392,7 @@ export class Lease {
       await (signal ? raceAbort(ts.resync, signal).catch((e) => this.#undoSlot(notSent(task, e))) : ts.resync);
     }
     if (ts.pinned) this.#undoSlot(ts.pinned);
-    const p = new Pending(this, task, type, data);
+    const p = new Pending(this, task, type, data, snapshot);
     this.#inflight++;
     ts.inflight++;
     if (ts.known) {
@@ -691,6 +708,8 @@ export class Pending {
     readonly task: string,
     readonly type: string,
     readonly payload: Uint8Array,
+    /** snapshot marks an event of a snapshot task (publishSnapshot): header Ledger-Kind: snapshot. */
+    readonly snapshot = false,
   ) {}
 
   /** done says whether the event has its verdict (or ended unsent). */
@@ -723,6 +742,7 @@ export class Pending {
     h.set("Ledger-Generation", gen);
     h.set("Ledger-Version", ver);
     h.set("Ledger-Type", this.type);
+    if (this.snapshot) h.set("Ledger-Kind", "snapshot");
     return h;
   }
 

@@ -90,6 +90,8 @@ export interface TaskHead {
   type: string | null;
   /** The principal that wrote version 1, which alone may write the task; null when none is known. */
   owner?: string | null;
+  /** The task's kind, "events" or "snapshot" (contract §14), pinned by its first committed event; null for a task never committed. */
+  kind?: "events" | "snapshot" | null;
 }
 
 /** EventVerdict is what the verdict lookup answers for an event id. */
