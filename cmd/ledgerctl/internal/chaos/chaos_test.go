@@ -152,6 +152,33 @@ func TestChaosWithoutTheFenceReportsStaleCommits(t *testing.T) {
 	}
 }
 
+// The same schedule as the negative control, with the fence on but the
+// run's partitions in the observe mode (docs/contract.md §13): the
+// zombies' stale sends commit, each marked would_reject (the checker
+// counts one that is not as a stale commit), and they are counted where an
+// enforce run counts its stale refusals, of which there are none.
+func TestChaosInObserveModeCountsWouldBeStaleCommits(t *testing.T) {
+	bin, _ := build(t)
+	res := runChaos(t, chaos.Options{Bin: bin, Duration: 15 * time.Second, FenceMode: chaos.FenceModeObserve,
+		Tasks: 64, Rate: 20, SigstopEvery: 2 * time.Second,
+		KillIngestEvery: chaos.Off, NATSRestartEvery: chaos.Off, PGRestartEvery: chaos.Off, PGCutEvery: chaos.Off,
+		GapWindow: 2 * time.Second, Show: 2})
+
+	r := res.Report
+	assert.Zero(t, r.Total(), "violations: %v\n%s", r.Counts, res.Summary)
+	assert.True(t, r.Observe, res.Summary)
+	assert.Positive(t, r.StaleSends, "no writer sent after a takeover: %s", res.Summary)
+	assert.Positive(t, r.WouldRejectStaleSends, "no stale send committed under observe: %s", res.Summary)
+	total := 0
+	for w, n := range r.WouldReject {
+		assert.True(t, strings.HasPrefix(w, "stale/"), "would_reject %q", w)
+		total += n
+	}
+	assert.GreaterOrEqual(t, total, r.WouldRejectStaleSends, "every stale send that committed is counted: %s", res.Summary)
+	assert.Zero(t, r.Rejections["stale"], "observe refuses nothing as stale: %s", res.Summary)
+	assert.Contains(t, res.Summary, "would_reject={", "the summary counts them")
+}
+
 // Against a deployment that is already running (here one StartDeployment
 // made: its own PostgreSQL, nats-server, ingest and projector processes),
 // only the writers and the checker run, as docs/operations.md tells a user

@@ -27,7 +27,11 @@ const (
 	ReceiptedMissing ViolationKind = "receipted_missing"
 	// StaleCommit: an event of generation g is committed although it was
 	// first sent after a writer's grant of a later generation of its
-	// partition had been acknowledged to that writer.
+	// partition had been acknowledged to that writer. On a partition in
+	// the observe fence mode such a commit is expected, and must say
+	// what enforce would have answered (would_reject); there, a stale
+	// send committed without it is the violation, and on a partition in
+	// enforce, a commit that says would_reject is one.
 	StaleCommit ViolationKind = "stale_commits"
 	// SupersededCommit: an old primary that came back writable after a
 	// failover committed one of the run's events, or granted a lease of
@@ -103,8 +107,20 @@ type Report struct {
 	Grants int
 	// StaleSends is how many events were first sent after a later
 	// generation's grant of their partition was acknowledged; the fence
-	// must refuse every one.
+	// must refuse every one (or, in observe, mark every one it lets
+	// commit).
 	StaleSends int
+	// Observe is set when the run's partitions were in the observe fence
+	// mode (History.Observing).
+	Observe bool
+	// WouldReject counts, by what enforce would have answered
+	// ("stale/<reason>"), the committed events (distinct ids) whose row
+	// says would_reject: in observe, what an enforce run counts in
+	// Rejections["stale"].
+	WouldReject map[string]int
+	// WouldRejectStaleSends is how many stale sends committed under
+	// observe, each marked would_reject.
+	WouldRejectStaleSends int
 	// ZombieSends is how many sends the writers made after noticing they
 	// had been paused, with a generation they no longer trusted.
 	ZombieSends int
@@ -172,7 +188,8 @@ type checker struct {
 // Check verifies the history and reports every violation. It reads only
 // the history: the writers' own observations and the stored state.
 func Check(h *History) *Report {
-	c := &checker{h: h, r: &Report{Counts: map[ViolationKind]int{}, Rejections: map[string]int{}, DirectEffects: map[string]int{}},
+	c := &checker{h: h, r: &Report{Counts: map[ViolationKind]int{}, Rejections: map[string]int{}, DirectEffects: map[string]int{},
+		WouldReject: map[string]int{}, Observe: len(h.Observing) > 0},
 		sends: map[string]*send{}, grants: map[int][]grantAck{}, maxGen: map[int][]int64{}, rows: map[string]*EventRow{}}
 	c.index()
 	c.receiptLatency()
@@ -351,10 +368,32 @@ func (c *checker) staleCommits() {
 			continue
 		}
 		c.r.StaleSends++
-		if row := c.rows[id]; row != nil {
+		row := c.rows[id]
+		switch {
+		case row == nil:
+		case c.h.Observing[row.Partition] && row.WouldReject != "":
+			// The shadow fence let it through, and said what enforce would
+			// have answered.
+			c.r.WouldRejectStaleSends++
+		case c.h.Observing[row.Partition]:
+			c.r.add(Violation{Kind: StaleCommit, EventID: id, Task: row.Task,
+				Detail: fmt.Sprintf("generation %d committed under observe (seq %d, version %d) without would_reject, though first sent after generation %d's grant was acknowledged",
+					row.Generation, row.Seq, row.Version, g)})
+		default:
 			c.r.add(Violation{Kind: StaleCommit, EventID: id, Task: row.Task,
 				Detail: fmt.Sprintf("generation %d committed (seq %d, version %d) though first sent after generation %d's grant was acknowledged",
 					row.Generation, row.Seq, row.Version, g)})
+		}
+	}
+	for _, e := range c.h.Events {
+		if e.WouldReject == "" {
+			continue
+		}
+		c.r.WouldReject[e.WouldReject]++
+		if !c.h.Observing[e.Partition] {
+			c.r.add(Violation{Kind: StaleCommit, EventID: e.EventID, Task: e.Task,
+				Detail: fmt.Sprintf("committed (seq %d, version %d) with would_reject %s on partition %d, which enforces the fence",
+					e.Seq, e.Version, e.WouldReject, e.Partition)})
 		}
 	}
 }
@@ -542,6 +581,11 @@ func (c *checker) logOrder() {
 				Detail: fmt.Sprintf("copy at stream seq %d says %s v%d seq %d, the row %s v%d seq %d",
 					cp.StreamSeq, cp.Task, cp.Version, cp.Seq, row.Task, row.Version, row.Seq)})
 			continue
+		case cp.WouldReject != "" && cp.WouldReject != row.WouldReject:
+			// A re-published duplicate's copy may leave it out; none may
+			// say what its row does not.
+			c.r.add(Violation{Kind: LogOutOfOrder, EventID: cp.EventID, Task: cp.Task,
+				Detail: fmt.Sprintf("copy at stream seq %d says would_reject %q, the row %q", cp.StreamSeq, cp.WouldReject, row.WouldReject)})
 		}
 		last := top[cp.Task]
 		switch {

@@ -141,13 +141,25 @@ func collectRows(ctx context.Context, pool *pgxpool.Pool, h *History, tasks []st
 	var e EventRow
 	var payload string
 	_, err := pgx.ForEachRow(rows, []any{&e.Seq, &e.EventID, &e.Partition, &e.Task, &e.Version, &e.Type, &payload,
-		&e.Holder, &e.Generation, &e.CommittedAt}, func() error {
+		&e.Holder, &e.Generation, &e.CommittedAt, &e.WouldReject}, func() error {
 		e.Payload = []byte(payload)
 		h.Events = append(h.Events, e)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("chaos: read ledger.events: %w", err)
+	}
+	rows, _ = pool.Query(ctx, sqlObserving, parts)
+	var p int
+	_, err = pgx.ForEachRow(rows, []any{&p}, func() error {
+		if h.Observing == nil {
+			h.Observing = map[int]bool{}
+		}
+		h.Observing[p] = true
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("chaos: read ledger.fence_modes: %w", err)
 	}
 	rows, _ = pool.Query(ctx, sqlRejections, tasks)
 	var r RejectionRow

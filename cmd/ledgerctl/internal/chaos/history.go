@@ -42,6 +42,10 @@ type History struct {
 	// asynchronous standby to its promotion. A grant given then may be
 	// missing from ledger.lease_grants.
 	Forgetful [][2]int64
+	// Observing holds the run's partitions in the observe fence mode
+	// (docs/contract.md §13, ledger.fence_modes): there an event the fence
+	// would refuse commits, and says so (would_reject).
+	Observing map[int]bool
 }
 
 // EventRow is a row of ledger.events.
@@ -56,6 +60,9 @@ type EventRow struct {
 	Holder      string
 	Generation  int64
 	CommittedAt time.Time
+	// WouldReject is what the enforce mode would have answered to a
+	// commit under observe ("stale/<reason>"); "" for every other row.
+	WouldReject string
 }
 
 // RejectionRow is a row of ledger.rejections.
@@ -93,7 +100,9 @@ type Copy struct {
 	Type       string
 	Holder     string
 	Generation int64
-	Err        string
+	// WouldReject is the copy's Ledger-Would-Reject header.
+	WouldReject string
+	Err         string
 }
 
 // Letter is a LEDGER_DLQ message.
@@ -116,7 +125,8 @@ type Letter struct {
 func parseCopy(subj wire.Subjects, streamSeq uint64, subject string, h nats.Header, data []byte) Copy {
 	lc, err := subj.DecodeLog(subject, h, data)
 	c := Copy{StreamSeq: streamSeq, Subject: subject, EventID: lc.EventID, Task: lc.Task, Partition: lc.Partition,
-		Version: lc.Version, Seq: lc.Seq, Type: lc.Type, Holder: lc.Holder, Generation: lc.Generation}
+		Version: lc.Version, Seq: lc.Seq, Type: lc.Type, Holder: lc.Holder, Generation: lc.Generation,
+		WouldReject: lc.WouldReject}
 	if err != nil {
 		c.Err = err.Error()
 	} else if !wire.ValidEventID(c.EventID) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flowness/ledger/internal/connect"
+	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -19,6 +20,11 @@ const (
 	// one principal sends over 1,000 events a second (each holding writer
 	// waits for its publishes' acks).
 	PartitionsDefault = 6
+
+	// FenceModeEnforce and FenceModeObserve are the fence modes a run
+	// puts its partitions in (Options.FenceMode).
+	FenceModeEnforce = fence.ModeEnforce
+	FenceModeObserve = fence.ModeObserve
 	// WritersDefault is the number of writers per partition, each the
 	// others' standby: 2.
 	WritersDefault = 2
@@ -163,6 +169,12 @@ type Options struct {
 	// DrainTimeout bounds the wait for LEDGER_IN to empty and the
 	// projections to catch up; default 90 s.
 	DrainTimeout time.Duration
+	// FenceMode is the fence mode the run puts its partitions in before the
+	// writers start (docs/contract.md §13): FenceModeEnforce (default) or
+	// FenceModeObserve, where the checker counts the would-be-stale
+	// commits (Report.WouldReject) where an enforce run counts its stale
+	// refusals, and requires each stale send that commits to say so.
+	FenceMode string
 	// Show is how many offenders of each kind are printed; default 5.
 	Show int
 	// Out receives the violations and the summary line; default discards.
@@ -203,6 +215,7 @@ func (o Options) WithDefaults() Options {
 	o.GapTimeout = cmp.Or(o.GapTimeout, GapTimeoutDefault)
 	o.DrainTimeout = cmp.Or(o.DrainTimeout, DrainTimeoutDefault)
 	o.Partitions = cmp.Or(o.Partitions, PartitionsDefault)
+	o.FenceMode = cmp.Or(o.FenceMode, FenceModeEnforce)
 	o.Writers = cmp.Or(o.Writers, WritersDefault)
 	o.Tasks = cmp.Or(o.Tasks, TasksDefault)
 	o.Ingests = cmp.Or(o.Ingests, IngestsDefault)
@@ -225,6 +238,8 @@ func (o Options) Validate() error {
 	switch {
 	case o.Duration <= 0:
 		return errors.New("the duration must be positive")
+	case o.FenceMode != FenceModeEnforce && o.FenceMode != FenceModeObserve:
+		return fmt.Errorf("fence mode must be %s or %s, got %q", FenceModeEnforce, FenceModeObserve, o.FenceMode)
 	case o.Partitions < 1 || o.Partitions > 1024:
 		return fmt.Errorf("partitions must be 1..1024, got %d", o.Partitions)
 	case o.Writers < 1 || o.Writers > 16:

@@ -65,7 +65,20 @@ func writeCounts(b *strings.Builder, r *Report) {
 		}
 		fmt.Fprintf(b, "%s:%d", v, r.Rejections[string(v)])
 	}
-	fmt.Fprintf(b, "} grants=%d stale_sends=%d receipt_p50=%s receipt_p99=%s", r.Grants, r.StaleSends,
+	b.WriteByte('}')
+	if r.Observe {
+		// Where an enforce run counts its stale refusals: the commits the
+		// shadow fence let through.
+		fmt.Fprintf(b, " would_reject={")
+		for i, k := range sortedKeys(r.WouldReject) {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(b, "%s:%d", k, r.WouldReject[k])
+		}
+		fmt.Fprintf(b, "} would_reject_stale_sends=%d", r.WouldRejectStaleSends)
+	}
+	fmt.Fprintf(b, " grants=%d stale_sends=%d receipt_p50=%s receipt_p99=%s", r.Grants, r.StaleSends,
 		r.ReceiptP50.Round(time.Millisecond), r.ReceiptP99.Round(time.Millisecond))
 	if r.ForgottenGrants > 0 {
 		fmt.Fprintf(b, " forgotten_grants=%d", r.ForgottenGrants)

@@ -170,6 +170,9 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	if err := r.startEffects(ctx); err != nil {
 		return nil, err
 	}
+	if err := r.setFenceModes(ctx); err != nil {
+		return nil, err
+	}
 	if err := r.startWriters(); err != nil {
 		return nil, err
 	}
@@ -209,6 +212,21 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	fmt.Fprintln(r.o.Out, res.Summary)
 	_, _ = fmt.Fprintln(r.runLog, res.Summary)
 	return res, nil
+}
+
+// setFenceModes puts the run's partitions in the observe fence mode when
+// the run asks for it; enforce is every partition's default.
+func (r *run) setFenceModes(ctx context.Context) error {
+	if r.o.FenceMode != FenceModeObserve {
+		return nil
+	}
+	for p := r.first; p < r.first+r.o.Partitions; p++ {
+		if _, err := fence.SetFenceMode(ctx, r.pool, p, FenceModeObserve, "ledger-chaos", "chaos run "+r.id+" in observe"); err != nil {
+			return fmt.Errorf("chaos: put partition %d in observe: %w", p, err)
+		}
+	}
+	r.logf("partitions %d..%d in the observe fence mode", r.first, r.first+r.o.Partitions-1)
+	return nil
 }
 
 // newRun is a run of o, nothing started yet.

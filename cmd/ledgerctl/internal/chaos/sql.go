@@ -4,8 +4,13 @@ package chaos
 // the run's tasks and partitions so that a run against a shared deployment
 // reads only its own.
 const (
-	sqlEvents = `SELECT seq, event_id, partition, task_id, version, type, payload::text, holder, generation, committed_at
+	sqlEvents = `SELECT seq, event_id, partition, task_id, version, type, payload::text, holder, generation, committed_at,
+       coalesce(would_reject, '')
 FROM ledger.events WHERE task_id = ANY($1) ORDER BY seq`
+
+	// sqlObserving lists the run's partitions in the observe fence mode
+	// (docs/contract.md §13).
+	sqlObserving = `SELECT partition FROM ledger.fence_modes WHERE partition = ANY($1) AND mode = 'observe'`
 
 	sqlRejections = `SELECT event_id, partition, task_id, version, holder, generation, verdict, reason,
        coalesce(current_generation, 0), rejected_at

@@ -87,6 +87,7 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.DurationVar(&o.GapTimeout, "gap-timeout", chaos.GapTimeoutDefault, "the projector's -gap-timeout")
 	f.DurationVar(&o.DrainTimeout, "drain-timeout", chaos.DrainTimeoutDefault, "longest wait for LEDGER_IN to empty and the projections to catch up")
 	f.IntVar(&o.Show, "show", chaos.ShowDefault, "offenders printed per kind of violation")
+	f.StringVar(&o.FenceMode, "fence-mode", chaos.FenceModeEnforce, "the fence mode of the run's partitions: enforce, or observe (stale sends commit, marked would_reject, and are counted where enforce counts its stale refusals)")
 	external := f.Bool("external", false, "write to the deployment at DATABASE_URL and NATS_URL; no faults but the writers' SIGSTOP")
 	firstPartition := f.Int("first-partition", 0, "with -external: the first of the run's partitions (nobody else may lease them)")
 	if err := f.Parse(args); err != nil {
