@@ -109,6 +109,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if err := r.zombie(ctx); err != nil {
 		return Summary{}, fmt.Errorf("story 2: %w", err)
 	}
+	if err := r.snapshots(ctx); err != nil {
+		return Summary{}, fmt.Errorf("story 3: %w", err)
+	}
 	return r.summary(), nil
 }
 
@@ -164,9 +167,11 @@ func (r *run) sayReceipt(who string, rc wire.Receipt) {
 		r.say(who, "receipt: version %d %s (seq %d)", rc.Version, rc.Verdict, rc.Seq)
 	case wire.VerdictDuplicate:
 		r.say(who, "receipt: version %d %s/%s, nothing written (original seq %d)", rc.Version, rc.Verdict, rc.Reason, rc.Seq)
-	default:
+	case wire.VerdictStale:
 		r.say(who, "receipt: version %d %s/%s (generation %d; the partition is at generation %d)",
 			rc.Version, rc.Verdict, rc.Reason, rc.Generation, rc.CurrentGeneration)
+	default:
+		r.say(who, "receipt: version %d %s/%s, nothing written", rc.Version, rc.Verdict, rc.Reason)
 	}
 }
 
@@ -210,6 +215,75 @@ func (r *run) publishRaw(ctx context.Context, partition int, task, holder string
 		Generation: gen, Version: version, Type: typ, Payload: []byte(payload)})
 	_, err := r.js.PublishMsg(ctx, m)
 	return id, err
+}
+
+// publishSnapshotRaw publishes a snapshot task's event by hand: the same,
+// with the header Ledger-Kind: snapshot (docs/contract.md §14).
+func (r *run) publishSnapshotRaw(ctx context.Context, partition int, task, holder string, gen, version int64, payload string) (string, error) {
+	id := ulid.MustNew(ulid.Now(), rand.Reader).String()
+	m := wire.Subjects{}.InboundMsg(wire.Inbound{ID: id, Partition: partition, Task: task, Holder: holder,
+		Generation: gen, Version: version, Type: "reading", Payload: []byte(payload), Kind: wire.KindSnapshot})
+	_, err := r.js.PublishMsg(ctx, m)
+	return id, err
+}
+
+// snapshots plays the third story: a gauge whose every event is its whole
+// state, a snapshot task. A reading lost on the way does not hold the next
+// one back, and a late one never overwrites a newer one.
+func (r *run) snapshots(ctx context.Context) error {
+	fmt.Fprintf(r.out, "\nStory 3: a gauge reports its whole state; a lost reading does not hold the next one back\n")
+	task, holder := "gauge-3-"+r.id, wire.Holder("sensors-"+r.id, "pod-1")
+	partition := wire.PartitionOf(task, wire.PartitionsDefault)
+	nc, err := r.s.Dial(worker.InboxOption(holder))
+	if err != nil {
+		return err
+	}
+	c, err := worker.New(nc, worker.Config{Holder: holder, Logger: r.log})
+	if err != nil {
+		return err
+	}
+	defer c.Close() //nolint:errcheck
+	l, err := c.Acquire(ctx, partition)
+	if err != nil {
+		return err
+	}
+	p, err := l.PublishSnapshot(l.Context(), task, "reading", []byte(`{"temp_c":20.5}`))
+	if err != nil {
+		return err
+	}
+	if err := p.Wait(ctx); err != nil {
+		return err
+	}
+	r.say(holder, "publishes snapshot version 1 with the SDK's PublishSnapshot: the task is a snapshot task")
+	rc, err := r.receipt(ctx, p.ID())
+	if err != nil {
+		return err
+	}
+	r.sayReceipt("ledger", rc)
+	v3, err := r.publishSnapshotRaw(ctx, partition, task, holder, l.Generation(), 3, `{"temp_c":23.1}`)
+	if err != nil {
+		return err
+	}
+	r.say(holder, "publishes version 3; version 2 was lost on the way")
+	if rc, err = r.receipt(ctx, v3); err != nil {
+		return err
+	}
+	r.sayReceipt("ledger", rc)
+	v2, err := r.publishSnapshotRaw(ctx, partition, task, holder, l.Generation(), 2, `{"temp_c":21.7}`)
+	if err != nil {
+		return err
+	}
+	r.say(holder, "version 2 turns up late")
+	if rc, err = r.receipt(ctx, v2); err != nil {
+		return err
+	}
+	r.sayReceipt("ledger", rc)
+	st, rev, err := r.awaitProjection(ctx, task, 3)
+	if err != nil {
+		return err
+	}
+	r.say("projection", "%s: kind %q, version %d, data %s: the newest snapshot, gap none (revision %d)", task, st.Kind, st.Version, st.Data, rev)
+	return l.Release(ctx)
 }
 
 // head asks the lease service for a task's head.

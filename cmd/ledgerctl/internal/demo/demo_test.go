@@ -11,7 +11,7 @@ import (
 	"github.com/flowness/ledger/internal/dbtest"
 )
 
-// The demo plays both stories against the database it is given, and its
+// The demo plays the stories against the database it is given, and its
 // summary is what the ledger decided.
 func TestDemoPlaysBothStories(t *testing.T) {
 	t.Parallel()
@@ -19,12 +19,13 @@ func TestDemoPlaysBothStories(t *testing.T) {
 	var out bytes.Buffer
 	s, err := demo.Run(context.Background(), demo.Options{DatabaseURL: db.URL, Out: &out})
 	require.NoError(t, err, out.String())
-	require.Equal(t, 6, s.Committed, out.String())
+	require.Equal(t, 8, s.Committed, out.String())
 	require.Equal(t, 1, s.Duplicates, out.String())
-	require.Equal(t, map[string]int{"stale/superseded": 1}, s.Rejected, out.String())
+	require.Equal(t, map[string]int{"stale/superseded": 1, "conflict/overtaken": 1}, s.Rejected, out.String())
 	for _, want := range []string{"holds version 2 until version 1 arrives: no verdict yet, task head is version 0, no projection yet",
 		"receipt: version 2 stale/superseded", "Ledger-Verdict=stale", "revision 2 unchanged", `"B's invoice"`,
-		"is behind: version 2 while the ledger is at version 4", `version 4, status "archived"`} {
+		"is behind: version 2 while the ledger is at version 4", `version 4, status "archived"`,
+		"receipt: version 3 committed", "receipt: version 2 conflict/overtaken", `kind "snapshot", version 3, data {"temp_c":23.1}`} {
 		require.Contains(t, out.String(), want)
 	}
 	t.Log("\n" + out.String())
@@ -37,5 +38,5 @@ func TestDemoStartsItsOwnPostgres(t *testing.T) {
 	s, err := demo.Run(context.Background(), demo.Options{DatabaseURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", Out: &out})
 	require.NoError(t, err, out.String())
 	require.Contains(t, out.String(), "throwaway")
-	require.Equal(t, 6, s.Committed, out.String())
+	require.Equal(t, 8, s.Committed, out.String())
 }
