@@ -145,6 +145,8 @@ export interface Projection {
   updated_at: string;
   gap?: unknown;
   data_too_large?: number;
+  /** "snapshot" for a snapshot task (contract §14), whose data is its newest snapshot; absent for an events task. */
+  kind?: "snapshot";
 }
 
 /** Subjects names the contract's subjects under a prefix. */

@@ -288,6 +288,36 @@ describe("receipts", () => {
   });
 });
 
+describe("a snapshot task", () => {
+  test("publishSnapshot skips nothing it need not wait for, and the projection is the newest snapshot", async () => {
+    const c = await client("sensors.s1");
+    const task = "gauge-ts";
+    const lease = await c.acquire(c.partitionOf(task));
+    const first = await (await lease.publishSnapshot(task, "reading", JSON.stringify({ temp: 20, unit: "C" }))).wait(timeout(5000));
+    assert.equal(first.verdict, "committed");
+    const second = await (await lease.publishSnapshot(task, "reading", JSON.stringify({ temp: 23 }))).wait(timeout(5000));
+    assert.equal(second.version, 2);
+    const head = await c.taskHead(task);
+    assert.equal(head.kind, "snapshot", "the first event chose the kind");
+    assert.equal(head.version, 2);
+    let v = await c.reader.projection(task);
+    for (let i = 0; i < 50 && v?.version !== 2; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      v = await c.reader.projection(task);
+    }
+    assert.equal(v?.kind, "snapshot");
+    assert.deepEqual(v?.data, { temp: 23 }, "the newest snapshot, not a merge with the one before");
+
+    const plain = await lease.publishJSON(task, "reading", { temp: 24 });
+    await assert.rejects(plain.wait(timeout(5000)), (e: RejectedError) => {
+      assert.equal(e.verdict, "invalid");
+      assert.equal(e.reason, "wrong_kind", "a task's kind never changes");
+      return true;
+    });
+    await lease.release(timeout(5000));
+  });
+});
+
 describe("the reader", () => {
   test("reads a projection by direct get and follows it without a consumer", async () => {
     const c = await client("reports.p1");
