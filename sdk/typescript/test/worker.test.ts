@@ -289,7 +289,7 @@ describe("receipts", () => {
 });
 
 describe("a snapshot task", () => {
-  test("publishSnapshot skips nothing it need not wait for, and the projection is the newest snapshot", async () => {
+  test("publishSnapshot makes a snapshot task, whose projection is the newest snapshot and whose kind never changes", async () => {
     const c = await client("sensors.s1");
     const task = "gauge-ts";
     const lease = await c.acquire(c.partitionOf(task));
