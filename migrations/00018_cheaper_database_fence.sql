@@ -36,8 +36,10 @@ BEGIN
                      min(n.partition) AS p_lo, max(n.partition) AS p_hi
               FROM new_events n GROUP BY n.task_id) t
         LEFT JOIN ledger.heads h ON h.task_id = t.task_id
-        WHERE h.task_id IS NULL OR t.rows <> t.versions OR t.rows <> t.hi - t.lo + 1
-           OR t.lo IS DISTINCT FROM h.moved_from + 1 OR t.hi <> h.version OR t.last_seq <> h.seq
+        WHERE h.task_id IS NULL OR t.rows <> t.versions
+           OR (h.kind = 'events' AND (t.rows <> t.hi - t.lo + 1 OR t.lo IS DISTINCT FROM h.moved_from + 1))
+           OR (h.kind = 'snapshot' AND t.lo <= h.moved_from)
+           OR t.hi <> h.version OR t.last_seq <> h.seq
            OR t.p_lo <> h.partition OR t.p_hi <> h.partition
            OR (h.moved_from = 0 AND t.first_seq <> h.first_seq)
     ) x
@@ -135,8 +137,10 @@ BEGIN
                  min(n.partition) AS p_lo, max(n.partition) AS p_hi
           FROM new_events n GROUP BY n.task_id) t
     LEFT JOIN ledger.heads h ON h.task_id = t.task_id
-    WHERE h.task_id IS NULL OR t.rows <> t.versions OR t.rows <> t.hi - t.lo + 1
-       OR t.lo IS DISTINCT FROM h.moved_from + 1 OR t.hi <> h.version OR t.last_seq <> h.seq
+    WHERE h.task_id IS NULL OR t.rows <> t.versions
+       OR (h.kind = 'events' AND (t.rows <> t.hi - t.lo + 1 OR t.lo IS DISTINCT FROM h.moved_from + 1))
+       OR (h.kind = 'snapshot' AND t.lo <= h.moved_from)
+       OR t.hi <> h.version OR t.last_seq <> h.seq
        OR t.p_lo <> h.partition OR t.p_hi <> h.partition
        OR (h.moved_from = 0 AND t.first_seq <> h.first_seq)
     LIMIT 1;
