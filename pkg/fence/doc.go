@@ -49,27 +49,20 @@
 //     takeover takes it FOR UPDATE (sql.go). Tests: TestCommitOrderRace,
 //     switch Unfenced; TestAppendDoesNotBlockRenewButBlocksTakeover.
 //   - Dense versions. A task's versions are 1, 2, 3, ... with no hole and
-//     none twice, archived ones included. The insert moves the task's row of
-//     ledger.heads only from the version it planned from (sqlAppendInsert).
-//     Tests: TestWritersRacingOnOneTaskAreSerialised, switch
+//     none twice, archived ones included; a snapshot task's only rise (else
+//     conflict/overtaken). The insert moves a head only from the version it
+//     planned from. Tests: TestWritersRacingOnOneTaskAreSerialised, switch
 //     UnserialisedHeads; TestArchivedVersionsStayTaken, switch HeadsFromLog.
-//   - Snapshot tasks. A task whose first commit says Snapshot keeps every
-//     rule but density (contract §14): its versions rise, a version above
-//     the head commits at once, and a skipped one below it is
-//     conflict/overtaken. Its kind (ledger.heads.kind) never changes; an
-//     event of the other kind is invalid/wrong_kind, recorded. Enforced in
-//     classify.go and by the database's fence. Tests:
-//     TestSnapshotTaskSkipsVersionsButNeverGoesBack, TestTaskKindCannotChange.
 //   - Idempotence. A committed event id, or (task, version), sent again with
 //     the same content is a duplicate with the original seq. Other content
 //     is a conflict, recorded. Content compares as jsonb does (classify.go).
 //     Tests: TestDuplicatesConflictsAndOrdering;
 //     TestArchivedIDNeverCommitsAgain, switch WithoutIDFloor.
-//   - Pinning. A task stays on the partition of its version 1 (else
-//     wrong_partition). It belongs to the principal of that version's
-//     holder unless Config.SharedTasks (else not_owner, recorded). Enforced
-//     in classify.go. Test: TestAnotherPrincipalCannotWriteATask, whose
-//     SharedTasks case is the control.
+//   - Pinning. A task keeps the partition and kind of its first commit (else
+//     wrong_partition, wrong_kind). It belongs to the principal of that
+//     version's holder unless Config.SharedTasks (else not_owner). Enforced
+//     in classify.go. Tests: TestAnotherPrincipalCannotWriteATask, whose
+//     SharedTasks case is the control; TestTaskKindCannotChange.
 //   - Finality. Stale, conflict and gap verdicts are written to
 //     ledger.rejections in the batch's own transaction. An event id has one
 //     final verdict; committed wins. A later copy gets the recorded verdict
