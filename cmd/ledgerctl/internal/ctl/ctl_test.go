@@ -41,7 +41,7 @@ func TestMigrateCreatesSchemaOnEmptyDatabase(t *testing.T) {
 	var tables int
 	require.NoError(t, conn.QueryRow(context.Background(),
 		`SELECT count(*) FROM pg_class WHERE relnamespace = 'ledger'::regnamespace AND relkind IN ('r', 'p') AND NOT relispartition`).Scan(&tables))
-	assert.Equal(t, 14, tables, "events (partitioned), heads, event_ids, horizon, event_partitions, partitioning, leases, lease_grants, rejections, ingest_claims, ingest_members, partition_controls, lease_actions, fence_modes")
+	assert.Equal(t, 16, tables, "events (partitioned), heads, event_ids, horizon, event_partitions, partitioning, leases, lease_grants, rejections, ingest_claims, ingest_members, partition_controls, lease_actions, fence_modes, partition_ranges, quota_buckets")
 }
 
 func TestStreamsApplyCreatesTheStreams(t *testing.T) {
