@@ -282,7 +282,9 @@ func (o *Options) CheckPooler(pool *pgxpool.Pool) func(context.Context) error {
 	}
 }
 
-// poolShares is sharedSessions on two of the pool's connections.
+// poolShares reports whether two of the pool's connections reach one
+// server session, asking each in turn for its process id (eight times: a
+// pooler does not always hand over the session just released).
 func poolShares(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	var conns [2]*pgxpool.Conn
 	for i := range conns {
@@ -293,15 +295,20 @@ func poolShares(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 		defer c.Release()
 		conns[i] = c
 	}
-	var pids [2]string
-	for i, c := range conns {
-		res, err := c.Conn().PgConn().Exec(ctx, `SELECT pg_backend_pid()`).ReadAll()
+	seen := map[string]int{}
+	for round := range 8 {
+		i := round % 2
+		res, err := conns[i].Conn().PgConn().Exec(ctx, `SELECT pg_backend_pid()`).ReadAll()
 		if err != nil {
 			return false, fmt.Errorf("read the server's process id: %w", err)
 		}
-		pids[i] = string(res[0].Rows[0][0])
+		pid := string(res[0].Rows[0][0])
+		if j, ok := seen[pid]; ok && j != i {
+			return true, nil
+		}
+		seen[pid] = i
 	}
-	return pids[0] == pids[1], nil
+	return false, nil
 }
 
 // clashTracer remembers when a statement last failed because prepared
