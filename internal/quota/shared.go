@@ -25,7 +25,8 @@ const (
 // After a refusal a principal is refused locally for a second before the
 // database is asked again, so a flood costs the database one query a
 // second. While the database does not answer, each process falls back to
-// a bucket of its own (Bytes).
+// a bucket of its own (Bytes), and asks the database again a second after
+// its last failed answer, so an outage does not cost every take a timeout.
 type Shared struct {
 	pool  *pgxpool.Pool
 	kind  string
@@ -42,6 +43,9 @@ type reserve struct {
 	mu      sync.Mutex
 	left    int64
 	refused time.Time
+	// unanswered is when the database last failed to answer: for a
+	// second after it the local bucket decides without asking again.
+	unanswered time.Time
 }
 
 // sharedRetry is how long a refused principal is refused without asking
@@ -82,10 +86,14 @@ func (q *Shared) Take(principal string, n int) bool {
 	if now.Sub(r.refused) < sharedRetry {
 		return false
 	}
+	if now.Sub(r.unanswered) < sharedRetry {
+		return q.local.Take(principal, n)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
 	defer cancel()
 	var got int64
 	if err := q.pool.QueryRow(ctx, sqlQuotaTake, q.kind, principal, max(need-r.left, q.chunk), q.size).Scan(&got); err != nil {
+		r.unanswered = now
 		return q.local.Take(principal, n)
 	}
 	r.left += got

@@ -2,9 +2,12 @@ package quota
 
 import (
 	"context"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/dbtest"
@@ -53,4 +56,37 @@ func TestSharedQuotaFallsBackToItsOwnWithoutTheDatabase(t *testing.T) {
 	db.Pool.Close()
 	require.True(t, q.Take("billing", 1000))
 	require.False(t, q.Take("billing", 1))
+}
+
+// A database that does not answer costs one timeout, not one a take: for
+// a second after it the process's own bucket decides without asking.
+// Switch: Take asking the database whatever unanswered says (every take
+// then dials again, and waits its timeout).
+func TestSilentDatabaseIsAskedOnceASecond(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	var dials atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			defer c.Close() // silent: it never answers the startup message
+		}
+	}()
+	pool, err := pgxpool.New(context.Background(), "postgres://u@"+ln.Addr().String()+"/db?sslmode=disable")
+	require.NoError(t, err)
+	defer pool.Close()
+
+	q := NewShared(pool, DeadLetters, 1000)
+	base := time.Now()
+	q.now = func() time.Time { return base } // the second never ends
+	for range 5 {
+		require.True(t, q.Take("billing", 10), "the local bucket decides")
+	}
+	require.Equal(t, int64(1), dials.Load(), "one question to a database that does not answer")
 }
