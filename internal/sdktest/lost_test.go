@@ -17,18 +17,17 @@ import (
 	"github.com/flowness/ledger/pkg/worker"
 )
 
-// An event whose LEDGER_IN message is lost before the ingest saw it (the
-// stream lost an acknowledged write) is still committed: the client finds
-// that the ledger has no record of it after its receipt timeout, and
-// publishes it again, same id and content, while its lease lasts.
-func TestEventLostFromLedgerInIsPublishedAgainAndCommitted(t *testing.T) {
-	t.Parallel()
-	l, startIngest := newStoppableLedger(t)
+// lostSecondEvent commits one event of a lease of ttl, stops the ingest
+// (and with it the lease service), publishes a second event and removes
+// its LEDGER_IN message, as a stream that lost an acknowledged write.
+// startIngest brings an ingest back.
+func lostSecondEvent(t *testing.T, holder string, ttl time.Duration) (l *ledger, startIngest func() *ingest.Service,
+	lease *worker.Lease, lost *worker.Pending) {
+	t.Helper()
+	l, startIngest = newStoppableLedger(t)
 	first := startIngest()
 	ctx := testCtx(t, 60*time.Second)
-	// A long lease outlasts the ingest's absence, which also takes the
-	// lease service away.
-	c := l.client(nil, worker.Config{Holder: "lost.a", TTL: 60 * time.Second, ReceiptTimeout: receiptTimeout})
+	c := l.client(nil, worker.Config{Holder: holder, TTL: ttl, ReceiptTimeout: receiptTimeout})
 	lease, err := c.Acquire(ctx, 2)
 	require.NoError(t, err)
 	p1, err := lease.Publish(ctx, "report", "running", []byte(`{"step":1}`))
@@ -36,12 +35,22 @@ func TestEventLostFromLedgerInIsPublishedAgainAndCommitted(t *testing.T) {
 	require.NoError(t, p1.Wait(ctx))
 
 	first.Stop()
-	p2, err := lease.Publish(ctx, "report", "completed", []byte(`{"step":2}`))
+	lost, err = lease.Publish(ctx, "report", "completed", []byte(`{"step":2}`))
 	require.NoError(t, err)
-	ack, err := p2.PubAck(ctx)
+	ack, err := lost.PubAck(ctx)
 	require.NoError(t, err)
 	l.loseInMsg(ctx, ack.Sequence)
+	return l, startIngest, lease, lost
+}
 
+// An event whose LEDGER_IN message is lost before the ingest saw it (the
+// stream lost an acknowledged write) is still committed: the client finds
+// that the ledger has no record of it after its receipt timeout, and
+// publishes it again, same id and content.
+func TestEventLostFromLedgerInIsPublishedAgainAndCommitted(t *testing.T) {
+	t.Parallel()
+	// A long lease outlasts the ingest's absence.
+	l, startIngest, _, p2 := lostSecondEvent(t, "lost.a", 60*time.Second)
 	startIngest()
 	require.NoError(t, p2.Wait(testCtx(t, settleWait)), "the lost event was not committed")
 	rows := l.events("report")
@@ -56,24 +65,10 @@ func TestEventLostFromLedgerInIsPublishedAgainAndCommitted(t *testing.T) {
 // stale, as it would have judged the lost message decided that late.
 func TestEventLostAfterItsLeaseEndedIsJudgedStale(t *testing.T) {
 	t.Parallel()
-	l, startIngest := newStoppableLedger(t)
-	first := startIngest()
+	// Without its lease service the lease cannot be renewed and ends by
+	// its deadline.
+	l, startIngest, lease, p2 := lostSecondEvent(t, "lost.b", 2*time.Second)
 	ctx := testCtx(t, 60*time.Second)
-	c := l.client(nil, worker.Config{Holder: "lost.b", TTL: 2 * time.Second, ReceiptTimeout: receiptTimeout})
-	lease, err := c.Acquire(ctx, 2)
-	require.NoError(t, err)
-	p1, err := lease.Publish(ctx, "report", "running", []byte(`{"step":1}`))
-	require.NoError(t, err)
-	require.NoError(t, p1.Wait(ctx))
-
-	// The ingest, and with it the lease service, goes away: the lease
-	// cannot be renewed and ends by its deadline.
-	first.Stop()
-	p2, err := lease.Publish(ctx, "report", "completed", []byte(`{"step":2}`))
-	require.NoError(t, err)
-	ack, err := p2.PubAck(ctx)
-	require.NoError(t, err)
-	l.loseInMsg(ctx, ack.Sequence)
 	select {
 	case <-lease.Lost():
 	case <-ctx.Done():
