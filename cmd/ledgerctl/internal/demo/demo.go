@@ -227,6 +227,25 @@ func (r *run) publishSnapshotRaw(ctx context.Context, partition int, task, holde
 	return id, err
 }
 
+// lease connects an SDK client as holder and acquires partition; the
+// caller closes the client.
+func (r *run) lease(ctx context.Context, holder string, partition int) (*worker.Client, *worker.Lease, error) {
+	nc, err := r.s.Dial(worker.InboxOption(holder))
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := worker.New(nc, worker.Config{Holder: holder, Logger: r.log})
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := c.Acquire(ctx, partition)
+	if err != nil {
+		c.Close() //nolint:errcheck
+		return nil, nil, err
+	}
+	return c, l, nil
+}
+
 // snapshots plays the third story: a gauge whose every event is its whole
 // state, a snapshot task. A reading lost on the way does not hold the next
 // one back, and a late one never overwrites a newer one.
@@ -234,19 +253,11 @@ func (r *run) snapshots(ctx context.Context) error {
 	fmt.Fprintf(r.out, "\nStory 3: a gauge reports its whole state; a lost reading does not hold the next one back\n")
 	task, holder := "gauge-3-"+r.id, wire.Holder("sensors-"+r.id, "pod-1")
 	partition := wire.PartitionOf(task, wire.PartitionsDefault)
-	nc, err := r.s.Dial(worker.InboxOption(holder))
-	if err != nil {
-		return err
-	}
-	c, err := worker.New(nc, worker.Config{Holder: holder, Logger: r.log})
+	c, l, err := r.lease(ctx, holder, partition)
 	if err != nil {
 		return err
 	}
 	defer c.Close() //nolint:errcheck
-	l, err := c.Acquire(ctx, partition)
-	if err != nil {
-		return err
-	}
 	p, err := l.PublishSnapshot(l.Context(), task, "reading", []byte(`{"temp_c":20.5}`))
 	if err != nil {
 		return err
@@ -303,19 +314,11 @@ func (r *run) outOfOrder(ctx context.Context) error {
 	fmt.Fprintf(r.out, "\nStory 1: a task's \"completed\" arrives before its \"running\"\n")
 	task, holder := "report-7-"+r.id, wire.Holder("reports-"+r.id, "pod-1")
 	partition := wire.PartitionOf(task, wire.PartitionsDefault)
-	nc, err := r.s.Dial(worker.InboxOption(holder))
-	if err != nil {
-		return err
-	}
-	c, err := worker.New(nc, worker.Config{Holder: holder, Logger: r.log})
+	c, l, err := r.lease(ctx, holder, partition)
 	if err != nil {
 		return err
 	}
 	defer c.Close() //nolint:errcheck
-	l, err := c.Acquire(ctx, partition)
-	if err != nil {
-		return err
-	}
 	r.say(holder, "holds partition %d at generation %d", partition, l.Generation())
 
 	v2, err := r.publishRaw(ctx, partition, task, holder, l.Generation(), 2, "completed", `{"pages":12,"url":"s3://reports/7.pdf"}`)
