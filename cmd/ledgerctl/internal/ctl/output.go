@@ -51,6 +51,16 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// writeJSONLines writes each of vs as one line of JSON.
+func writeJSONLines[T any](w io.Writer, vs []T) error {
+	for _, v := range vs {
+		if err := writeJSON(w, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // compactJSON returns b as compact JSON text; an empty body is null (as the
 // contract reads it) and a body that is not JSON is returned quoted.
 func compactJSON(b []byte) string {

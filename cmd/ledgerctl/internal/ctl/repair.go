@@ -116,12 +116,7 @@ func consumerAction(fd finding) string {
 
 func printRepairs(w io.Writer, asJSON bool, rows []repairRow) error {
 	if asJSON {
-		for _, r := range rows {
-			if err := writeJSON(w, r); err != nil {
-				return err
-			}
-		}
-		return nil
+		return writeJSONLines(w, rows)
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "nothing to repair")

@@ -295,12 +295,7 @@ func awaitVerdicts(ctx context.Context, receipts chan *nats.Msg, results []repla
 
 func printReplay(w io.Writer, asJSON bool, results []replayResult, wait time.Duration) error {
 	if asJSON {
-		for _, r := range results {
-			if err := writeJSON(w, r); err != nil {
-				return err
-			}
-		}
-		return nil
+		return writeJSONLines(w, results)
 	}
 	if len(results) == 0 {
 		fmt.Fprintln(w, "no dead letters match")

@@ -257,12 +257,7 @@ func leaseHistory(ctx context.Context, pool *pgxpool.Pool, partition, limit int,
 		return schemaHint("lease history", err)
 	}
 	if asJSON {
-		for _, h := range hist {
-			if err := writeJSON(stdout, h); err != nil {
-				return err
-			}
-		}
-		return nil
+		return writeJSONLines(stdout, hist)
 	}
 	t := newTable(stdout, "AT", "PARTITION", "WHAT", "HOLDER", "GENERATION", "BY", "REASON")
 	for _, h := range hist {

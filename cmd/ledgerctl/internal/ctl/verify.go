@@ -338,12 +338,7 @@ func firstMsg(ctx context.Context, s jetstream.Stream, cfg jetstream.ConsumerCon
 
 func printFindings(w io.Writer, asJSON bool, found []finding) error {
 	if asJSON {
-		for _, f := range found {
-			if err := writeJSON(w, f); err != nil {
-				return err
-			}
-		}
-		return nil
+		return writeJSONLines(w, found)
 	}
 	if len(found) == 0 {
 		fmt.Fprintln(w, "JetStream holds what PostgreSQL says it should: nothing found")
