@@ -41,6 +41,9 @@ func FuzzDecodeInbound(f *testing.F) {
 		{"ledger.in.w.1.3.task", valid + "\nLedger-Verdict: committed", `1e131071`},
 		{"ledger.in.w.1.3.task", valid + "\nLedger-Holder: w.1", `{}`},
 		{"ledger.in.w.1.3.task", valid + "\nLedger-Holder: v.1", `{}`},
+		{"ledger.in.w.1.3.task", valid + "\nLedger-Kind: snapshot", `{"t":1}`},
+		{"ledger.in.w.1.3.task", valid + "\nLedger-Kind: Snapshot", `{}`},
+		{"ledger.in.w.1.3.task", valid + "\nLedger-Kind: events\nLedger-Kind: snapshot", `{}`},
 	} {
 		f.Add(c.subject, c.header, []byte(c.data))
 	}
@@ -48,7 +51,7 @@ func FuzzDecodeInbound(f *testing.F) {
 	reasons := map[string]bool{}
 	for _, r := range []string{wire.ReasonBadSubject, wire.ReasonHeadersTooLarge, wire.ReasonMissingEventID,
 		wire.ReasonHolderMismatch, wire.ReasonMissingType, wire.ReasonMissingGen, wire.ReasonBadGeneration,
-		wire.ReasonMissingVersion, wire.ReasonBadVersion, wire.ReasonRepeatedHeader, wire.ReasonBadEventID} {
+		wire.ReasonMissingVersion, wire.ReasonBadVersion, wire.ReasonRepeatedHeader, wire.ReasonBadEventID, wire.ReasonBadKind} {
 		reasons[r] = true
 	}
 	f.Fuzz(func(t *testing.T, subject, header string, data []byte) {
@@ -73,13 +76,17 @@ func FuzzDecodeInbound(f *testing.F) {
 		if d.ID != wire.EventIDOf(h.Get(wire.HeaderMsgID)) || d.Type != h.Get(wire.HeaderType) {
 			t.Fatalf("event %+v does not match headers %v", d.Inbound, h)
 		}
+		if k := h.Values(wire.HeaderKind); (len(k) == 0 && d.Kind != wire.KindEvents) || (len(k) == 1 && d.Kind != k[0]) {
+			t.Fatalf("kind %q from Ledger-Kind %q", d.Kind, k)
+		}
 		if d.Generation < 0 || d.Version < 0 || string(d.Payload) != string(data) {
 			t.Fatalf("event %+v", d.Inbound)
 		}
 		// What was decoded is what the encoder makes of it again.
 		m := subjects.InboundMsg(d.Inbound)
 		again, bad := subjects.DecodeInbound(m.Subject, m.Header, m.Data)
-		if bad != nil || again.Inbound.ID != d.ID || again.Version != d.Version || again.Generation != d.Generation {
+		if bad != nil || again.Inbound.ID != d.ID || again.Version != d.Version || again.Generation != d.Generation ||
+			again.Kind != d.Kind {
 			t.Fatalf("re-encoded event decodes as %+v, %v", again.Inbound, bad)
 		}
 	})
