@@ -9,9 +9,9 @@ import (
 	"runtime"
 	"runtime/pprof"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/benchreport"
 	"github.com/flowness/ledger/internal/admin"
 	"github.com/flowness/ledger/internal/connect"
+	"github.com/flowness/ledger/internal/lab/benchreport"
 )
 
 // Bench runs the benchmark report ("bench"): the raw PostgreSQL baselines,

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
 	"github.com/flowness/ledger/internal/connect"
+	"github.com/flowness/ledger/internal/lab/chaos"
 	"github.com/flowness/ledger/pkg/wire"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
+	"github.com/flowness/ledger/internal/pgtemp"
 )
 
 func freePort(t *testing.T) int {

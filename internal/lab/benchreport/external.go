@@ -16,8 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/procstat"
+	"github.com/flowness/ledger/internal/lab/chaos"
+	"github.com/flowness/ledger/internal/lab/procstat"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/streams"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/localstack"
+	"github.com/flowness/ledger/internal/localstack"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/pkg/worker"
 )

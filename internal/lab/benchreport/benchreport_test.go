@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/benchreport"
 	"github.com/flowness/ledger/internal/dbtest"
+	"github.com/flowness/ledger/internal/lab/benchreport"
 	"github.com/flowness/ledger/internal/ledgertest"
 )
 

@@ -14,9 +14,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/benchreport"
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
+	"github.com/flowness/ledger/internal/lab/benchreport"
 	"github.com/flowness/ledger/internal/ledgertest"
+	"github.com/flowness/ledger/internal/pgtemp"
 )
 
 // binaries builds ingest, projector and ledgerctl once per test binary.

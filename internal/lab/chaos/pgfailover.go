@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
+	"github.com/flowness/ledger/internal/pgtemp"
 )
 
 // The PostgreSQL failover fault (Options.Replication). The ledger's

@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
+	"github.com/flowness/ledger/internal/lab/chaos"
 )
 
 // SyncPolicy is JetStream's durability settings against one another in the

@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
 	"github.com/flowness/ledger/internal/connect"
+	"github.com/flowness/ledger/internal/lab/chaos"
+	"github.com/flowness/ledger/internal/pgtemp"
 )
 
 // binaries builds ingest, projector and ledgerctl once per test binary, and

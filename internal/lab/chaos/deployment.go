@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
+	"github.com/flowness/ledger/internal/pgtemp"
 	"github.com/flowness/ledger/pkg/wire"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
+	"github.com/flowness/ledger/internal/lab/chaos"
 )
 
 // failoverRun is a short run with one PostgreSQL failover, 4.5 to 9 s in:

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/procstat"
+	"github.com/flowness/ledger/internal/lab/procstat"
 )
 
 // procSnapshot is every process's stat at one moment, by pid.

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/procstat"
+	"github.com/flowness/ledger/internal/lab/procstat"
 	"github.com/flowness/ledger/pkg/wire"
 )
 

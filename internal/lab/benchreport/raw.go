@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/localstack"
+	"github.com/flowness/ledger/internal/localstack"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 )

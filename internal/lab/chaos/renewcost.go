@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/procstat"
+	"github.com/flowness/ledger/internal/lab/procstat"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 )

@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
 	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/pgtemp"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/migrations"
 	"github.com/flowness/ledger/pkg/fence"

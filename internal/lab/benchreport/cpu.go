@@ -3,7 +3,7 @@ package benchreport
 import (
 	"time"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/procstat"
+	"github.com/flowness/ledger/internal/lab/procstat"
 )
 
 // machineCPU is the CPU time the whole machine has spent working since

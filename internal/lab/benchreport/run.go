@@ -36,7 +36,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/localstack"
+	"github.com/flowness/ledger/internal/localstack"
 )
 
 // Run starts a ledger in this process (see Options.DatabaseURL), runs the

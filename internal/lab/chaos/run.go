@@ -22,8 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
 	"github.com/flowness/ledger/internal/faultproxy"
+	"github.com/flowness/ledger/internal/pgtemp"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/pkg/worker/effect"

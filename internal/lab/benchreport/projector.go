@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/localstack"
+	"github.com/flowness/ledger/internal/localstack"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/chaos"
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/pgtemp"
+	"github.com/flowness/ledger/internal/lab/chaos"
+	"github.com/flowness/ledger/internal/pgtemp"
 )
 
 func TestFailoverMeasuresTheStandbysFirstCommitAndCountsPausesPastTheTTL(t *testing.T) {
