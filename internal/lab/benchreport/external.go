@@ -38,7 +38,7 @@ type ExternalOptions struct {
 	// Raw makes the workers raw JetStream publishers (the contract's
 	// headers, no SDK) instead of Go SDK clients.
 	Raw bool
-	// Bin is the directory holding the ingest, projector and ledgerctl
+	// Bin is the directory holding the ingest, projector and ledgerlab
 	// binaries; default the directory of the running executable.
 	Bin string
 	// IngestProfile, when set, is the file the ingest writes a CPU profile
@@ -556,10 +556,10 @@ func (e *external) spec() workerSpec {
 // startWorkers starts the worker processes and waits until each holds its
 // leases.
 func (e *external) startWorkers(ctx context.Context, sp workerSpec) (workers, error) {
-	ledgerctl := e.d.Ledgerctl()
+	lab := e.d.Ledgerlab()
 	var ws workers
 	for n := range sp.workers {
-		w, err := e.startWorker(ledgerctl, sp, n)
+		w, err := e.startWorker(lab, sp, n)
 		if err != nil {
 			return ws, err
 		}
@@ -578,7 +578,7 @@ func (e *external) startWorkers(ctx context.Context, sp workerSpec) (workers, er
 	return ws, nil
 }
 
-func (e *external) startWorker(ledgerctl string, sp workerSpec, n int) (*workerProc, error) {
+func (e *external) startWorker(lab string, sp workerSpec, n int) (*workerProc, error) {
 	args := []string{"bench", "worker", "-nats-url", e.d.NATSURL(), "-run", sp.id, "-worker", strconv.Itoa(n),
 		"-workers", strconv.Itoa(sp.workers), "-events", strconv.Itoa(sp.events), "-tasks", strconv.Itoa(sp.tasks)}
 	if sp.raw {
@@ -590,7 +590,7 @@ func (e *external) startWorker(ledgerctl string, sp workerSpec, n int) (*workerP
 	if sp.bare {
 		args = append(args, "-bare", "-database-url", e.d.DatabaseURL())
 	}
-	w := &workerProc{n: n, cmd: exec.Command(ledgerctl, args...), exited: make(chan struct{}),
+	w := &workerProc{n: n, cmd: exec.Command(lab, args...), exited: make(chan struct{}),
 		logPath: filepath.Join(e.d.Dir(), "procs", fmt.Sprintf("worker-%s-%d.log", sp.id, n))}
 	logf, err := os.Create(w.logPath)
 	if err != nil {
@@ -610,7 +610,7 @@ func (e *external) startWorker(ledgerctl string, sp workerSpec, n int) (*workerP
 	w.lines.Buffer(make([]byte, 0, 512), maxWorkerLine)
 	if err := w.cmd.Start(); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("benchreport: start worker %d (%s): %w", n, ledgerctl, err)
+		return nil, fmt.Errorf("benchreport: start worker %d (%s): %w", n, lab, err)
 	}
 	go func() {
 		_ = w.cmd.Wait()

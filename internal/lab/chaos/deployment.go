@@ -18,7 +18,7 @@ import (
 // DeploymentOptions configure StartDeployment. The zero value starts the
 // default deployment from the binaries beside the running executable.
 type DeploymentOptions struct {
-	// Bin is the directory holding the ingest, projector and ledgerctl
+	// Bin is the directory holding the ingest, projector and ledgerlab
 	// binaries; default the directory of the running executable.
 	Bin string
 	// Partitions is the ingest's partition count; default 16
@@ -46,7 +46,7 @@ type DeploymentOptions struct {
 // Deployment is the ledger as processes, the way it is deployed and with no
 // fault injected: a throwaway PostgreSQL with the settings of a durable
 // deployment (fsync, full_page_writes and synchronous_commit on), one
-// nats-server (a "ledgerctl chaos nats" process), one ingest and one
+// nats-server (a "ledgerlab chaos nats" process), one ingest and one
 // projector, each from its binary with its default settings. It is what
 // "ledgerctl bench -external" measures; a process that exits is not
 // restarted but counted (Exits).
@@ -155,9 +155,9 @@ func (d *Deployment) Pool() *pgxpool.Pool { return d.r.pool }
 // NATS is a connection to the deployment's NATS server, closed by Stop.
 func (d *Deployment) NATS() *nats.Conn { return d.r.nc }
 
-// Ledgerctl is the ledgerctl binary the deployment found beside the
+// Ledgerlab is the ledgerlab binary the deployment found beside the
 // ingest and the projector (it runs the nats-server).
-func (d *Deployment) Ledgerctl() string { return d.r.bin.ledgerctl }
+func (d *Deployment) Ledgerlab() string { return d.r.bin.ledgerlab }
 
 // Dir is where the processes' logs are (under procs/).
 func (d *Deployment) Dir() string { return d.r.dir }

@@ -66,11 +66,11 @@ type FailoverOptions struct {
 	Rate float64
 	// Seed fixes when in the renewal cycle each fault lands; 0 picks one.
 	Seed uint64
-	// Bin is the directory holding the ingest and ledgerctl binaries;
+	// Bin is the directory holding the ingest and ledgerlab binaries;
 	// default the directory of the running executable.
 	Bin string
-	// Ledgerctl overrides Bin/ledgerctl, which runs the writers and NATS.
-	Ledgerctl string
+	// Ledgerlab overrides Bin/ledgerlab, which runs the writers and NATS.
+	Ledgerlab string
 	// Dir keeps the logs and data of every TTL's stack; default a temporary
 	// directory, removed after a measurement without errors or missed
 	// failovers.
@@ -281,7 +281,7 @@ const failoverPartition = 0
 
 func measureTTL(ctx context.Context, o FailoverOptions, ttl time.Duration, dir string, seed uint64) (*TTLReport, error) {
 	ro := Options{Partitions: 2, Writers: 2, Tasks: 1, Ingests: 1, TTL: ttl, Rate: o.Rate, Zombie: Off,
-		Bin: o.Bin, Ledgerctl: o.Ledgerctl, Dir: dir, Progress: o.Progress}.WithDefaults()
+		Bin: o.Bin, Ledgerlab: o.Ledgerlab, Dir: dir, Progress: o.Progress}.WithDefaults()
 	r := newRun(ro)
 	r.noProjector, r.rng = true, seeded(seed)
 	if err := r.findBinaries(); err != nil {

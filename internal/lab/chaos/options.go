@@ -151,14 +151,14 @@ type Options struct {
 	Principal string
 	// Seed fixes the fault schedule and victims; 0 picks one (printed).
 	Seed uint64
-	// Bin is the directory holding the ingest, projector and ledgerctl
-	// binaries; default the directory of the running executable.
+	// Bin is the directory holding the ingest, projector, ledgerctl and
+	// ledgerlab binaries; default the directory of the running executable.
 	Bin string
 	// IngestBin overrides Bin/ingest (the negative control's build).
 	IngestBin string
-	// Ledgerctl overrides Bin/ledgerctl, which runs the writers and the
+	// Ledgerlab overrides Bin/ledgerlab, which runs the writers and the
 	// NATS nodes.
-	Ledgerctl string
+	Ledgerlab string
 	// Dir keeps the run's logs and data; default a temporary directory,
 	// removed after a run without violations.
 	Dir string

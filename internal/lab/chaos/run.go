@@ -64,7 +64,7 @@ type run struct {
 	dir    string
 	start  time.Time
 	runLog io.WriteCloser
-	bin    struct{ ingest, projector, ledgerctl string }
+	bin    struct{ ingest, projector, ledgerctl, ledgerlab string }
 	prefix string
 	first  int // first partition
 	pg     *pgtemp.Cluster
@@ -263,15 +263,17 @@ func (r *run) findBinaries() error {
 		bin = filepath.Dir(exe)
 	}
 	r.bin.ingest, r.bin.projector, r.bin.ledgerctl = filepath.Join(bin, "ingest"), filepath.Join(bin, "projector"), filepath.Join(bin, "ledgerctl")
+	r.bin.ledgerlab = filepath.Join(bin, "ledgerlab")
 	if r.o.IngestBin != "" {
 		r.bin.ingest = r.o.IngestBin
 	}
-	if r.o.Ledgerctl != "" {
-		r.bin.ledgerctl = r.o.Ledgerctl
+	if r.o.Ledgerlab != "" {
+		r.bin.ledgerlab = r.o.Ledgerlab
 	}
-	need := []string{r.bin.ledgerctl}
+	// ledgerlab runs the writers and NATS; ledgerctl plays the operator.
+	need := []string{r.bin.ledgerlab}
 	if r.o.External == nil {
-		need = append(need, r.bin.ingest, r.bin.projector)
+		need = append(need, r.bin.ingest, r.bin.projector, r.bin.ledgerctl)
 	}
 	for _, p := range need {
 		if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
@@ -461,7 +463,7 @@ func (r *run) startNATS(ctx context.Context) error {
 			args = append(args, "-cluster", "chaos-"+r.id, "-cluster-port", strconv.Itoa(ports[n+i]),
 				"-routes", strings.Join(routes, ","))
 		}
-		p := r.newProc(name, r.bin.ledgerctl, args...)
+		p := r.newProc(name, r.bin.ledgerlab, args...)
 		r.nodes = append(r.nodes, p)
 		if err := p.start(); err != nil {
 			return err
@@ -600,7 +602,7 @@ func (r *run) startWriter(p, k int) (*proc, error) {
 	if r.o.Writer == WriterSDK {
 		args = append(args, "-writer", WriterSDK, "-receipt-timeout", r.o.ReceiptTimeout.String())
 	}
-	w := r.newProc(holder, r.bin.ledgerctl, args...)
+	w := r.newProc(holder, r.bin.ledgerlab, args...)
 	w.onExit = func(p *proc, err error) {
 		r.onExit(p, err)
 		p.close() // a writer is not restarted: its log would begin again

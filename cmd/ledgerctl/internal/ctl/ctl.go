@@ -72,11 +72,9 @@ var commands = map[string]Command{
 	"version": {Version, "", "print the version of ledgerctl"},
 	"demo":    {Demo, "", "run the whole ledger in-process and play the two seed stories"},
 	"dev":     {Dev, "[-nats-port N] [-fresh-database] [-json]", "run a whole local ledger in-process until SIGINT or SIGTERM"},
-	"bench":   {Bench, "[-events N] [-rate N]", "benchmark report: baselines, fence, pipeline, latency"},
 	"console": {Console, "[-listen ADDR] [-allow-replay]", "serve the web console: partitions, flow, dead letters, tasks, live"},
 	"auth":    {Auth, "static|jwt|jwt-user [flags]", "generate the NATS authorization of an authenticated deployment"},
 	"rebuild": {Rebuild, "[-partitions SET]", "replay the PostgreSQL log into fresh projections (stop the projectors first)"},
-	"chaos":   {Chaos, "[flags] | writer|check ...", "run the ledger as processes under faults and check every promise"},
 
 	"archive":          {Archive, "-dir DIR -before-seq N | -older-than D", "move history older than a horizon into files, online"},
 	"revoke":           {Revoke, "-partition P -reason R", "fence a partition's holder now: raise its generation, end its lease"},

@@ -1,4 +1,4 @@
-package ctl
+package lab
 
 import (
 	"context"
@@ -23,9 +23,9 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "worker" {
 		return benchWorker(ctx, args[1:], stdout, stderr)
 	}
-	f := NewFlags("ledgerctl bench", "[-only SECTIONS] [-events N] [-rounds N] [-rate N] [-duration D] [-workers N]\n"+
-		"       ledgerctl bench -external [-events N] [-tasks N] [-workers N] [-warmup N] [-raw | -compare N] [-bin DIR] [-ingest-profile FILE]\n"+
-		"       ledgerctl bench -external -latency [-rate N] [-events N] [-workers N] [-warmup N] [-raw] [-bin DIR]",
+	f := NewFlags("ledgerlab bench", "[-only SECTIONS] [-events N] [-rounds N] [-rate N] [-duration D] [-workers N]\n"+
+		"       ledgerlab bench -external [-events N] [-tasks N] [-workers N] [-warmup N] [-raw | -compare N] [-bin DIR] [-ingest-profile FILE]\n"+
+		"       ledgerlab bench -external -latency [-rate N] [-events N] [-workers N] [-warmup N] [-raw] [-bin DIR]",
 		"Run the benchmark report in one process, on one machine: per-event fenced INSERT, set-based\n"+
 			"fenced insert and COPY baselines and fence.Append (baselines); raw publishers into the full\n"+
 			"ingest and into a bare pipeline in alternating rounds, with CPU time per event (pipeline);\n"+
@@ -38,7 +38,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"one nats-server, one ingest, one projector and -workers worker processes, each a process of its\n"+
 			"own; the workers publish -events events at full speed through the Go SDK (or raw with -raw),\n"+
 			"and it prints each component's CPU time per event, from /proc/<pid>/stat, and the events/s one\n"+
-			"core of it carries. The ingest and projector binaries are found beside ledgerctl, or in -bin\n"+
+			"core of it carries. The ingest and projector binaries are found beside ledgerlab, or in -bin\n"+
 			"('make bench-external' builds them). -compare N runs N pairs of external runs instead, SDK then\n"+
 			"raw, each on a fresh deployment, and reports the SDK's rate over the raw publishers' and each\n"+
 			"path's first second against the rest of its run. Each run first sends -warmup events of other\n"+
@@ -56,7 +56,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	memProfile := f.String("memprofile", "", "write an allocation profile at the end of the run to this file")
 	external := f.Bool("external", false, "run every part as a process of its own and report each one's CPU time per event")
 	raw := f.Bool("raw", false, "with -external: raw JetStream publishers instead of SDK workers")
-	bin := f.String("bin", "", "with -external: directory of the ingest, projector and ledgerctl binaries (default: beside this ledgerctl)")
+	bin := f.String("bin", "", "with -external: directory of the ingest, projector and ledgerlab binaries (default: beside this ledgerlab)")
 	ingestProfile := f.String("ingest-profile", "", "with -external: have the ingest write a CPU profile of its whole life to this file")
 	tasks := f.Int("tasks", 0, "with -external: new tasks the events spread over (default one per 25 events, 16 to 2,000)")
 	compare := f.Int("compare", 0, "with -external: run this many pairs of runs, SDK then raw, and compare them")
@@ -182,8 +182,8 @@ func externalFlags(f *Flags, external bool) error {
 // benchWorker is one worker process of an external run ("bench worker"):
 // it speaks to its coordinator on stdin and stdout.
 func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl bench worker", "-run ID -worker N -workers N -events N [-tasks N] [-raw] [-rate N] [-bare]",
-		"One worker process of 'ledgerctl bench -external', which starts it: it takes its leases, says\n"+
+	f := NewFlags("ledgerlab bench worker", "-run ID -worker N -workers N -events N [-tasks N] [-raw] [-rate N] [-bare]",
+		"One worker process of 'ledgerlab bench -external', which starts it: it takes its leases, says\n"+
 			"\"ready\" on stdout, publishes its share of the events on \"go\" from stdin, and exits when stdin ends.\n"+
 			"With -rate it publishes its share of that many events a second and reports their latencies;\n"+
 			"-bare makes it the bare pipeline of a latency run (with -database-url).", stderr)
@@ -215,6 +215,6 @@ func writeHeapProfile(path string, stderr io.Writer) {
 		_ = f.Close()
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "ledgerctl bench: memory profile: %v\n", err)
+		fmt.Fprintf(stderr, "ledgerlab bench: memory profile: %v\n", err)
 	}
 }

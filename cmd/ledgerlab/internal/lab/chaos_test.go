@@ -1,4 +1,4 @@
-package ctl_test
+package lab_test
 
 import (
 	"testing"
@@ -20,7 +20,7 @@ func TestChaosArgumentsThatCannotRun(t *testing.T) {
 		{"a TTL below the contract's", []string{"chaos", "-ttl", "50ms"}, 2, "the TTL must be whole milliseconds"},
 		{"an argument", []string{"chaos", "now"}, 2, `unexpected argument "now"`},
 		{"external without a database", []string{"chaos", "-external", "-database-url", ""}, 2, "-external needs DATABASE_URL"},
-		{"no binaries", []string{"chaos", "-bin", empty, "-duration", "1s"}, 1, "binary not found: " + empty + "/ledgerctl"},
+		{"no binaries", []string{"chaos", "-bin", empty, "-duration", "1s"}, 1, "binary not found: " + empty + "/ledgerlab"},
 		{"writer without a holder", []string{"chaos", "writer", "-partition", "1"}, 2, "-holder, -partition, -tasks, -task-prefix and -log are required"},
 		{"check without logs", []string{"chaos", "check"}, 2, "-logs is required"},
 		{"check of a directory without logs", []string{"chaos", "check", "-logs", empty}, 1, "no writer logs"},
@@ -38,8 +38,8 @@ func TestChaosArgumentsThatCannotRun(t *testing.T) {
 func TestChaosHasItsUsage(t *testing.T) {
 	t.Parallel()
 	r := run(t, "help", "chaos").ok(t)
-	assert.Contains(t, r.stdout, "Usage: ledgerctl chaos")
+	assert.Contains(t, r.stdout, "Usage: ledgerlab chaos")
 	assert.Contains(t, r.stdout, "-sigstop-every")
 	r = run(t, "chaos", "writer", "-h").ok(t)
-	assert.Contains(t, r.stdout+r.stderr, "Usage: ledgerctl chaos writer")
+	assert.Contains(t, r.stdout+r.stderr, "Usage: ledgerlab chaos writer")
 }

@@ -1,4 +1,4 @@
-package ctl_test
+package lab_test
 
 import (
 	"testing"

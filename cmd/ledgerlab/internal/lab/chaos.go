@@ -1,4 +1,4 @@
-package ctl
+package lab
 
 import (
 	"context"
@@ -34,10 +34,10 @@ var chaosCommands = map[string]Command{
 func Chaos(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// A part's name comes first after the global flags; anything else is
 	// the run's own flags.
-	fs := NewFlags("ledgerctl chaos", "", "", io.Discard)
+	fs := NewFlags("ledgerlab chaos", "", "", io.Discard)
 	if err := fs.FlagSet.Parse(args); err == nil && fs.NArg() > 0 {
 		if _, ok := chaosCommands[fs.Arg(0)]; ok {
-			return dispatch(ctx, "ledgerctl chaos", chaosCommands, args, stdout, stderr)
+			return dispatch(ctx, "ledgerlab chaos", chaosCommands, args, stdout, stderr)
 		}
 	}
 	return chaosRun(ctx, args, stdout, stderr)
@@ -50,13 +50,13 @@ type violationsError struct{ n int }
 func (e violationsError) Error() string { return fmt.Sprintf("%d violations (see above)", e.n) }
 
 func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl chaos", "[flags]",
+	f := NewFlags("ledgerlab chaos", "[flags]",
 		"Run the ledger as processes (PostgreSQL, NATS, two ingests, a projector) with two writers per\n"+
 			"partition, inject faults while they publish (SIGSTOP of a writer, kill -9 of an ingest, NATS\n"+
 			"and PostgreSQL restarts), then check from the writers' logs and the stored state that no\n"+
 			"promise was broken. Exit status 0: no violation; 1: violations (printed); 2: usage.\n"+
 			"With -external, run only the writers and the checker against DATABASE_URL and NATS_URL.\n"+
-			"Parts: 'ledgerctl chaos writer', 'ledgerctl chaos check' (see docs/operations.md).", stderr)
+			"Parts: 'ledgerlab chaos writer', 'ledgerlab chaos check' (see docs/operations.md).", stderr)
 	var o chaos.Options
 	f.DurationVar(&o.Duration, "duration", chaos.DurationDefault, "how long the writers publish")
 	f.IntVar(&o.Partitions, "partitions", chaos.PartitionsDefault, "partitions written")
@@ -81,7 +81,7 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.IntVar(&o.Ingests, "ingests", chaos.IngestsDefault, "ingest processes")
 	f.StringVar(&o.Principal, "principal", chaos.PrincipalDefault, "principal of the writers' holder ids (with -external: their NATS user)")
 	seed := f.Uint64("seed", 0, "seed of the fault schedule and victims (0: random, printed)")
-	f.StringVar(&o.Bin, "bin", "", "directory of the ingest, projector and ledgerctl binaries (default: this executable's)")
+	f.StringVar(&o.Bin, "bin", "", "directory of the ingest, projector, ledgerctl and ledgerlab binaries (default: this executable's)")
 	f.StringVar(&o.Dir, "dir", "", "keep the run's logs and data here (default: a temporary directory, removed after a clean run)")
 	f.DurationVar(&o.GapWindow, "gap-window", 0, "the ingests' -gap-window (0: their default, 30s)")
 	f.DurationVar(&o.GapTimeout, "gap-timeout", chaos.GapTimeoutDefault, "the projector's -gap-timeout")
@@ -128,10 +128,10 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // ChaosWriter runs one writer ("chaos writer") until it is interrupted.
 func ChaosWriter(ctx context.Context, args []string, _, stderr io.Writer) error {
-	f := NewFlags("ledgerctl chaos writer", "-holder H -partition N -tasks N -task-prefix P -log FILE [flags]",
+	f := NewFlags("ledgerlab chaos writer", "-holder H -partition N -tasks N -task-prefix P -log FILE [flags]",
 		"Compete for a partition's lease and, while holding it, publish the next versions of the\n"+
 			"partition's tasks (<task-prefix>-t0 ... -t<N-1>), logging every publish, ack, receipt and\n"+
-			"grant to -log (JSON lines, read by 'ledgerctl chaos check'). Runs until interrupted.", stderr)
+			"grant to -log (JSON lines, read by 'ledgerlab chaos check'). Runs until interrupted.", stderr)
 	var cfg chaos.WriterConfig
 	f.StringVar(&cfg.Holder, "holder", "", "holder id, <principal>.<instance> (required)")
 	f.IntVar(&cfg.Partition, "partition", -1, "partition (required)")
@@ -201,7 +201,7 @@ func ChaosWriter(ctx context.Context, args []string, _, stderr io.Writer) error 
 
 // ChaosCheck checks the ledger against writer logs ("chaos check").
 func ChaosCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl chaos check", "-logs DIR [-show N]",
+	f := NewFlags("ledgerlab chaos check", "-logs DIR [-show N]",
 		"Read the writer logs (*.jsonl) in -logs and what PostgreSQL (DATABASE_URL), LEDGER_LOG,\n"+
 			"LEDGER_DLQ and the bucket (NATS_URL) hold for their tasks, and report every violation.\n"+
 			"Run it once the writers stopped and the ledger has judged their events.", stderr)
@@ -243,7 +243,7 @@ func ChaosCheck(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // ChaosNATS runs one NATS server node of a chaos run ("chaos nats") until
 // it is interrupted.
 func ChaosNATS(ctx context.Context, args []string, _, stderr io.Writer) error {
-	f := NewFlags("ledgerctl chaos nats", "-name N -port P -store DIR [-cluster C -cluster-port P -routes URLS] [-sync-always]",
+	f := NewFlags("ledgerlab chaos nats", "-name N -port P -store DIR [-cluster C -cluster-port P -routes URLS] [-sync-always]",
 		"Run an embedded nats-server with JetStream until interrupted: the NATS node a chaos run\n"+
 			"starts, kills and restarts (on the same port and store).", stderr)
 	var n chaos.NATSNode
@@ -266,7 +266,7 @@ func ChaosNATS(ctx context.Context, args []string, _, stderr io.Writer) error {
 // ChaosFailover measures failover time and false takeovers per lease TTL
 // ("chaos failover").
 func ChaosFailover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl chaos failover", "[-ttls 500ms,1s,3s,10s] [-pauses 100ms,250ms,500ms,1s,2s] [-trials N] [-pause-trials N] [flags]",
+	f := NewFlags("ledgerlab chaos failover", "[-ttls 500ms,1s,3s,10s] [-pauses 100ms,250ms,500ms,1s,2s] [-trials N] [-pause-trials N] [flags]",
 		"For each TTL, start PostgreSQL (a throwaway cluster), NATS and one ingest as processes, and two\n"+
 			"writers of one partition, each the other's standby, renewing every TTL/3 by the SDK's rule. Then\n"+
 			"kill -9 the holder -trials times, measuring from the kill to the standby's first committed event,\n"+
@@ -280,7 +280,7 @@ func ChaosFailover(ctx context.Context, args []string, stdout, stderr io.Writer)
 	f.IntVar(&o.PauseTrials, "pause-trials", chaos.PauseTrialsDefault, "SIGSTOP trials per TTL and pause")
 	f.Float64Var(&o.Rate, "rate", chaos.FailoverRateDefault, "events per second of the holding writer")
 	seed := f.Uint64("seed", 0, "seed of where in the renewal cycle each fault lands (0: random, printed)")
-	f.StringVar(&o.Bin, "bin", "", "directory of the ingest and ledgerctl binaries (default: this executable's)")
+	f.StringVar(&o.Bin, "bin", "", "directory of the ingest, projector, ledgerctl and ledgerlab binaries (default: this executable's)")
 	f.StringVar(&o.Dir, "dir", "", "keep the logs and data here (default: a temporary directory, kept only after an error or a missed failover)")
 	if err := f.Parse(args); err != nil {
 		return err

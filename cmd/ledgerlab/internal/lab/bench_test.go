@@ -1,4 +1,4 @@
-package ctl_test
+package lab_test
 
 import (
 	"encoding/json"
@@ -38,4 +38,15 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		r := run(t, append([]string{"bench"}, args...)...)
 		require.Equal(t, 2, r.code, "%v is a usage error; stderr: %s", args, r.stderr)
 	}
+}
+
+func TestBenchCommandPrintsTheReport(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	r := run(t, "bench", "-database-url", db.URL, "-events", "1000", "-rate", "300", "-duration", "500ms", "-workers", "2").ok(t)
+	for _, row := range []string{"per-event fenced INSERT", "set-based fenced insert", "COPY", "fence.Append",
+		"pipeline: SDK → ingest → receipt", "publish → KV"} {
+		require.Contains(t, r.stdout, row)
+	}
+	require.Equal(t, 2, run(t, "bench", "-workers", "17").code)
 }
