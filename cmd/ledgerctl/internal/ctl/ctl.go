@@ -86,6 +86,10 @@ var commands = map[string]Command{
 	"verify":           {Verify, "[-kinds LIST] [-since D] [-json]", "report what JetStream lost against PostgreSQL: projections, log copies, consumers"},
 	"repair":           {Repair, "[-kinds LIST] [-since D] [-json]", "put back from PostgreSQL what verify finds: log copies, projections"},
 	"snapshot":         {Snapshot, "-out FILE", "write the projection bucket to a file a rebuild can start from"},
+
+	// The lab moved to ledgerlab; these say where.
+	"bench": {movedToLab("bench"), "", "moved to ledgerlab: the benchmark report"},
+	"chaos": {movedToLab("chaos"), "", "moved to ledgerlab: chaos runs, -external against a deployment"},
 }
 
 // Run runs ledgerctl with args (without the program name) and returns the
