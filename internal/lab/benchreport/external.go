@@ -22,7 +22,7 @@ import (
 	"github.com/flowness/ledger/streams"
 )
 
-// ExternalOptions configure an external run ("ledgerctl bench -external").
+// ExternalOptions configure an external run ("ledgerlab bench -external").
 // The zero value runs the defaults from the binaries beside the running
 // executable.
 type ExternalOptions struct {
@@ -181,7 +181,7 @@ const projectorPoll = 25 * time.Millisecond
 // RunExternal runs the ledger as a deployment runs it, every part a
 // process of its own: a throwaway PostgreSQL with durable settings, one
 // nats-server, one ingest, one projector (package chaos starts them) and
-// Workers worker processes ("ledgerctl bench worker"). The workers take
+// Workers worker processes ("ledgerlab bench worker"). The workers take
 // their leases and wait; then they publish Events events over new tasks at
 // full speed and wait for every receipt, while the projector folds them
 // into the bucket. It reads every process's CPU time just before the

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// latencyRun is an external latency run ("ledgerctl bench -external
+// latencyRun is an external latency run ("ledgerlab bench -external
 // -latency"): on a deployment without a projector (the receipt does not
 // wait for it), Workers worker processes publish at Rate events a second,
 // raw or through the SDK, each timing its events from publish to receipt;

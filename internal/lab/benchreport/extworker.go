@@ -19,7 +19,7 @@ import (
 )
 
 // WorkerOptions configure one worker process of an external run (the
-// hidden "ledgerctl bench worker"), which RunExternal starts.
+// hidden "ledgerlab bench worker"), which RunExternal starts.
 type WorkerOptions struct {
 	// NATSURL is the deployment's NATS server.
 	NATSURL string

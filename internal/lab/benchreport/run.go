@@ -1,4 +1,4 @@
-// Package benchreport is `ledgerctl bench`, the project's one pipeline
+// Package benchreport is `ledgerlab bench`, the project's one pipeline
 // benchmark harness: in one process and one run, on one machine, it
 // measures
 //
@@ -23,7 +23,7 @@
 // payloads. The phases run one after another against one in-process
 // ledger (package localstack), so they share the host and the database.
 //
-// RunExternal ("ledgerctl bench -external") measures the deployment's
+// RunExternal ("ledgerlab bench -external") measures the deployment's
 // shape instead: PostgreSQL, the nats-server, the ingest, the projector and
 // the workers each a process of its own (package chaos starts the
 // services; RunWorker is a worker), the same shape of events, and each

@@ -48,7 +48,7 @@ type DeploymentOptions struct {
 // deployment (fsync, full_page_writes and synchronous_commit on), one
 // nats-server (a "ledgerlab chaos nats" process), one ingest and one
 // projector, each from its binary with its default settings. It is what
-// "ledgerctl bench -external" measures; a process that exits is not
+// "ledgerlab bench -external" measures; a process that exits is not
 // restarted but counted (Exits).
 type Deployment struct {
 	r    *run

@@ -1,14 +1,14 @@
 // Package chaos proves the ledger's promises under faults, continuously: it
 // runs the real services as processes, breaks them while writers publish,
 // and then checks, trusting nothing the services say about themselves,
-// that no promise was broken ("ledgerctl chaos", "make chaos").
+// that no promise was broken ("ledgerlab chaos", "make chaos").
 //
 // # The run
 //
 // Run starts a throwaway PostgreSQL (package pgtemp, durable commits), one
-// nats-server or three (RunNATS, each a "ledgerctl chaos nats" process),
+// nats-server or three (RunNATS, each a "ledgerlab chaos nats" process),
 // two ingests and a projector from their binaries, and two writers per
-// partition (RunWriter, "ledgerctl chaos writer"), each the other's
+// partition (RunWriter, "ledgerlab chaos writer"), each the other's
 // standby. While they publish it injects, on a seeded schedule: SIGSTOP of
 // a lease holder past its TTL (it wakes as a zombie and keeps publishing
 // with its old generation for a moment), kill -9 of an ingest, kill -9 of
@@ -57,7 +57,7 @@
 //
 // # The failover measurement
 //
-// RunFailover ("ledgerctl chaos failover", "make failover") reuses the run's
+// RunFailover ("ledgerlab chaos failover", "make failover") reuses the run's
 // processes for a measurement instead of a proof: per lease TTL, a stack of
 // PostgreSQL, NATS and one ingest, and two writers of one partition without
 // a zombie window, renewing as the Go SDK does. It kills the holder with

@@ -13,7 +13,7 @@ import (
 // renewals cost.
 func PrintFailover(w io.Writer, rep *FailoverReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "ledgerctl chaos failover: %d kill trials per TTL, %d pause trials per TTL and pause, %d CPUs, seed %d, %v\n\n",
+	fmt.Fprintf(tw, "ledgerlab chaos failover: %d kill trials per TTL, %d pause trials per TTL and pause, %d CPUs, seed %d, %v\n\n",
 		rep.Trials, rep.PauseTrials, rep.CPUs, rep.Seed, (time.Duration(rep.Seconds * float64(time.Second))).Round(time.Second))
 
 	fmt.Fprintln(tw, "Failover: kill -9 of the holder to the standby's first committed event")

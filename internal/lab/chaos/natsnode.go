@@ -10,8 +10,8 @@ import (
 )
 
 // NATSNode configures one nats-server process of a chaos run (the hidden
-// "ledgerctl chaos nats"): the machine's packaged nats-server is too old
-// for the ledger, so ledgerctl embeds the module's own and runs it as a
+// "ledgerlab chaos nats"): the machine's packaged nats-server is too old
+// for the ledger, so ledgerlab embeds the module's own and runs it as a
 // child process that can be killed and started again on the same port and
 // store.
 type NATSNode struct {

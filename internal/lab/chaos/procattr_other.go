@@ -5,7 +5,7 @@ package chaos
 import "syscall"
 
 // childAttr puts a child in its own process group, so a terminal's Ctrl-C
-// reaches only ledgerctl, which stops the run in order.
+// reaches only ledgerlab, which stops the run in order.
 func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }

@@ -47,7 +47,7 @@ func SummaryLine(d time.Duration, r *Report, faults []FaultCount, exits int) str
 	return b.String()
 }
 
-// CheckLine is the summary of a check without a run ("ledgerctl chaos
+// CheckLine is the summary of a check without a run ("ledgerlab chaos
 // check"): the counts of SummaryLine without duration, faults and exits.
 func CheckLine(r *Report) string {
 	var b strings.Builder

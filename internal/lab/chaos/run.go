@@ -436,7 +436,7 @@ func (r *run) startStack(ctx context.Context) error {
 }
 
 // startNATS starts the NATS server, or three cluster nodes, as processes
-// of "ledgerctl chaos nats".
+// of "ledgerlab chaos nats".
 func (r *run) startNATS(ctx context.Context) error {
 	n := 1
 	if r.o.Cluster {
