@@ -19,7 +19,8 @@
 // behind first when replication is asynchronous, and with SplitBrain the
 // old primary started again, writable (pgfailover.go). Then it stops the
 // faults and the writers, waits until LEDGER_IN
-// is empty and the projections caught up, and checks.
+// is empty and the projections caught up, and checks. Faults lists every
+// kind of fault, one entry each: the flags, scheduler and summary read it.
 //
 // # The writers
 //

@@ -12,43 +12,23 @@ import (
 // the writers take their first leases.
 const faultWarmup = 2 * time.Second
 
-// startFaults starts one goroutine per enabled kind of fault.
+// startFaults starts one goroutine per kind of fault (Faults) that applies
+// to the run and is not Off.
 func (r *run) startFaults(ctx context.Context, wg *sync.WaitGroup) {
-	type kind struct {
-		name  string
-		every time.Duration
-		do    func(context.Context)
-	}
-	kinds := []kind{{FaultSigstop, r.o.SigstopEvery, r.sigstop}}
-	if r.o.External == nil {
-		kinds = append(kinds, kind{FaultKillIngest, r.o.KillIngestEvery, r.killIngest})
-		if r.o.Cluster {
-			kinds = append(kinds, kind{FaultNATSKill, r.o.NATSRestartEvery, r.killNATSNode})
-		} else {
-			kinds = append(kinds, kind{FaultNATSRestart, r.o.NATSRestartEvery, r.restartNATS})
+	for _, k := range Faults {
+		if !k.applies(r) {
+			continue
 		}
-		if r.o.Replication != "" {
-			kinds = append(kinds, kind{FaultPGFailover, r.o.PGFailoverEvery, r.failoverPG})
-		} else {
-			kinds = append(kinds, kind{FaultPGRestart, r.o.PGRestartEvery, r.restartPG})
-		}
-		if r.o.StorageLossEvery > 0 {
-			kinds = append(kinds, kind{FaultNATSLoss, r.o.StorageLossEvery, r.loseNATSStorage})
-		}
-		if len(r.pgProxies) > 0 {
-			kinds = append(kinds, kind{FaultPGCut, r.o.PGCutEvery, r.cutPG})
-		}
-	}
-	for _, k := range kinds {
 		r.mu.Lock()
-		r.faults[k.name] += 0 // listed in the summary even if it never fires
+		r.faults[k.Name] += 0 // listed in the summary even if it never fires
 		r.mu.Unlock()
-		if k.every <= 0 {
+		every := *k.every(&r.o)
+		if every <= 0 {
 			continue
 		}
 		// The first one comes within the run's first 60%, so every enabled
 		// fault happens at least once.
-		first := max(faultWarmup, time.Duration(float64(min(k.every, r.o.Duration))*r.uniform(0.3, 0.6)))
+		first := max(faultWarmup, time.Duration(float64(min(every, r.o.Duration))*r.uniform(0.3, 0.6)))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -57,11 +37,11 @@ func (r *run) startFaults(ctx context.Context, wg *sync.WaitGroup) {
 				if !sleep(ctx, time.Until(next)) {
 					return
 				}
-				k.do(ctx)
+				k.inject(r, ctx)
 				r.mu.Lock()
-				r.faults[k.name]++
+				r.faults[k.Name]++
 				r.mu.Unlock()
-				next = time.Now().Add(time.Duration(float64(k.every) * r.uniform(0.75, 1.25)))
+				next = time.Now().Add(time.Duration(float64(every) * r.uniform(0.75, 1.25)))
 			}
 		}()
 	}
@@ -72,9 +52,9 @@ func (r *run) faultCounts() []FaultCount {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []FaultCount
-	for _, k := range []string{FaultSigstop, FaultKillIngest, FaultNATSRestart, FaultNATSKill, FaultPGRestart, FaultPGCut, FaultPGFailover, FaultNATSLoss} {
-		if n, ok := r.faults[k]; ok {
-			out = append(out, FaultCount{Kind: k, Count: n})
+	for _, k := range Faults {
+		if n, ok := r.faults[k.Name]; ok {
+			out = append(out, FaultCount{Kind: k.Name, Count: n})
 		}
 	}
 	return out

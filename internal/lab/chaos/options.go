@@ -202,13 +202,10 @@ func (o Options) WithDefaults() Options {
 	o.Duration = cmp.Or(o.Duration, DurationDefault)
 	o.TTL = cmp.Or(o.TTL, WriterTTLDefault)
 	o.Zombie = cmp.Or(o.Zombie, ZombieDefault)
-	o.SigstopEvery = cmp.Or(o.SigstopEvery, SigstopEveryDefault)
-	o.KillIngestEvery = cmp.Or(o.KillIngestEvery, KillIngestEveryDefault)
-	o.NATSRestartEvery = cmp.Or(o.NATSRestartEvery, NATSRestartEveryDefault)
-	o.PGRestartEvery = cmp.Or(o.PGRestartEvery, PGRestartEveryDefault)
-	o.PGCutEvery = cmp.Or(o.PGCutEvery, PGCutEveryDefault)
-	o.PGFailoverEvery = cmp.Or(o.PGFailoverEvery, PGFailoverEveryDefault)
-	o.StorageLossEvery = cmp.Or(o.StorageLossEvery, Off)
+	for _, f := range Faults {
+		p := f.every(&o)
+		*p = cmp.Or(*p, f.Default)
+	}
 	o.Resend = cmp.Or(o.Resend, Off)
 	o.Writer = cmp.Or(o.Writer, WriterRaw)
 	o.ReceiptTimeout = cmp.Or(o.ReceiptTimeout, SDKReceiptTimeoutDefault)

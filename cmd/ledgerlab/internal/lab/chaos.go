@@ -65,15 +65,13 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.DurationVar(&o.TTL, "ttl", chaos.WriterTTLDefault, "the writers' lease TTL (also the ingests' -lease-ttl)")
 	f.Float64Var(&o.Rate, "rate", chaos.RateDefault, "events per second of a writer while it holds its lease")
 	f.DurationVar(&o.Zombie, "zombie", chaos.ZombieDefault, "how long a writer that was paused keeps publishing with its old generation")
-	f.DurationVar(&o.SigstopEvery, "sigstop-every", chaos.SigstopEveryDefault, "mean time between SIGSTOPs of a writer (1.25-2 TTLs each); 0: none")
-	f.DurationVar(&o.KillIngestEvery, "kill-ingest-every", chaos.KillIngestEveryDefault, "mean time between kill -9 of an ingest; 0: none")
-	f.DurationVar(&o.NATSRestartEvery, "nats-restart-every", chaos.NATSRestartEveryDefault, "mean time between NATS restarts (kill -9; with -cluster of one node); 0: none")
-	f.DurationVar(&o.PGRestartEvery, "pg-restart-every", chaos.PGRestartEveryDefault, "mean time between immediate-mode PostgreSQL restarts; 0: none")
-	f.DurationVar(&o.PGCutEvery, "pg-cut-every", chaos.PGCutEveryDefault, "mean time between 1-3 s cuts of the network between an ingest and PostgreSQL; 0: none")
+	for _, ft := range chaos.Faults {
+		if ft.Flag != "" {
+			f.DurationVar(ft.Every(&o), ft.Flag, ft.FlagDefault(), ft.Usage)
+		}
+	}
 	f.StringVar(&o.Replication, "replication", "", "run PostgreSQL as a primary and a streaming standby, sync or async, on one multi-host URL, and fail it over (-pg-failover-every) instead of -pg-restart-every and -pg-cut-every")
-	f.DurationVar(&o.PGFailoverEvery, "pg-failover-every", chaos.PGFailoverEveryDefault, "with -replication: mean time between kill -9 of the primary and promotions of the standby (async: frozen behind first)")
 	f.BoolVar(&o.SplitBrain, "split-brain", false, "with -replication: start the old primary again, writable, for 5 s after each failover")
-	f.DurationVar(&o.StorageLossEvery, "storage-loss-every", 0, "mean time between kill -9 of NATS (with -cluster of one node) with the tail of its stream files cut (with -cluster, every other time a block corrupted); 0: none")
 	f.DurationVar(&o.Resend, "resend", 0, "writers publish again an acked event with no receipt after this long (the SDK's re-send); 0: never")
 	f.StringVar(&o.Writer, "writer", chaos.WriterRaw, "how the writers publish: raw (JetStream itself) or sdk (the Go SDK, pkg/worker, which re-sends by itself)")
 	f.DurationVar(&o.ReceiptTimeout, "receipt-timeout", chaos.SDKReceiptTimeoutDefault, "with -writer sdk: the SDK's receipt timeout (its lookup and re-send of an event without receipt)")
@@ -97,10 +95,9 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return Usagef("unexpected argument %q", f.Arg(0))
 	}
 	o.Seed = *seed
-	for _, d := range []*time.Duration{&o.SigstopEvery, &o.KillIngestEvery, &o.NATSRestartEvery, &o.PGRestartEvery, &o.PGCutEvery, &o.StorageLossEvery, &o.Resend} {
-		if *d == 0 {
-			*d = chaos.Off
-		}
+	chaos.ZeroIsOff(&o)
+	if o.Resend == 0 {
+		o.Resend = chaos.Off
 	}
 	if *external {
 		o.External = &chaos.External{Conn: f.Conn, Prefix: f.Prefix, FirstPartition: *firstPartition}
