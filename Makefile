@@ -17,11 +17,11 @@ MODULES := . pkg/wire pkg/worker testkit
 # detector, then every fuzz target for a few seconds. The chaos runs (real
 # processes at over 1,000 events/s) go last and alone: beside them, the
 # other packages' timing-bound tests would share two CPUs with them.
-CHAOS_PKG := ./cmd/ledgerctl/internal/chaos
+CHAOS_PKG := ./internal/lab/chaos
 test: vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	@for m in $(MODULES); do (cd $$m && bash $(CURDIR)/.ci/gotest -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/cmd/ledgerctl/internal/chaos$$')) || exit 1; done
+	@for m in $(MODULES); do (cd $$m && bash $(CURDIR)/.ci/gotest -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/internal/lab/chaos$$')) || exit 1; done
 	bash .ci/gotest -race -count=1 -timeout 9m $(CHAOS_PKG)
 	FUZZTIME=$(FUZZTIME_CI) bash .ci/fuzz
 	$(MAKE) test-ts
@@ -46,7 +46,7 @@ fuzz:
 CHAOS_FLAGS ?=
 chaos:
 	$(GO) build -o bin/ ./cmd/...
-	bin/ledgerctl chaos $(CHAOS_FLAGS)
+	bin/ledgerlab chaos $(CHAOS_FLAGS)
 
 # failover: for lease TTLs of 500ms, 1s, 3s and 10s, the time from kill -9 of a
 # holding worker to its standby's first commit, and how often a live worker paused
@@ -55,7 +55,7 @@ chaos:
 FAILOVER_FLAGS ?=
 failover:
 	$(GO) build -o bin/ ./cmd/...
-	bin/ledgerctl chaos failover $(FAILOVER_FLAGS)
+	bin/ledgerlab chaos failover $(FAILOVER_FLAGS)
 
 # bench-external: the deployment's shape, every part a process of its own
 # (PostgreSQL, nats-server, ingest, projector, SDK workers): events/s and each
@@ -64,7 +64,7 @@ failover:
 BENCH_FLAGS ?=
 bench-external:
 	$(GO) build -o bin/ ./cmd/...
-	bin/ledgerctl bench -external $(BENCH_FLAGS)
+	bin/ledgerlab bench -external $(BENCH_FLAGS)
 
 # bench-compare: the SDK path against raw publishers in the deployment's
 # shape, SDK and raw runs alternating on fresh deployments (docs/internals/benchmarks.md,
@@ -72,7 +72,7 @@ bench-external:
 COMPARE_FLAGS ?= -compare 3 -events 200000
 bench-compare:
 	$(GO) build -o bin/ ./cmd/...
-	bin/ledgerctl bench -external $(COMPARE_FLAGS)
+	bin/ledgerlab bench -external $(COMPARE_FLAGS)
 
 # bench-latency: publish → receipt p50/p99 in the deployment's shape, the
 # raw publishers and then the SDK paced at half the raw full-speed rate, each
@@ -81,8 +81,8 @@ bench-compare:
 LATENCY_FLAGS ?= -events 100000
 bench-latency:
 	$(GO) build -o bin/ ./cmd/...
-	bin/ledgerctl bench -external -latency -raw $(LATENCY_FLAGS)
-	bin/ledgerctl bench -external -latency $(LATENCY_FLAGS)
+	bin/ledgerlab bench -external -latency -raw $(LATENCY_FLAGS)
+	bin/ledgerlab bench -external -latency $(LATENCY_FLAGS)
 
 vet:
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done

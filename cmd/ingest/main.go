@@ -52,7 +52,7 @@ func run(args []string) error {
 	fs.IntVar(&cfg.Replicas, "replicas", connect.EnvInt("LEDGER_REPLICAS", 1), "stream replicas: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
 	durability := fs.String("require-durability", connect.Env("LEDGER_REQUIRE_DURABILITY", "none"), "refuse to start, and be unready, while PostgreSQL offers less: none, local (fsync and synchronous_commit on) or sync (synchronous replication too); below sync the ingest warns at start (env LEDGER_REQUIRE_DURABILITY)")
 	migrate := fs.Bool("migrate", true, "apply database migrations at start")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file, from start until it exits on SIGTERM or SIGINT (for measurement: ledgerctl bench -external); default none")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file, from start until it exits on SIGTERM or SIGINT (for measurement: ledgerlab bench -external); default none")
 	if ok, err := svcf.Parse(fs, args); !ok {
 		return err
 	}

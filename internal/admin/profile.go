@@ -7,7 +7,7 @@ import (
 )
 
 // StartCPUProfile profiles the process into the file at path until stop is
-// called: the ingest's and ledgerctl bench's -cpuprofile.
+// called: the ingest's and ledgerlab bench's -cpuprofile.
 func StartCPUProfile(path string) (stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 // A binary built with -tags ledger_nofence has every Store unfenced: no lease
 // lock, no stale verdict, no fence predicate in the insert (the seam the
 // commit-order race test uses). It exists so that the chaos run's negative
-// control (cmd/ledgerctl/internal/chaos) can prove its checker sees the stale commits the
+// control (internal/lab/chaos) can prove its checker sees the stale commits the
 // fence prevents. No flag or setting reaches it; only the build tag does.
 func init() {
 	buildUnfenced = true

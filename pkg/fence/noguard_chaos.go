@@ -9,7 +9,7 @@ import (
 
 // A binary built with -tags ledger_noguards has every PrimaryGuard off: it
 // refuses no superseded primary. It exists so that the chaos run's
-// failover negative control (cmd/ledgerctl/internal/chaos) can prove its
+// failover negative control (internal/lab/chaos) can prove its
 // checker sees what the guards prevent. No flag or setting reaches it;
 // only the build tag does.
 func init() {

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Compares the TypeScript SDK's publish rate with the Go SDK's on one ledger:
-# rounds of the Go SDK's bench worker (ledgerctl bench worker) and this
+# rounds of the Go SDK's bench worker (ledgerlab bench worker) and this
 # package's bench/publish.js alternate on a fresh ledgerctl dev, each
 # publishing EVENTS events over TASKS tasks at full speed. Prints one JSON
 # line per run and the TypeScript/Go ratio of the median rates.
 #   npm run build && npx tsc -p tsconfig.test.json && node scripts/build-ledgerctl.mjs
+#   (cd ../.. && go build -o sdk/typescript/build-test/ledgerlab ./cmd/ledgerlab)
 #   bench/compare.sh [rounds] [events] [tasks]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3} events=${2:-30000} tasks=${3:-64}
 ledgerctl=${LEDGERCTL:-build-test/ledgerctl}
+ledgerlab=${LEDGERLAB:-build-test/ledgerlab}
 db=${TEST_DATABASE_URL:-postgres://root@127.0.0.1:5432/test?sslmode=disable}
 
 out=$(mktemp)
@@ -25,7 +27,7 @@ for r in $(seq 1 "$rounds"); do
   # Each run holds every partition; the next waits out its TTL after release.
   # The bench worker runs until its stdin ends: it is stopped once it is done.
   wout=$(mktemp)
-  "$ledgerctl" bench worker -nats-url "$url" -run "go$r" -events "$events" -tasks "$tasks" < <(echo go; sleep 600) > "$wout" &
+  "$ledgerlab" bench worker -nats-url "$url" -run "go$r" -events "$events" -tasks "$tasks" < <(echo go; sleep 600) > "$wout" &
   worker=$!
   until grep -q '"done"' "$wout"; do
     kill -0 $worker 2>/dev/null || { echo "compare: the Go bench worker failed" >&2; exit 1; }

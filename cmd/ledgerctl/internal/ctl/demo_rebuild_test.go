@@ -77,14 +77,3 @@ func TestDemoExternalUsesTheRunningLedger(t *testing.T) {
 	require.Contains(t, r.stdout, "stale/superseded")
 	require.Equal(t, 2, run(t, "demo", "-external", "-database-url", "").code, "-external without a database is a usage error")
 }
-
-func TestBenchCommandPrintsTheReport(t *testing.T) {
-	t.Parallel()
-	db := dbtest.New(t)
-	r := run(t, "bench", "-database-url", db.URL, "-events", "1000", "-rate", "300", "-duration", "500ms", "-workers", "2").ok(t)
-	for _, row := range []string{"per-event fenced INSERT", "set-based fenced insert", "COPY", "fence.Append",
-		"pipeline: SDK → ingest → receipt", "publish → KV"} {
-		require.Contains(t, r.stdout, row)
-	}
-	require.Equal(t, 2, run(t, "bench", "-workers", "17").code)
-}

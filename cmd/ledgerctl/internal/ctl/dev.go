@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/localstack"
 	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/localstack"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/fence"
 )

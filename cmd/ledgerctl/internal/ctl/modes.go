@@ -18,7 +18,7 @@ func FenceMode(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"  enforce  (the default) a write the fence refuses is stale, dead-lettered and not committed;\n"+
 		"  observe  it commits anyway, and its receipt, row and log copy say would_reject: stale/<reason>.\n"+
 		"With no mode, list the partitions whose mode was ever set.", stderr)
-	f.synopsis = "[-partition P -reason R [-by NAME] enforce|observe]"
+	f.SetSynopsis("[-partition P -reason R [-by NAME] enforce|observe]")
 	if err := f.Parse(args); err != nil {
 		return err
 	}

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/flowness/ledger/internal/cli"
 )
 
 // table writes aligned columns; call flush at the end.
@@ -45,11 +43,7 @@ func (t *table) row(cols ...any) {
 func (t *table) flush() error { return t.tw.Flush() }
 
 // writeJSON writes v as one line of JSON.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
-}
+func writeJSON(w io.Writer, v any) error { return cli.WriteJSON(w, v) }
 
 // writeJSONLines writes each of vs as one line of JSON.
 func writeJSONLines[T any](w io.Writer, vs []T) error {
@@ -103,44 +97,9 @@ func orDash(s string) string {
 	return s
 }
 
-// printable returns s for a terminal: every rune that is not printable
-// (control characters such as ESC, CR, tab and newline, C1 controls,
-// bidirectional overrides, invalid UTF-8) is written as its Go escape
-// (\x1b, \r, \u202e), so that a task id, holder, type, reason or payload
-// from a worker shows what it holds instead of moving the cursor, clearing
-// the screen or reordering the line. Backslashes are left alone: the human
-// form is for reading, and -json gives the exact value.
-func printable(s string) string { return escape(s, false) }
+// printable is cli.Printable: what a worker sent, shown without driving
+// the terminal.
+func printable(s string) string { return cli.Printable(s) }
 
-// printableLines is printable for a block of text laid out in lines (an
-// indented JSON document): its newlines stay.
-func printableLines(s string) string { return escape(s, true) }
-
-func escape(s string, keepNewlines bool) string {
-	shown := func(r rune) bool { return unicode.IsPrint(r) || keepNewlines && r == '\n' }
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || !shown(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case shown(r):
-			b.WriteString(s[i : i+size])
-		default:
-			q := strconv.QuoteRune(r) // '\x1b', '\r', '\u202e'
-			b.WriteString(q[1 : len(q)-1])
-		}
-		i += size
-	}
-	return b.String()
-}
+// printableLines is cli.PrintableLines, for an indented JSON document.
+func printableLines(s string) string { return cli.PrintableLines(s) }

@@ -24,7 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
-	"github.com/flowness/ledger/cmd/ledgerctl/internal/localstack"
+	"github.com/flowness/ledger/internal/localstack"
 	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/pkg/worker"
