@@ -132,7 +132,12 @@ func (s *authStack) startIngest(t *testing.T) {
 // newWorker starts principal's worker on a task of a partition none of the
 // other workers holds.
 func (s *authStack) newWorker(t *testing.T, principal, taskPrefix string, avoid ...int) *workerSide {
-	w := &workerSide{principal: principal, holder: wire.Holder(principal, "1"), conn: s.connect(t, "worker", principal),
+	return s.newWorkerInstance(t, principal, "1", taskPrefix, avoid...)
+}
+
+// newWorkerInstance is newWorker with the holder's instance.
+func (s *authStack) newWorkerInstance(t *testing.T, principal, instance, taskPrefix string, avoid ...int) *workerSide {
+	w := &workerSide{principal: principal, holder: wire.Holder(principal, instance), conn: s.connect(t, "worker", principal),
 		seen: map[string]wire.Receipt{}}
 	for i := 0; ; i++ {
 		w.task = fmt.Sprintf("%s-%d", taskPrefix, i)
@@ -687,12 +692,13 @@ func (s *authStack) confined(t *testing.T) {
 	}
 }
 
-// In operator mode one more worker needs credentials and nothing else: its
-// JWT, signed by the worker role's scoped key, carries only its name.
+// In operator mode one more credential of a principal needs nothing else:
+// its JWT, signed by the scoped key of the principal's account, carries
+// only a name. (A new principal needs an account: auth jwt and a reload.)
 func (s *authStack) mintedWorker(t *testing.T) {
-	runLedgerctl(t, s.ledgerctl, nil, "auth", "jwt-user", "-out", s.dir, "-role", "worker", "-name", "worker-c")
-	c := s.newWorker(t, "worker-c", "minted", s.a.lease.Partition(), s.b.lease.Partition())
-	s.commit(t, c, "running", `{"by":"worker-c"}`)
+	runLedgerctl(t, s.ledgerctl, nil, "auth", "jwt-user", "-out", s.dir, "-role", "worker", "-name", "worker-b")
+	c := s.newWorkerInstance(t, "worker-b", "minted", "minted", s.a.lease.Partition(), s.b.lease.Partition())
+	s.commit(t, c, "running", `{"by":"worker-b's minted credential"}`)
 	_, m := rawEvent(s.a.holder, s.a.lease.Partition(), s.a.task, s.a.lease.Generation(), 1000, `{}`)
 	require.NoError(t, c.conn.PublishMsg(m))
 	c.conn.requireDenied(t, m.Subject)
