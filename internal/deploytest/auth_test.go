@@ -49,6 +49,7 @@ func TestAuthorizedDeployments(t *testing.T) {
 			t.Run("attack_5_reader_consumers_delivering_elsewhere", s.readerConsumers)
 			t.Run("reply_subjects_stay_in_the_requesters_account", s.replySubjects)
 			t.Run("workers_and_services_are_confined", s.confined)
+			t.Run("readers_see_what_repair_writes", s.readersSeeRepairs)
 			if mode == modeJWT {
 				t.Run("minted_worker_gets_its_principals_permissions", s.mintedWorker)
 			}
@@ -66,6 +67,7 @@ type authStack struct {
 	*authDeployment
 	root        *testing.T // what outlives a subtest is cleaned up with it
 	ctx         context.Context
+	db          *dbtest.DB
 	log         *slog.Logger
 	store       *fence.Store
 	ingestNC    *userConn
@@ -94,7 +96,7 @@ func startAuthStack(t *testing.T, mode string) *authStack {
 	t.Cleanup(cancel)
 	d := newAuthDeployment(t, mode)
 	db := dbtest.New(t)
-	s := &authStack{authDeployment: d, root: t, ctx: ctx, log: ledgertest.Logger()}
+	s := &authStack{authDeployment: d, root: t, ctx: ctx, db: db, log: ledgertest.Logger()}
 	var err error
 	s.store, err = fence.New(openPool(t, loginUser(t, db, roleIngest)), fence.Config{})
 	require.NoError(t, err)
@@ -690,6 +692,39 @@ func (s *authStack) confined(t *testing.T) {
 	for _, stream := range []string{"LEDGER_IN", "LEDGER_LOG", "LEDGER_DLQ", "KV_ledger_tasks"} {
 		s.lastSeq(t, stream) // still there
 	}
+}
+
+// A reader follows the bucket's changes whoever writes them: the projector,
+// and operators' `ledgerctl repair`, which folds a lost projection again.
+// Switch: drop the operators' export of $KV.ledger_tasks.> to the readers;
+// the reader never sees the repaired value.
+func (s *authStack) readersSeeRepairs(t *testing.T) {
+	task, head := s.a.task, s.commit(t, s.a, "running", `{"status":"to be lost"}`).Version
+	s.waitProjection(t, s.reader, task, head)
+	changes, err := s.audit.SubscribeSync("$KV.ledger_tasks." + task)
+	require.NoError(t, err)
+	require.NoError(t, s.audit.Flush())
+
+	// The value is lost, as a disk's newest writes can be.
+	kv, err := s.admin.js(t).KeyValue(s.ctx, wire.BucketTasks)
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(s.ctx, task))
+	env := append(s.env("ledgerctl", "ledgerctl"), "DATABASE_URL="+loginUser(t, s.db, roleOperator))
+	out := runLedgerctl(t, s.ledgerctl, env, "repair", "-kinds", "projection", "-grace", "0s", "-json")
+	require.Contains(t, out, `"task":"`+task+`"`)
+	require.Contains(t, out, `"outcome":"folded again"`)
+
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	for {
+		m, err := changes.NextMsgWithContext(ctx)
+		require.NoError(t, err, "the reader did not see the repaired projection of %s", task)
+		var v projectionValue
+		if m.Header.Get("KV-Operation") == "" && json.Unmarshal(m.Data, &v) == nil && v.Version == head {
+			break
+		}
+	}
+	s.audit.requireNoErrors(t)
 }
 
 // In operator mode one more credential of a principal needs nothing else:

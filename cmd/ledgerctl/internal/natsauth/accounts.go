@@ -149,10 +149,12 @@ func (l Layout) importsOf(role, name string) ([]Import, error) {
 	case RoleReader:
 		return []Import{
 			{Subject: "$JS.API.DIRECT.GET.KV_" + l.tasksBucket + ".>", From: AccountProjections, Service: true},
-			// The projector's writes, as it sends them: a message a service
-			// import brought into the buckets' account goes to no stream
-			// export from there.
+			// The bucket's writers' writes, as they send them: a message a
+			// service import brought into the buckets' account goes to no
+			// stream export from there. Operators write it too: `ledgerctl
+			// repair` and `rebuild`.
 			{Subject: "$KV." + l.tasksBucket + ".>", From: AccountProjector},
+			{Subject: "$KV." + l.tasksBucket + ".>", From: AccountOperators},
 		}, nil
 	}
 	// A service: what its permissions let it publish, from the account
@@ -205,7 +207,7 @@ func (l Layout) exportsOf(account string) []Export {
 		return append(js, Export{Subject: l.p("log.>"), Service: true})
 	case AccountProjections:
 		return append(js, Export{Subject: InboxPrefix(RoleProjector, "") + ".>"})
-	case AccountProjector:
+	case AccountProjector, AccountOperators:
 		return []Export{{Subject: "$KV." + l.tasksBucket + ".>"}}
 	case AccountIngest:
 		return []Export{
