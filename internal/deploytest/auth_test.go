@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,7 @@ func TestAuthorizedDeployments(t *testing.T) {
 			t.Run("reply_subjects_stay_in_the_requesters_account", s.replySubjects)
 			t.Run("workers_and_services_are_confined", s.confined)
 			t.Run("readers_see_what_repair_writes", s.readersSeeRepairs)
+			t.Run("operators_list_and_apply_every_stream_and_bucket", s.operatorsListAndApply)
 			if mode == modeJWT {
 				t.Run("minted_worker_gets_its_principals_permissions", s.mintedWorker)
 			}
@@ -725,6 +727,54 @@ func (s *authStack) readersSeeRepairs(t *testing.T) {
 		}
 	}
 	s.audit.requireNoErrors(t)
+}
+
+// The ledger's streams and buckets live in three accounts, and an
+// account-wide listing ($JS.API.STREAM.LIST) answers for one: ledgerctl
+// asks for each by name, which the operators' imports route to its account.
+// A bucket setting the projector is given is applied by an operator, since
+// the projector may create its buckets but never update them.
+// Switch: list through js.ListStreams; LEDGER_LOG and the projector's
+// buckets are missing. Switch: leave the buckets out of streams apply; the
+// projector with the new size is refused its update and does not start.
+func (s *authStack) operatorsListAndApply(t *testing.T) {
+	env := s.env("ledgerctl", "ledgerctl")
+	listed := func(out string) map[string][]string {
+		got := map[string][]string{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var r struct {
+				Stream    string   `json:"stream"`
+				Consumers []string `json:"consumers"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(line), &r), line)
+			got[r.Stream] = r.Consumers
+		}
+		return got
+	}
+	got := listed(runLedgerctl(t, s.ledgerctl, env, "streams", "list", "-json"))
+	for _, name := range []string{"LEDGER_IN", "LEDGER_DLQ", "LEDGER_LOG", "KV_ledger_tasks", "KV_ledger_projector",
+		"KV_ledger_witness", "KV_ledger_leases"} {
+		require.Contains(t, got, name, "streams list shows every account's streams")
+	}
+	require.NotEmpty(t, got["LEDGER_IN"], "the ingest's consumers")
+	require.NotEmpty(t, got["LEDGER_LOG"], "the projector's consumers")
+
+	// A bucket setting changed: the operator applies it, the projector
+	// given it starts.
+	const size = 256 << 20
+	got = listed(runLedgerctl(t, s.ledgerctl, env, "streams", "apply", "-tasks-max-bytes", strconv.Itoa(size), "-json"))
+	require.Contains(t, got, "KV_ledger_tasks")
+	st, err := s.admin.js(t).Stream(s.ctx, "KV_ledger_tasks")
+	require.NoError(t, err)
+	require.EqualValues(t, size, st.CachedInfo().Config.MaxBytes)
+	proj, err := projector.New(projector.Config{TasksMaxBytes: size}, projector.Deps{NC: s.connect(t, "projector", "projector").Conn,
+		Pool: openPool(t, loginUser(t, s.db, roleProjector)), Logger: s.log})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, proj.Start(ctx), "a projector with the bucket's new size")
+	proj.Stop()
+	s.requireServicesUnrefused(t)
 }
 
 // In operator mode one more credential of a principal needs nothing else:
