@@ -190,13 +190,23 @@ func credsAccount(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tok, err := jwt.ParseDecoratedJWT(data)
+	acc, err := issuerAccount(data)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", path, err)
 	}
+	return acc, nil
+}
+
+// issuerAccount decodes a credentials file's user JWT and returns the
+// account that issued it: its IssuerAccount when a signing key signed it.
+func issuerAccount(creds []byte) (string, error) {
+	tok, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		return "", err
+	}
 	uc, err := jwt.DecodeUserClaims(tok)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
+		return "", err
 	}
 	return cmp.Or(uc.IssuerAccount, uc.Issuer), nil
 }
