@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,8 @@ func TestAuthorizedDeployments(t *testing.T) {
 			t.Run("attack_5_reader_consumers_delivering_elsewhere", s.readerConsumers)
 			t.Run("reply_subjects_stay_in_the_requesters_account", s.replySubjects)
 			t.Run("workers_and_services_are_confined", s.confined)
+			t.Run("readers_see_what_repair_writes", s.readersSeeRepairs)
+			t.Run("operators_list_and_apply_every_stream_and_bucket", s.operatorsListAndApply)
 			if mode == modeJWT {
 				t.Run("minted_worker_gets_its_principals_permissions", s.mintedWorker)
 			}
@@ -66,6 +69,7 @@ type authStack struct {
 	*authDeployment
 	root        *testing.T // what outlives a subtest is cleaned up with it
 	ctx         context.Context
+	db          *dbtest.DB
 	log         *slog.Logger
 	store       *fence.Store
 	ingestNC    *userConn
@@ -94,7 +98,7 @@ func startAuthStack(t *testing.T, mode string) *authStack {
 	t.Cleanup(cancel)
 	d := newAuthDeployment(t, mode)
 	db := dbtest.New(t)
-	s := &authStack{authDeployment: d, root: t, ctx: ctx, log: ledgertest.Logger()}
+	s := &authStack{authDeployment: d, root: t, ctx: ctx, db: db, log: ledgertest.Logger()}
 	var err error
 	s.store, err = fence.New(openPool(t, loginUser(t, db, roleIngest)), fence.Config{})
 	require.NoError(t, err)
@@ -132,7 +136,12 @@ func (s *authStack) startIngest(t *testing.T) {
 // newWorker starts principal's worker on a task of a partition none of the
 // other workers holds.
 func (s *authStack) newWorker(t *testing.T, principal, taskPrefix string, avoid ...int) *workerSide {
-	w := &workerSide{principal: principal, holder: wire.Holder(principal, "1"), conn: s.connect(t, "worker", principal),
+	return s.newWorkerInstance(t, principal, "1", taskPrefix, avoid...)
+}
+
+// newWorkerInstance is newWorker with the holder's instance.
+func (s *authStack) newWorkerInstance(t *testing.T, principal, instance, taskPrefix string, avoid ...int) *workerSide {
+	w := &workerSide{principal: principal, holder: wire.Holder(principal, instance), conn: s.connect(t, "worker", principal),
 		seen: map[string]wire.Receipt{}}
 	for i := 0; ; i++ {
 		w.task = fmt.Sprintf("%s-%d", taskPrefix, i)
@@ -687,12 +696,94 @@ func (s *authStack) confined(t *testing.T) {
 	}
 }
 
-// In operator mode one more worker needs credentials and nothing else: its
-// JWT, signed by the worker role's scoped key, carries only its name.
+// A reader follows the bucket's changes whoever writes them: the projector,
+// and operators' `ledgerctl repair`, which folds a lost projection again.
+// Switch: drop the operators' export of $KV.ledger_tasks.> to the readers;
+// the reader never sees the repaired value.
+func (s *authStack) readersSeeRepairs(t *testing.T) {
+	task, head := s.a.task, s.commit(t, s.a, "running", `{"status":"to be lost"}`).Version
+	s.waitProjection(t, s.reader, task, head)
+	changes, err := s.audit.SubscribeSync("$KV.ledger_tasks." + task)
+	require.NoError(t, err)
+	require.NoError(t, s.audit.Flush())
+
+	// The value is lost, as a disk's newest writes can be.
+	kv, err := s.admin.js(t).KeyValue(s.ctx, wire.BucketTasks)
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(s.ctx, task))
+	env := append(s.env("ledgerctl", "ledgerctl"), "DATABASE_URL="+loginUser(t, s.db, roleOperator))
+	out := runLedgerctl(t, s.ledgerctl, env, "repair", "-kinds", "projection", "-grace", "0s", "-json")
+	require.Contains(t, out, `"task":"`+task+`"`)
+	require.Contains(t, out, `"outcome":"folded again"`)
+
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	for {
+		m, err := changes.NextMsgWithContext(ctx)
+		require.NoError(t, err, "the reader did not see the repaired projection of %s", task)
+		var v projectionValue
+		if m.Header.Get("KV-Operation") == "" && json.Unmarshal(m.Data, &v) == nil && v.Version == head {
+			break
+		}
+	}
+	s.audit.requireNoErrors(t)
+}
+
+// The ledger's streams and buckets live in three accounts, and an
+// account-wide listing ($JS.API.STREAM.LIST) answers for one: ledgerctl
+// asks for each by name, which the operators' imports route to its account.
+// A bucket setting the projector is given is applied by an operator, since
+// the projector may create its buckets but never update them.
+// Switch: list through js.ListStreams; LEDGER_LOG and the projector's
+// buckets are missing. Switch: leave the buckets out of streams apply; the
+// projector with the new size is refused its update and does not start.
+func (s *authStack) operatorsListAndApply(t *testing.T) {
+	env := s.env("ledgerctl", "ledgerctl")
+	listed := func(out string) map[string][]string {
+		got := map[string][]string{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var r struct {
+				Stream    string   `json:"stream"`
+				Consumers []string `json:"consumers"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(line), &r), line)
+			got[r.Stream] = r.Consumers
+		}
+		return got
+	}
+	got := listed(runLedgerctl(t, s.ledgerctl, env, "streams", "list", "-json"))
+	for _, name := range []string{"LEDGER_IN", "LEDGER_DLQ", "LEDGER_LOG", "KV_ledger_tasks", "KV_ledger_projector",
+		"KV_ledger_witness", "KV_ledger_leases"} {
+		require.Contains(t, got, name, "streams list shows every account's streams")
+	}
+	require.NotEmpty(t, got["LEDGER_IN"], "the ingest's consumers")
+	require.NotEmpty(t, got["LEDGER_LOG"], "the projector's consumers")
+
+	// A bucket setting changed: the operator applies it, the projector
+	// given it starts.
+	const size = 256 << 20
+	got = listed(runLedgerctl(t, s.ledgerctl, env, "streams", "apply", "-tasks-max-bytes", strconv.Itoa(size), "-json"))
+	require.Contains(t, got, "KV_ledger_tasks")
+	st, err := s.admin.js(t).Stream(s.ctx, "KV_ledger_tasks")
+	require.NoError(t, err)
+	require.EqualValues(t, size, st.CachedInfo().Config.MaxBytes)
+	proj, err := projector.New(projector.Config{TasksMaxBytes: size}, projector.Deps{NC: s.connect(t, "projector", "projector").Conn,
+		Pool: openPool(t, loginUser(t, s.db, roleProjector)), Logger: s.log})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, proj.Start(ctx), "a projector with the bucket's new size")
+	proj.Stop()
+	s.requireServicesUnrefused(t)
+}
+
+// In operator mode one more credential of a principal needs nothing else:
+// its JWT, signed by the scoped key of the principal's account, carries
+// only a name. (A new principal needs an account: auth jwt and a reload.)
 func (s *authStack) mintedWorker(t *testing.T) {
-	runLedgerctl(t, s.ledgerctl, nil, "auth", "jwt-user", "-out", s.dir, "-role", "worker", "-name", "worker-c")
-	c := s.newWorker(t, "worker-c", "minted", s.a.lease.Partition(), s.b.lease.Partition())
-	s.commit(t, c, "running", `{"by":"worker-c"}`)
+	runLedgerctl(t, s.ledgerctl, nil, "auth", "jwt-user", "-out", s.dir, "-role", "worker", "-name", "worker-b")
+	c := s.newWorkerInstance(t, "worker-b", "minted", "minted", s.a.lease.Partition(), s.b.lease.Partition())
+	s.commit(t, c, "running", `{"by":"worker-b's minted credential"}`)
 	_, m := rawEvent(s.a.holder, s.a.lease.Partition(), s.a.task, s.a.lease.Generation(), 1000, `{}`)
 	require.NoError(t, c.conn.PublishMsg(m))
 	c.conn.requireDenied(t, m.Subject)

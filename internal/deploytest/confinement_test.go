@@ -36,11 +36,6 @@ type confinee struct {
 	own []string
 	// victim is the principal whose subjects its probes aim at.
 	victim *workerSide
-	// sharesReceipts: a worker's account holds every principal's receipt
-	// subjects, so a reply it aims at another's receipts arrives there
-	// (docs/security.md, "Known gaps"). Nothing it can have sent there is
-	// a stored message: it has no JetStream API.
-	sharesReceipts bool
 }
 
 // No credential the generator writes, but the operators', can make a
@@ -51,13 +46,18 @@ type confinee struct {
 // subject as its reply; a push consumer delivering there, on every stream
 // it may create consumers on; a pull request answered there; a scratch
 // bucket that republishes there. Nothing may land, in LEDGER_IN,
-// LEDGER_LOG, LEDGER_DLQ or any principal's receipts.
+// LEDGER_LOG, LEDGER_DLQ, or any principal's receipts or inbox: a worker's
+// lease request, lookup or publish ack aimed at another principal's
+// receipts lands in its own account.
+// Switch: put every worker principal in one account again (one
+// LEDGER_WORKERS, as before); worker-a's lease replies and publish acks
+// land on worker-b's receipts and inbox.
 func (s *authStack) noReplyIntoTheLedger(t *testing.T) {
 	who := []confinee{
 		{name: "ingest", conn: s.ingestNC, own: []string{"ledger.log.", "ledger.dlq.", "ledger.receipt."}, victim: s.a},
 		{name: "projector", conn: s.projectorNC, victim: s.a},
-		{name: "worker-a", conn: s.a.conn, victim: s.b, sharesReceipts: true},
-		{name: "worker-b", conn: s.b.conn, victim: s.a, sharesReceipts: true},
+		{name: "worker-a", conn: s.a.conn, victim: s.b},
+		{name: "worker-b", conn: s.b.conn, victim: s.a},
 		{name: "reader dashboards", conn: s.reader, victim: s.a},
 		{name: "reader audit", conn: s.audit, victim: s.a},
 	}
@@ -66,11 +66,14 @@ func (s *authStack) noReplyIntoTheLedger(t *testing.T) {
 	require.NoError(t, s.admin.Publish(wire.Subjects{}.Receipt(s.a.holder), []byte(`{}`)))
 	s.admin.requireNoErrors(t)
 
+	// Each principal's receipts and its inbox, as its worker reads them.
 	receipts := map[string]*nats.Subscription{}
 	for _, w := range []*workerSide{s.a, s.b} {
-		sub, err := w.conn.SubscribeSync(wire.Subjects{}.Receipt(w.holder))
-		require.NoError(t, err)
-		receipts[w.principal] = sub
+		for _, subj := range []string{wire.Subjects{}.Receipt(w.holder), probeInbox(w)} {
+			sub, err := w.conn.SubscribeSync(subj)
+			require.NoError(t, err)
+			receipts[subj] = sub
+		}
 	}
 	s.settle(t)
 	for _, c := range who {
@@ -93,11 +96,15 @@ func (s *authStack) noReplyIntoTheLedger(t *testing.T) {
 				require.Equalf(t, before[name], after[name], "%s made the server store in %s: %s", c.name, name,
 					s.landed(t, name, before[name], after[name]))
 			}
-			if !c.owns("ledger.receipt.") && !c.sharesReceipts {
-				for p, sub := range receipts {
-					n, _, err := sub.Pending()
-					require.NoError(t, err)
-					require.Zerof(t, n, "%s made a message land on %s's receipts", c.name, p)
+			for subj, sub := range receipts {
+				if c.owns(subj) {
+					continue
+				}
+				n, _, err := sub.Pending()
+				require.NoError(t, err)
+				if n > 0 {
+					m, _ := sub.NextMsg(0)
+					t.Fatalf("%s made %d messages land on %s, the first: %q", c.name, n, subj, m.Data)
 				}
 			}
 		})
@@ -121,13 +128,16 @@ func (s *authStack) targets(c confinee) []string {
 	p, task := c.victim.lease.Partition(), c.victim.task
 	var out []string
 	for _, subj := range []string{wire.Subjects{}.In(c.victim.holder, p, task), wire.Subjects{}.Log(p, task),
-		wire.Subjects{}.DLQ(p, task), wire.Subjects{}.Receipt(c.victim.holder)} {
-		if !c.owns(subj) && !(c.sharesReceipts && strings.HasPrefix(subj, "ledger.receipt.")) {
+		wire.Subjects{}.DLQ(p, task), wire.Subjects{}.Receipt(c.victim.holder), probeInbox(c.victim)} {
+		if !c.owns(subj) {
 			out = append(out, subj)
 		}
 	}
 	return out
 }
+
+// probeInbox is a subject in a worker's inbox that the probes aim at.
+func probeInbox(w *workerSide) string { return wire.InboxPrefix(w.principal) + ".probe" }
 
 // aimAt tries every way the confinee has of making the server, or a
 // service of the ledger, send something to target.

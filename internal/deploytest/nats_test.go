@@ -101,7 +101,7 @@ func TestJWTExampleRunsInOperatorMode(t *testing.T) {
 	require.Equal(t, 8222, o.HTTPPort)
 	require.True(t, o.SyncAlways, "one node syncs every write (docs/operations.md, \"The sync policy\")")
 	require.Equal(t, "127.0.0.1", o.HTTPHost, "monitoring has no authentication: this host only")
-	for _, f := range []string{"auth/resolver.conf", "auth/ingest.creds", "auth/worker-reports.creds", "auth/keys/signing-worker.nk"} {
+	for _, f := range []string{"auth/resolver.conf", "auth/ingest.creds", "auth/worker-reports.creds", "auth/keys/signing-worker-reports.nk"} {
 		_, err := os.Stat(filepath.Join(root, f))
 		require.NoError(t, err)
 	}

@@ -89,11 +89,11 @@ func AuthStatic(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // AuthJWT writes operator mode ("auth jwt").
 func AuthJWT(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := NewFlags("ledgerctl auth jwt", "-out DIR [-worker P]... [-reader R]...",
-		"Write operator (JWT) mode: an operator, the accounts LEDGER, LEDGER_WORKERS and one per\n"+
-			"reader, a scoped signing key per role whose template holds the role's permissions (the\n"+
-			"worker role's use {{name()}} for the principal), credentials (<user>.creds, 0600) for\n"+
-			"each user that has none, and resolver.conf for the server. Keys are in DIR/keys/ and are\n"+
-			"kept when run again; account JWTs and resolver.conf are written afresh.", stderr)
+		"Write operator (JWT) mode: an operator, the ledger's accounts and one per worker principal\n"+
+			"and per reader, a scoped signing key per role and account whose template holds the\n"+
+			"role's permissions, credentials (<user>.creds, 0600) for each user that has none, and\n"+
+			"resolver.conf for the server. Keys are in DIR/keys/ and are kept when run again; account\n"+
+			"JWTs and resolver.conf are written afresh. A new principal needs a run and a reload.", stderr)
 	setup := authSetup(f)
 	if err := f.Parse(args); err != nil {
 		return err
@@ -112,7 +112,7 @@ func AuthJWT(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "\nServer: include %q in its configuration (see deploy/nats-jwt/), and restart or reload it.\n",
 		filepath.Join(s.Dir, natsauth.ResolverConfFile))
 	fmt.Fprintf(stdout, "Keep %s off the servers: its signing keys mint users.\n", filepath.Join(s.Dir, natsauth.KeysDir))
-	fmt.Fprintf(stdout, "More workers: ledgerctl auth jwt-user -out %s -role worker -name <principal>\n", s.Dir)
+	fmt.Fprintf(stdout, "More credentials of a principal: ledgerctl auth jwt-user -out %s -role worker -name <principal>\n", s.Dir)
 	return nil
 }
 
@@ -121,8 +121,9 @@ func AuthJWTUser(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	f := NewFlags("ledgerctl auth jwt-user", "-out DIR -role ROLE -name NAME",
 		"Mint credentials for one more user (DIR/<user>.creds, 0600) with the scoped signing key of\n"+
 			"its role, in a directory 'ledgerctl auth jwt' wrote. The server needs no change: the\n"+
-			"role's permissions are in its account's JWT. A worker's name is its principal; a\n"+
-			"reader's must be a reader given to 'ledgerctl auth jwt'.", stderr)
+			"role's permissions are in its account's JWT. A worker's name is its principal and a\n"+
+			"reader's its name: each must have been given to 'ledgerctl auth jwt', which writes\n"+
+			"their accounts.", stderr)
 	out := f.String("out", "", "directory 'ledgerctl auth jwt' wrote (required)")
 	role := f.String("role", natsauth.RoleWorker, "worker, reader, ingest, projector or ledgerctl")
 	name := f.String("name", "", "the worker's principal, the reader's name, or a name for a service's user (required)")

@@ -39,11 +39,15 @@ func TestAuthJWTAndJWTUser(t *testing.T) {
 	dir := t.TempDir()
 	r := run(t, "auth", "jwt", "-out", dir, "-worker", "reports").ok(t)
 	assert.Contains(t, r.stdout, filepath.Join(dir, "worker-reports.creds"))
-	r = run(t, "auth", "jwt-user", "-out", dir, "-role", "worker", "-name", "billing", "-json").ok(t)
+	r = run(t, "auth", "jwt-user", "-out", dir, "-role", "worker", "-name", "reports", "-json").ok(t)
 	rows := r.jsonLines(t)
 	require.Len(t, rows, 1)
-	assert.Equal(t, "LEDGER_WORKERS", rows[0]["account"])
-	assert.Equal(t, filepath.Join(dir, "worker-billing.creds"), rows[0]["file"])
+	assert.Equal(t, "LEDGER_WORKER_reports", rows[0]["account"])
+	assert.Equal(t, filepath.Join(dir, "worker-reports.creds"), rows[0]["file"])
+	// A new principal needs an account of its own: auth jwt, then a reload.
+	r = run(t, "auth", "jwt-user", "-out", dir, "-role", "worker", "-name", "billing")
+	assert.NotZero(t, r.code)
+	assert.Contains(t, r.stderr, "-worker billing")
 }
 
 func TestAuthRefusesNamesThatAreNotOneSubjectToken(t *testing.T) {

@@ -62,7 +62,7 @@ func dispatch(ctx context.Context, prog string, cmds map[string]Command, args []
 // the usage lists exactly the commands present.
 var commands = map[string]Command{
 	"migrate": {Migrate, "[-check]", "apply the database migrations (safe to repeat)"},
-	"streams": {Streams, "apply [-replicas N]", "create or update the streams LEDGER_IN, LEDGER_LOG and LEDGER_DLQ"},
+	"streams": {Streams, "apply|list", "create or update the ledger's streams and buckets; list them all"},
 	"leases":  {Leases, "[-partition N]", "list the partitions' leases: holder, generation, time left"},
 	"claims":  {Claims, "", "list which ingest decides each partition, and its claim's epoch"},
 	"restore": {Restore, "[-dry-run]", "write back from LEDGER_LOG acknowledged commits the database forgot"},

@@ -61,9 +61,21 @@ func TestStreamsApplyCreatesTheStreams(t *testing.T) {
 	// Another prefix moves the subjects, not the stream names.
 	r = run(t, "-nats-url", ns.URL(), "-prefix", "acme", "streams", "apply", "-json").ok(t)
 	lines := r.jsonLines(t)
-	require.Len(t, lines, 3)
+	require.Len(t, lines, 7, "three streams and four buckets")
 	assert.Equal(t, wire.StreamIn, lines[0]["stream"])
 	assert.Equal(t, []any{"acme.in.>"}, lines[0]["subjects"])
+	assert.Equal(t, "KV_"+wire.BucketTasks, lines[3]["stream"])
+
+	// A bucket's size, as the projector's flag gives it.
+	r = run(t, "-nats-url", ns.URL(), "streams", "apply", "-tasks-max-bytes", "1048576", "-json").ok(t)
+	assert.EqualValues(t, 1<<20, r.jsonLines(t)[3]["max_bytes"])
+	kv, err := js.KeyValue(context.Background(), wire.BucketTasks)
+	require.NoError(t, err)
+	st, err := kv.Status(context.Background())
+	require.NoError(t, err)
+	assert.EqualValues(t, 1<<20, st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.MaxBytes)
+	r = run(t, "-nats-url", ns.URL(), "streams", "list", "-json").ok(t)
+	require.Len(t, r.jsonLines(t), 7)
 }
 
 func TestLeasesListHolderGenerationAndTimeLeft(t *testing.T) {

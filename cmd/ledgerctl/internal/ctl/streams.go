@@ -2,19 +2,25 @@ package ctl
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowness/ledger/internal/connect"
+	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/streams"
 )
 
 var streamsCommands = map[string]Command{
-	"apply": {StreamsApply, "[-replicas N]", "create or update LEDGER_IN, LEDGER_LOG and LEDGER_DLQ"},
+	"apply": {StreamsApply, "[-replicas N] [-tasks-max-bytes N] [-marks-max-bytes N]",
+		"create or update the ledger's streams and buckets"},
+	"list": {StreamsList, "", "every stream and bucket of the ledger, whichever account holds it, with its consumers"},
 }
 
 // Streams dispatches the "streams" subcommands.
@@ -22,7 +28,7 @@ func Streams(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return dispatch(ctx, "ledgerctl streams", streamsCommands, args, stdout, stderr)
 }
 
-// streamRow is one stream in the output of streams apply.
+// streamRow is one stream or bucket in the output of streams apply and list.
 type streamRow struct {
 	Stream            string   `json:"stream"`
 	Subjects          []string `json:"subjects"`
@@ -30,18 +36,48 @@ type streamRow struct {
 	Replicas          int      `json:"replicas"`
 	DuplicateWindowMS int64    `json:"duplicate_window_ms"`
 	Messages          uint64   `json:"messages"`
+	Bytes             uint64   `json:"bytes"`
+	MaxBytes          int64    `json:"max_bytes"`
+	Consumers         []string `json:"consumers"`
 }
 
-// StreamsApply creates or updates the ledger's streams from the embedded
-// definitions ("streams apply"). It is idempotent.
+// ledgerStreams are the names of the ledger's streams and of its buckets'
+// streams. An authenticated deployment keeps them in three accounts
+// (docs/security.md), so an account-wide listing ($JS.API.STREAM.LIST)
+// shows only one account's: each is asked for by name, which the
+// operators' imports send to the account that holds it. optional are
+// those that may well be missing: the scratch bucket of a rebuild.
+func ledgerStreams(prefix string) (names, optional []string, err error) {
+	names = []string{wire.StreamIn, wire.StreamLog, wire.StreamDLQ}
+	for _, b := range []string{wire.BucketTasks, wire.BucketProjector, wire.BucketWitness, wire.BucketLeases} {
+		cfg, err := streams.Bucket(b, streams.Options{Prefix: prefix})
+		if err != nil {
+			return nil, nil, err
+		}
+		names = append(names, "KV_"+cfg.Bucket)
+	}
+	return names, []string{"KV_" + projector.RebuildBucket}, nil
+}
+
+// StreamsApply creates or updates the ledger's streams and buckets from the
+// embedded definitions ("streams apply"). It is idempotent. The services
+// of an authenticated deployment may not update a stream or bucket, so a
+// changed setting is applied here.
 func StreamsApply(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl streams apply", "[-replicas N]",
-		"Create or update the streams LEDGER_IN, LEDGER_LOG and LEDGER_DLQ from the definitions\nembedded in the binary (streams/*.json), with the subject prefix of -prefix.", stderr)
+	f := NewFlags("ledgerctl streams apply", "[-replicas N] [-tasks-max-bytes N] [-marks-max-bytes N]",
+		"Create or update the streams LEDGER_IN, LEDGER_LOG and LEDGER_DLQ and the buckets from the\n"+
+			"definitions embedded in the binary (streams/*.json), with the subject prefix of -prefix.\n"+
+			"Give the bucket sizes the projector runs with: the services create, never update.", stderr)
 	replicas := f.Int("replicas", 1, "replicas of every stream: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
+	tasksMax := f.Int64("tasks-max-bytes", 0, "max_bytes of ledger_tasks, as the projector's flag: 0 keeps the default (512 MiB), -1 lifts it (env LEDGER_TASKS_MAX_BYTES)")
+	marksMax := f.Int64("marks-max-bytes", 0, "max_bytes of ledger_projector, as the projector's flag: 0 keeps the default (32 MiB), -1 lifts it (env LEDGER_MARKS_MAX_BYTES)")
 	// Not connect.EnvInt: it exits the process on a malformed value.
-	if v := connect.Env("LEDGER_REPLICAS", ""); v != "" {
-		if err := f.Set("replicas", v); err != nil {
-			return Usagef("LEDGER_REPLICAS=%q is not an integer", v)
+	for env, flag := range map[string]string{"LEDGER_REPLICAS": "replicas", "LEDGER_TASKS_MAX_BYTES": "tasks-max-bytes",
+		"LEDGER_MARKS_MAX_BYTES": "marks-max-bytes"} {
+		if v := connect.Env(env, ""); v != "" {
+			if err := f.Set(flag, v); err != nil {
+				return Usagef("%s=%q is not an integer", env, v)
+			}
 		}
 	}
 	if err := f.Parse(args); err != nil {
@@ -52,6 +88,9 @@ func StreamsApply(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if *replicas < 1 || *replicas > 5 {
 		return Usagef("-replicas must be 1..5, got %d", *replicas)
+	}
+	if *tasksMax < -1 || *marksMax < -1 {
+		return Usagef("-tasks-max-bytes and -marks-max-bytes must be -1 or more")
 	}
 	nc, js, err := f.JetStream()
 	if err != nil {
@@ -64,32 +103,90 @@ func StreamsApply(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := streams.Apply(actx, js, opts); err != nil {
 		return err
 	}
-
-	var rows []streamRow
-	for _, name := range []string{wire.StreamIn, wire.StreamLog, wire.StreamDLQ} {
-		s, err := stream(ctx, js, name)
+	sizes := map[string]int64{wire.BucketTasks: *tasksMax, wire.BucketProjector: *marksMax}
+	for _, b := range []string{wire.BucketTasks, wire.BucketProjector, wire.BucketWitness, wire.BucketLeases} {
+		cfg, err := streams.Bucket(b, opts)
 		if err != nil {
 			return err
 		}
-		info := s.CachedInfo()
-		rows = append(rows, streamRow{Stream: name, Subjects: info.Config.Subjects,
-			Retention: retention(info.Config.Retention), Replicas: info.Config.Replicas,
-			DuplicateWindowMS: info.Config.Duplicates.Milliseconds(), Messages: info.State.Msgs})
+		if n := sizes[b]; n != 0 {
+			cfg.MaxBytes = n
+		}
+		if _, err := streams.CreateOrUpdateKeyValue(actx, js, cfg); err != nil {
+			return fmt.Errorf("streams: apply bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+	return listStreams(ctx, f, js, stdout)
+}
+
+// StreamsList lists every stream and bucket of the ledger ("streams list").
+func StreamsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := NewFlags("ledgerctl streams list", "",
+		"List the ledger's streams and buckets, whichever account holds each, with their consumers.", stderr)
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if f.NArg() > 0 {
+		return Usagef("unexpected argument %q", f.Arg(0))
+	}
+	nc, js, err := f.JetStream()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return listStreams(ctx, f, js, stdout)
+}
+
+func listStreams(ctx context.Context, f *Flags, js jetstream.JetStream, stdout io.Writer) error {
+	names, optional, err := ledgerStreams(f.Prefix)
+	if err != nil {
+		return err
+	}
+	var rows []streamRow
+	for _, name := range append(names, optional...) {
+		r, err := describeStream(ctx, js, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) && slices.Contains(optional, name) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r)
 	}
 	if f.JSON {
-		for _, r := range rows {
-			if err := writeJSON(stdout, r); err != nil {
-				return err
-			}
-		}
-		return nil
+		return writeJSONLines(stdout, rows)
 	}
-	t := newTable(stdout, "STREAM", "SUBJECTS", "RETENTION", "REPLICAS", "DUPLICATE WINDOW", "MESSAGES")
+	t := newTable(stdout, "STREAM", "SUBJECTS", "RETENTION", "REPLICAS", "DUPLICATE WINDOW", "MESSAGES", "BYTES",
+		"MAX BYTES", "CONSUMERS")
 	for _, r := range rows {
 		t.row(r.Stream, strings.Join(r.Subjects, ","), r.Retention, r.Replicas,
-			time.Duration(r.DuplicateWindowMS)*time.Millisecond, r.Messages)
+			time.Duration(r.DuplicateWindowMS)*time.Millisecond, r.Messages, r.Bytes, r.MaxBytes,
+			strings.Join(r.Consumers, ","))
 	}
 	return t.flush()
+}
+
+// describeStream reads one stream's configuration, state and consumers.
+func describeStream(ctx context.Context, js jetstream.JetStream, name string) (streamRow, error) {
+	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	defer cancel()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return streamRow{}, fmt.Errorf("stream %s: %w", name, err)
+	}
+	info := s.CachedInfo()
+	r := streamRow{Stream: name, Subjects: info.Config.Subjects, Retention: retention(info.Config.Retention),
+		Replicas: info.Config.Replicas, DuplicateWindowMS: info.Config.Duplicates.Milliseconds(),
+		Messages: info.State.Msgs, Bytes: info.State.Bytes, MaxBytes: info.Config.MaxBytes, Consumers: []string{}}
+	lister := s.ConsumerNames(ctx)
+	for n := range lister.Name() {
+		r.Consumers = append(r.Consumers, n)
+	}
+	if err := lister.Err(); err != nil {
+		return streamRow{}, fmt.Errorf("consumers of %s: %w", name, err)
+	}
+	slices.Sort(r.Consumers)
+	return r, nil
 }
 
 func retention(r jetstream.RetentionPolicy) string {

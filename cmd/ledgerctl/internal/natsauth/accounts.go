@@ -26,8 +26,11 @@ type Account struct {
 	Name      string
 	JetStream *Limits
 	Roles     []string
-	Exports   []Export
-	Imports   []Import
+	// UserName is the worker principal or reader whose account it is; ""
+	// for the services' accounts.
+	UserName string
+	Exports  []Export
+	Imports  []Import
 }
 
 // Export is a subject an account offers to others.
@@ -137,25 +140,21 @@ func (l Layout) operatorImports() []Import {
 	return im
 }
 
-// importsOf are the imports of the account of role; name is a reader's.
+// importsOf are the imports of the account of role; name is a worker
+// principal's or a reader's.
 func (l Layout) importsOf(role, name string) ([]Import, error) {
 	switch role {
 	case RoleLedgerctl:
 		return l.operatorImports(), nil
-	case RoleWorker:
-		return []Import{
-			{Subject: l.p("in.>"), From: AccountLedger, Service: true},
-			{Subject: l.p("lease.>"), From: AccountIngest, Service: true, Share: true},
-			{Subject: l.p("task.head"), From: AccountIngest, Service: true, Share: true},
-			{Subject: l.p("receipt.>"), From: AccountIngest},
-		}, nil
 	case RoleReader:
 		return []Import{
 			{Subject: "$JS.API.DIRECT.GET.KV_" + l.tasksBucket + ".>", From: AccountProjections, Service: true},
-			// The projector's writes, as it sends them: a message a service
-			// import brought into the buckets' account goes to no stream
-			// export from there.
+			// The bucket's writers' writes, as they send them: a message a
+			// service import brought into the buckets' account goes to no
+			// stream export from there. Operators write it too: `ledgerctl
+			// repair` and `rebuild`.
 			{Subject: "$KV." + l.tasksBucket + ".>", From: AccountProjector},
+			{Subject: "$KV." + l.tasksBucket + ".>", From: AccountOperators},
 		}, nil
 	}
 	// A service: what its permissions let it publish, from the account
@@ -173,10 +172,19 @@ func (l Layout) importsOf(role, name string) ([]Import, error) {
 		}
 		im = append(im, Import{Subject: s, From: from, Service: true})
 	}
-	if role == RoleProjector {
+	switch role {
+	case RoleProjector:
 		// Its bucket watches and key lists deliver to its inbox, in the
 		// buckets' account.
 		im = append(im, Import{Subject: InboxPrefix(role, "") + ".>", From: AccountProjections})
+	case RoleWorker:
+		// The lease service charges a public read to the user the server
+		// names in the request (Share); a principal's receipts, and no
+		// other's, come into its account.
+		for i := range im {
+			im[i].Share = im[i].From == AccountIngest
+		}
+		im = append(im, Import{Subject: l.p("receipt." + name + ".>"), From: AccountIngest})
 	}
 	return im, nil
 }
@@ -199,7 +207,7 @@ func (l Layout) exportsOf(account string) []Export {
 		return append(js, Export{Subject: l.p("log.>"), Service: true})
 	case AccountProjections:
 		return append(js, Export{Subject: InboxPrefix(RoleProjector, "") + ".>"})
-	case AccountProjector:
+	case AccountProjector, AccountOperators:
 		return []Export{{Subject: "$KV." + l.tasksBucket + ".>"}}
 	case AccountIngest:
 		return []Export{
@@ -213,7 +221,8 @@ func (l Layout) exportsOf(account string) []Export {
 }
 
 // accounts lays out every account of s: the three that hold the streams
-// and no user, then one per role (one per reader), each with what it
+// and no user, then one per role (one per worker principal and per
+// reader), each with what it
 // imports, and on the other side the exports those imports need.
 func (s Setup) accounts() ([]*Account, error) {
 	lim := s.Limits
@@ -226,10 +235,12 @@ func (s Setup) accounts() ([]*Account, error) {
 		{Name: AccountIngest, Roles: []string{RoleIngest}},
 		{Name: AccountProjector, Roles: []string{RoleProjector}},
 		{Name: AccountOperators, Roles: []string{RoleLedgerctl}},
-		{Name: AccountWorkers, Roles: []string{RoleWorker}},
+	}
+	for _, w := range s.Workers {
+		accs = append(accs, &Account{Name: WorkerAccount(w), Roles: []string{RoleWorker}, UserName: w})
 	}
 	for _, r := range s.Readers {
-		accs = append(accs, &Account{Name: ReaderAccount(r), Roles: []string{RoleReader}})
+		accs = append(accs, &Account{Name: ReaderAccount(r), Roles: []string{RoleReader}, UserName: r})
 	}
 	byName := map[string]*Account{}
 	for _, a := range accs {
@@ -240,11 +251,7 @@ func (s Setup) accounts() ([]*Account, error) {
 		if len(a.Roles) == 0 {
 			continue
 		}
-		name := ""
-		if a.Roles[0] == RoleReader {
-			name = a.Name[len(AccountReaderPrefix):]
-		}
-		im, err := s.Layout.importsOf(a.Roles[0], name)
+		im, err := s.Layout.importsOf(a.Roles[0], a.UserName)
 		if err != nil {
 			return nil, err
 		}

@@ -16,11 +16,12 @@
 //   - No user is in an account that holds a stream. LEDGER_IN and
 //     LEDGER_DLQ (AccountLedger), LEDGER_LOG (AccountLog) and the
 //     projector's buckets (AccountProjections) are reached only through
-//     their exports; every role, each reader too, has an account of its
-//     own. Reply subjects are the requester's to choose and nobody checks
-//     them; across an import the server rewrites them, so every answer
-//     (JetStream's API, publish acks, direct gets, lease replies) lands in
-//     the requester's own account, where no stream of the ledger is.
+//     their exports; every role, each worker principal and reader too,
+//     has an account of its own. Reply subjects are the requester's to
+//     choose and nobody checks them; across an import the server rewrites
+//     them, so every answer (JetStream's API, publish acks, direct gets,
+//     lease replies) lands in the requester's own account, where no stream
+//     of the ledger is and no other principal reads.
 //   - A consumer delivers in its stream's account: the projector's
 //     consumers are on the log and its own buckets, apart from LEDGER_IN,
 //     LEDGER_DLQ and the receipts; the ingest's on LEDGER_IN, which the

@@ -90,3 +90,35 @@ func FuzzScopedAccount(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIssuerAccount reads whatever a credentials file may hold: an issuer
+// is returned only for a user JWT, and it is an account key; nothing
+// panics.
+func FuzzIssuerAccount(f *testing.F) {
+	acc, _ := nkeys.CreateAccount()
+	accPub, _ := acc.PublicKey()
+	sk, _ := nkeys.CreateAccount()
+	user, _ := nkeys.CreateUser()
+	userPub, _ := user.PublicKey()
+	seed, _ := user.Seed()
+	uc := jwt.NewUserClaims(userPub)
+	direct, _ := uc.Encode(acc)
+	uc.IssuerAccount = accPub
+	scoped, _ := uc.Encode(sk)
+	for _, tok := range []string{direct, scoped} {
+		creds, _ := jwt.FormatUserConfig(tok, seed)
+		f.Add(creds)
+		f.Add([]byte(tok))
+	}
+	f.Add([]byte(direct[:len(direct)-5]))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		pub, err := issuerAccount(data)
+		if err != nil {
+			return
+		}
+		if !nkeys.IsValidPublicAccountKey(pub) {
+			t.Fatalf("not an account key: %q", pub)
+		}
+	})
+}

@@ -1,10 +1,10 @@
 package natsauth
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -30,10 +30,10 @@ const (
 const responseExpiry = 2 * time.Minute
 
 // signingKeyFile is the base name of the scoped signing key of role; a
-// reader's is per reader, since each reader has its own account.
+// worker principal's and a reader's is their own, as is their account.
 func signingKeyFile(role, name string) string {
-	if role == RoleReader {
-		return "signing-reader-" + name
+	if role == RoleWorker || role == RoleReader {
+		return "signing-" + role + "-" + name
 	}
 	return "signing-" + role
 }
@@ -44,10 +44,10 @@ func signingKeyFile(role, name string) string {
 // signing key per role whose template holds the role's permissions, so
 // that a user's JWT carries a name and nothing else; ResolverConfFile for
 // the server; and credentials (<user>.creds, 0600) for every user that has
-// none yet. The worker role's template has {{name()}} where contract §9
-// has the principal, so one key signs every worker and a worker's JWT name
-// is its principal. Keys already in s.Dir are reused; account JWTs and the
-// server file are written afresh.
+// none yet. Each worker principal has an account and a key of its own,
+// whose template names the principal: a user it signs acts as that
+// principal whatever its JWT's name. Keys already in s.Dir are reused;
+// account JWTs and the server file are written afresh.
 func JWT(s Setup) ([]User, error) {
 	s, err := s.normalize()
 	if err != nil {
@@ -107,22 +107,14 @@ func JWT(s Setup) ([]User, error) {
 			a.claims.Imports.Add(jwtImport(i, pubs[i.From]))
 		}
 		for _, role := range a.spec.Roles {
-			name := ""
-			if role == RoleReader {
-				name = a.name[len(AccountReaderPrefix):]
-			}
-			a.roles[role] = signingKeyFile(role, name)
+			a.roles[role] = signingKeyFile(role, a.spec.UserName)
 		}
 		for role, file := range a.roles {
 			_, skPub, err := key(file, nkeys.PrefixByteAccount)
 			if err != nil {
 				return nil, err
 			}
-			name := "{{name()}}"
-			if role == RoleReader {
-				name = a.name[len(AccountReaderPrefix):]
-			}
-			p, err := s.Layout.Permissions(role, name)
+			p, err := s.Layout.Permissions(role, a.spec.UserName)
 			if err != nil {
 				return nil, err
 			}
@@ -175,9 +167,12 @@ func JWT(s Setup) ([]User, error) {
 	us := s.users()
 	for i := range us {
 		us[i].File = s.path(userFile(us[i].Role, us[i].Name) + ".creds")
-		if _, err := os.Stat(us[i].File); err == nil {
+		// Credentials of an account that is no more (a worker's of the
+		// shared LEDGER_WORKERS before each principal had its own) are
+		// minted anew: the server would refuse them.
+		if issuer, err := credsAccount(us[i].File); err == nil && issuer == pubs[us[i].Account] {
 			continue
-		} else if !errors.Is(err, fs.ErrNotExist) {
+		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("credentials of %s %s: %w", us[i].Role, us[i].Name, err)
 		}
 		if _, err := MintUser(s.Dir, us[i].Role, us[i].Name); err != nil {
@@ -186,6 +181,34 @@ func JWT(s Setup) ([]User, error) {
 		us[i].New = true
 	}
 	return us, nil
+}
+
+// credsAccount is the public key of the account that issued the user of a
+// credentials file.
+func credsAccount(path string) (string, error) {
+	data, err := readSmall(path)
+	if err != nil {
+		return "", err
+	}
+	acc, err := issuerAccount(data)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return acc, nil
+}
+
+// issuerAccount decodes a credentials file's user JWT and returns the
+// account that issued it: its IssuerAccount when a signing key signed it.
+func issuerAccount(creds []byte) (string, error) {
+	tok, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		return "", err
+	}
+	uc, err := jwt.DecodeUserClaims(tok)
+	if err != nil {
+		return "", err
+	}
+	return cmp.Or(uc.IssuerAccount, uc.Issuer), nil
 }
 
 func readerAccounts(readers []string) []string {
@@ -244,8 +267,9 @@ func MintUser(dir, role, name string) (User, error) {
 	acc := accountOf(role, name)
 	accJWT, err := readSmall(s.path(KeysDir + "/account-" + acc + ".jwt"))
 	if errors.Is(err, fs.ErrNotExist) {
-		if role == RoleReader {
-			return User{}, fmt.Errorf("no account for reader %s in %s: run `ledgerctl auth jwt` with -reader %s and reload the servers", name, dir, name)
+		if role == RoleWorker || role == RoleReader {
+			return User{}, fmt.Errorf("no account for %s %s in %s: run `ledgerctl auth jwt` with -%s %s and reload the servers",
+				role, name, dir, role, name)
 		}
 		return User{}, fmt.Errorf("no account %s in %s: run `ledgerctl auth jwt -out %s` first", acc, dir, dir)
 	}

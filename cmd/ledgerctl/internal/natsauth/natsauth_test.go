@@ -57,7 +57,8 @@ func TestPrefixChangesEverySubject(t *testing.T) {
 	require.NoError(t, err)
 	conf := readFile(t, filepath.Join(dir, StaticConfFile))
 	require.Contains(t, conf, `"acme.in.reports.>"`)
-	require.Contains(t, conf, `{ service: "acme.in.>", accounts: ["LEDGER_OPERATORS", "LEDGER_WORKERS"] }`)
+	require.Contains(t, conf, `{ service: "acme.in.>", accounts: ["LEDGER_OPERATORS", "LEDGER_WORKER_reports"] }`)
+	require.Contains(t, conf, `{ service: { account: "LEDGER", subject: "acme.in.reports.>" } }`)
 	require.Contains(t, conf, "ledgerctl auth static -prefix acme -worker reports -reader dash -out DIR")
 	require.NotRegexp(t, `"ledger\.`, conf)
 	require.Contains(t, conf, `"$JS.API.DIRECT.GET.KV_ledger_tasks.>"`)
@@ -144,7 +145,7 @@ func TestStaticKeepsKeysWhenRunAgain(t *testing.T) {
 	}
 	slices.Sort(accounts)
 	require.Equal(t, []string{AccountLedger, AccountLog, AccountIngest, AccountOperators, AccountProjections,
-		AccountProjector, AccountReaderPrefix + "dash", AccountWorkers}, accounts)
+		AccountProjector, AccountReaderPrefix + "dash", WorkerAccount("billing"), WorkerAccount("reports")}, accounts)
 }
 
 // A seed file of the wrong kind is an error, never silently a new key.
@@ -204,13 +205,13 @@ func TestJWTSignsUsersWithScopedRoleKeys(t *testing.T) {
 
 	accounts := map[string]*jwt.AccountClaims{}
 	for _, name := range []string{AccountSystem, AccountLedger, AccountLog, AccountProjections, AccountIngest,
-		AccountProjector, AccountOperators, AccountWorkers, ReaderAccount("dash")} {
+		AccountProjector, AccountOperators, WorkerAccount("reports"), ReaderAccount("dash")} {
 		ac, err := jwt.DecodeAccountClaims(strings.TrimSpace(readFile(t, filepath.Join(dir, KeysDir, "account-"+name+".jwt"))))
 		require.NoError(t, err, name)
 		accounts[name] = ac
 	}
 	require.EqualValues(t, MaxFileDefault, accounts[AccountLog].Limits.JetStreamLimits.DiskStorage)
-	for _, name := range []string{AccountIngest, AccountProjector, AccountOperators, AccountWorkers} {
+	for _, name := range []string{AccountIngest, AccountProjector, AccountOperators, WorkerAccount("reports")} {
 		require.Zero(t, accounts[name].Limits.JetStreamLimits.DiskStorage, "%s has no JetStream of its own", name)
 		require.NotEmpty(t, accounts[name].SigningKeys, name)
 	}
@@ -231,20 +232,20 @@ func TestJWTSignsUsersWithScopedRoleKeys(t *testing.T) {
 		require.True(t, ok, "%s is signed by a key of its account", u.Name)
 		require.Equal(t, u.Role, scope.(*jwt.UserScope).Role)
 	}
-	worker := accounts[AccountWorkers]
+	worker := accounts[WorkerAccount("reports")]
 	for _, k := range worker.SigningKeys.Keys() {
 		scope, _ := worker.SigningKeys.GetScope(k)
-		require.Contains(t, scope.(*jwt.UserScope).Template.Pub.Allow, "ledger.in.{{name()}}.>")
+		require.Contains(t, scope.(*jwt.UserScope).Template.Pub.Allow, "ledger.in.reports.>")
 	}
 
-	before := readFile(t, filepath.Join(dir, KeysDir, "signing-worker.nk"))
+	before := readFile(t, filepath.Join(dir, KeysDir, "signing-worker-reports.nk"))
 	creds := readFile(t, filepath.Join(dir, "worker-reports.creds"))
 	us, err = JWT(Setup{Dir: dir, Layout: layout(t), Workers: []string{"reports"}, Readers: []string{"dash"}})
 	require.NoError(t, err)
 	for _, u := range us {
 		require.False(t, u.New, "%s %s", u.Role, u.Name)
 	}
-	require.Equal(t, before, readFile(t, filepath.Join(dir, KeysDir, "signing-worker.nk")))
+	require.Equal(t, before, readFile(t, filepath.Join(dir, KeysDir, "signing-worker-reports.nk")))
 	require.Equal(t, creds, readFile(t, filepath.Join(dir, "worker-reports.creds")))
 	_, err = server.ProcessConfigFile(filepath.Join(dir, ResolverConfFile))
 	require.NoError(t, err)
@@ -255,14 +256,17 @@ func TestJWTSignsUsersWithScopedRoleKeys(t *testing.T) {
 func TestMintUserNeedsTheRolesScopedKey(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	_, err := JWT(Setup{Dir: dir, Layout: layout(t)})
+	_, err := JWT(Setup{Dir: dir, Layout: layout(t), Workers: []string{"billing"}})
 	require.NoError(t, err)
 	u, err := MintUser(dir, RoleWorker, "billing")
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(dir, "worker-billing.creds"), u.File)
+	require.Equal(t, WorkerAccount("billing"), u.Account)
 
 	_, err = MintUser(dir, RoleReader, "nobody")
 	require.ErrorContains(t, err, "no account for reader nobody")
+	_, err = MintUser(dir, RoleWorker, "nobody")
+	require.ErrorContains(t, err, "no account for worker nobody")
 	_, err = MintUser(dir, "admin", "x")
 	require.ErrorContains(t, err, `no role "admin"`)
 
@@ -275,7 +279,7 @@ func TestMintUserNeedsTheRolesScopedKey(t *testing.T) {
 
 	// The ingest's key in the worker's place.
 	ingest := readFile(t, filepath.Join(dir, KeysDir, "signing-ingest.nk"))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, KeysDir, "signing-worker.nk"), []byte(ingest), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, KeysDir, "signing-worker-billing.nk"), []byte(ingest), 0o600))
 	_, err = MintUser(dir, RoleWorker, "billing")
 	require.ErrorContains(t, err, "is not one of the account's")
 
@@ -283,7 +287,7 @@ func TestMintUserNeedsTheRolesScopedKey(t *testing.T) {
 	require.NoError(t, err)
 	seed, err := other.Seed()
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, KeysDir, "signing-worker.nk"), seed, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, KeysDir, "signing-worker-billing.nk"), seed, 0o600))
 	_, err = MintUser(dir, RoleWorker, "billing")
 	require.ErrorContains(t, err, "is not one of the account's")
 }
@@ -331,4 +335,28 @@ func TestNoUserSharesAnAccountWithAStream(t *testing.T) {
 			require.NotContains(t, subj, "$JS.API.STREAM.UPDATE.", role)
 		}
 	}
+}
+
+// Credentials an account no longer issues (a worker's from the shared
+// LEDGER_WORKERS account) are minted anew, never kept: the server would
+// refuse them. Switch: keep every credentials file that exists.
+func TestJWTRemintsCredentialsOfAnotherAccount(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, err := JWT(Setup{Dir: dir, Layout: layout(t), Workers: []string{"reports"}, Readers: []string{"dash"}})
+	require.NoError(t, err)
+	// The reader's credentials in the worker's place: issued by another
+	// account, as an old worker's were.
+	creds := filepath.Join(dir, "worker-reports.creds")
+	require.NoError(t, os.WriteFile(creds, []byte(readFile(t, filepath.Join(dir, "reader-dash.creds"))), 0o600))
+	us, err := JWT(Setup{Dir: dir, Layout: layout(t), Workers: []string{"reports"}, Readers: []string{"dash"}})
+	require.NoError(t, err)
+	for _, u := range us {
+		require.Equalf(t, u.Name == "reports", u.New, "%s %s minted anew", u.Role, u.Name)
+	}
+	issuer, err := credsAccount(creds)
+	require.NoError(t, err)
+	ac, err := jwt.DecodeAccountClaims(strings.TrimSpace(readFile(t, filepath.Join(dir, KeysDir, "account-"+WorkerAccount("reports")+".jwt"))))
+	require.NoError(t, err)
+	require.Equal(t, ac.Subject, issuer)
 }

@@ -41,8 +41,10 @@ const (
 	AccountProjector = "LEDGER_PROJECTOR"
 	// AccountOperators holds the ledgerctl users.
 	AccountOperators = "LEDGER_OPERATORS"
-	// AccountWorkers holds one user per worker principal.
-	AccountWorkers = "LEDGER_WORKERS"
+	// AccountWorkerPrefix, followed by the principal, is a worker
+	// principal's account. Principals never share one: a reply one names
+	// lands in its own account, never on another's receipts or inbox.
+	AccountWorkerPrefix = "LEDGER_WORKER_"
 	// AccountReaderPrefix, followed by the reader's name, is a reader's account.
 	AccountReaderPrefix = "LEDGER_READER_"
 	// AccountSystem is the NATS system account of operator mode.
@@ -66,10 +68,9 @@ var ServiceRoles = []string{RoleIngest, RoleProjector, RoleLedgerctl}
 const MaxNameLen = wire.MaxHolderPartLen
 
 // ValidName reports whether s may name a worker principal or a reader:
-// 1..64 characters of [A-Za-z0-9_-]. A name is spliced into subjects (in
-// operator mode by the server itself, through {{name()}}), so a dot would
-// let a user named "reports.pod-1" publish as that holder of principal
-// "reports", and "*" would match every principal.
+// 1..64 characters of [A-Za-z0-9_-]. A name is spliced into subjects and
+// account names, so a dot would let a user named "reports.pod-1" publish as
+// that holder of principal "reports", and "*" would match every principal.
 func ValidName(s string) bool { return len(s) <= MaxNameLen && wire.ValidID(s) }
 
 // InboxPrefix is the inbox prefix a user of role connects with; name is the
@@ -147,8 +148,7 @@ func msgGetAPI(names ...string) []string {
 }
 
 // Permissions returns the permissions of a user of role; name is the
-// principal of a worker or the name of a reader. For operator mode's
-// worker template pass "{{name()}}" as the name.
+// principal of a worker or the name of a reader.
 func (l Layout) Permissions(role, name string) (Permissions, error) {
 	kvTasks, kvMarks := "KV_"+l.tasksBucket, "KV_"+l.marksBucket
 	switch role {

@@ -117,6 +117,9 @@ func userFile(role, name string) string {
 	return name
 }
 
+// WorkerAccount is the account of worker principal name.
+func WorkerAccount(name string) string { return AccountWorkerPrefix + name }
+
 // ReaderAccount is the account of reader name.
 func ReaderAccount(name string) string { return AccountReaderPrefix + name }
 
@@ -124,7 +127,7 @@ func ReaderAccount(name string) string { return AccountReaderPrefix + name }
 func accountOf(role, name string) string {
 	switch role {
 	case RoleWorker:
-		return AccountWorkers
+		return WorkerAccount(name)
 	case RoleReader:
 		return ReaderAccount(name)
 	case RoleIngest:

@@ -205,8 +205,9 @@ func accountNote(a *Account) string {
 		return "The projector."
 	case AccountOperators:
 		return "Operators (ledgerctl, the nats CLI): everything, through imports."
-	case AccountWorkers:
-		return "One user per worker principal."
+	}
+	if len(a.Roles) > 0 && a.Roles[0] == RoleWorker {
+		return "A worker principal: its events, leases and receipts; no other's replies land here."
 	}
 	return "A reader: get a projection, follow the bucket's changes."
 }
