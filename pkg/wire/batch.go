@@ -277,3 +277,16 @@ func DecodeReceipts(data []byte) ([]Receipt, error) {
 	}
 	return out, nil
 }
+
+// ReceiptsOf reads a message on a receipt subject: a batched receipt
+// (header Ledger-Batch) or a single one.
+func ReceiptsOf(h nats.Header, data []byte) ([]Receipt, error) {
+	if h.Get(HeaderBatch) != "" {
+		return DecodeReceipts(data)
+	}
+	r, err := DecodeReceipt(data)
+	if err != nil {
+		return nil, err
+	}
+	return []Receipt{r}, nil
+}

@@ -137,8 +137,8 @@ func (p *pipeline) onReceipt(m *nats.Msg) {
 	if t == nil {
 		return
 	}
-	var rc wire.Receipt
-	if json.Unmarshal(m.Data, &rc) == nil {
+	rs, _ := wire.ReceiptsOf(m.Header, m.Data) // the SDK's batches get batched receipts
+	for _, rc := range rs {
 		t.onReceipt(rc, at)
 	}
 }
