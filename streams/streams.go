@@ -152,7 +152,8 @@ func inSubjects(ctx context.Context, js jetstream.JetStream, o Options) ([]strin
 
 // withBatchSubjects is have with the batch subject of each partition whose
 // single-event subject it has: a stream made before batches existed gets
-// them from `ledgerctl streams apply` (docs/operations.md, "Upgrading").
+// them from `ledgerctl streams apply` (docs/operations.md, "Upgrading to
+// an ingest that takes batches").
 func withBatchSubjects(subj wire.Subjects, have []string) []string {
 	out := slices.Clone(have)
 	for _, sub := range have {

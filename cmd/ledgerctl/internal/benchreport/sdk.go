@@ -87,7 +87,7 @@ func startPipeline(ctx context.Context, s *localstack.Stack, o Options, id strin
 		}
 		p.conns = append(p.conns, nc)
 		c, err := worker.New(nc, worker.Config{Holder: holder,
-			MaxInFlight: MaxInFlight, Logger: o.Logger})
+			MaxInFlight: MaxInFlight, BatchMax: o.SDKBatchMax, Logger: o.Logger})
 		if err != nil {
 			return nil, err
 		}
