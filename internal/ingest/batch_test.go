@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/ingest"
@@ -178,4 +180,44 @@ func TestBatchInADeadIngestIsRedeliveredAndDelaysTheGap(t *testing.T) {
 		require.Equal(t, wire.VerdictCommitted, r.Verdict, "%s version %d: %+v", x.task, x.version, r)
 	}
 	require.Zero(t, e.count(`SELECT count(*) FROM ledger.rejections`))
+}
+
+// A principal's quota of dead-letter bytes counts each event of a batch
+// as if sent alone: each invalid event is a letter of its own, charged
+// its own bytes, and the letters past the quota lose their bodies.
+// Switch: TestHooks.NoBatchDecode (the batch is one letter, charged once,
+// and keeps its body).
+func TestBatchedEventsAreChargedTheirOwnDeadLetters(t *testing.T) {
+	t.Parallel()
+	const quota = 64 << 10
+	e := newEnv(t, ingest.Config{DeadLetterQuota: quota})
+	payload := `"` + strings.Repeat("x", 16<<10) + `"`
+	var evs []event
+	for i := range 10 {
+		// An invalid type: invalid/bad_type, a dead letter at once.
+		evs = append(evs, event{id: newID(), partition: 3, task: fmt.Sprintf("junk-%d", i), holder: "billing.x",
+			generation: 1, version: 1, typ: "bad type", payload: payload})
+	}
+	e.publishBatch(evs...)
+	var letters []jetstream.Msg
+	require.Eventually(t, func() bool {
+		letters = e.streamMsgs(wire.StreamDLQ, "")
+		return len(letters) >= len(evs)
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Len(t, letters, len(evs), "one letter per event")
+	whole, cut := 0, 0
+	for _, m := range letters {
+		dl, err := wire.DecodeDeadLetter(m.Headers(), m.Data())
+		require.NoError(t, err)
+		require.Equal(t, wire.ReasonBadType, dl.Reason)
+		if dl.Truncated >= 0 {
+			cut++
+			continue
+		}
+		whole++
+		require.Equal(t, payload, string(dl.Data))
+	}
+	require.Positive(t, whole)
+	require.LessOrEqual(t, whole, quota/(16<<10), "the whole letters fit the quota")
+	require.Equal(t, len(evs), whole+cut)
 }
