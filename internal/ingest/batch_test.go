@@ -103,6 +103,15 @@ func TestBatchEventsGetTheVerdictsTheyWouldGetAlone(t *testing.T) {
 	require.Eventually(t, func() bool { return e.streamPending(wire.StreamIn) == 0 }, 10*time.Second,
 		10*time.Millisecond, "the batch is acked once every event in it is durable")
 	require.Equal(t, 3, e.count(`SELECT count(*) FROM ledger.events`))
+
+	// A conflicting event in a later batch gets its rejection row too.
+	other := ev("batch-a", 2)
+	other.payload = `{"other":true}`
+	b2 := ev("batch-b", 2)
+	e.publishBatch(other, b2)
+	require.Equal(t, wire.VerdictConflict, receiptFor(t, rc, other.id).Verdict)
+	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, b2.id).Verdict)
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM ledger.rejections WHERE event_id = $1`, other.id))
 }
 
 // A batch that does not decode is dead-lettered whole, invalid/bad_batch,
