@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -121,14 +122,15 @@ func CreateOrUpdateKeyValue(ctx context.Context, js jetstream.JetStream, cfg jet
 	return kv, err
 }
 
-// inSubjects are LEDGER_IN's subjects: one per partition, or (Partitions
-// unset) those it has.
+// inSubjects are LEDGER_IN's subjects: two per partition (its single
+// events and its batches), or (Partitions unset) those it has, with the
+// batch subject of each partition it has added.
 func inSubjects(ctx context.Context, js jetstream.JetStream, o Options) ([]string, error) {
 	subj := wire.Subjects{Prefix: o.withDefaults().Prefix}
 	if o.Partitions > 0 {
-		out := make([]string, o.Partitions)
-		for p := range out {
-			out[p] = subj.InPartition(p)
+		out := make([]string, 0, 2*o.Partitions)
+		for p := range o.Partitions {
+			out = append(out, subj.InPartition(p), subj.InBatchPartition(p))
 		}
 		return out, nil
 	}
@@ -145,7 +147,25 @@ func inSubjects(ctx context.Context, js jetstream.JetStream, o Options) ([]strin
 			return []string{subj.InAll()}, nil // another prefix: start afresh
 		}
 	}
-	return have, nil
+	return withBatchSubjects(subj, have), nil
+}
+
+// withBatchSubjects is have with the batch subject of each partition whose
+// single-event subject it has: a stream made before batches existed gets
+// them from `ledgerctl streams apply` (docs/operations.md, "Upgrading to
+// an ingest that takes batches").
+func withBatchSubjects(subj wire.Subjects, have []string) []string {
+	out := slices.Clone(have)
+	for _, sub := range have {
+		batch, ok := strings.CutSuffix(sub, ".*")
+		if !ok || !strings.HasPrefix(sub, subj.InBatchPartition(0)[:len(subj.InBatchPartition(0))-1]) {
+			continue
+		}
+		if !slices.Contains(out, batch) {
+			out = append(out, batch)
+		}
+	}
+	return out
 }
 
 // bucketFiles maps each bucket's name to the file that defines it.

@@ -119,13 +119,15 @@ func (l *Ledger) Receipts(t testing.TB, holder string) *Receipts {
 	t.Helper()
 	r := &Receipts{byID: map[string]wire.Receipt{}, more: make(chan struct{})}
 	sub, err := l.nc.Subscribe(wire.Subjects{Prefix: wire.PrefixDefault}.Receipt(holder), func(m *nats.Msg) {
-		rc, err := wire.DecodeReceipt(m.Data)
+		rs, err := wire.ReceiptsOf(m.Header, m.Data) // the SDK's batches get batched receipts
 		if err != nil {
 			return
 		}
 		r.mu.Lock()
-		if _, ok := r.byID[rc.EventID]; !ok {
-			r.byID[rc.EventID] = rc
+		for _, rc := range rs {
+			if _, ok := r.byID[rc.EventID]; !ok {
+				r.byID[rc.EventID] = rc
+			}
 		}
 		close(r.more)
 		r.more = make(chan struct{})

@@ -16,6 +16,8 @@
 //     first receipt, after the publish, of the message's event id (its
 //     Nats-Msg-Id up to the first ':', EventID) on ledger.receipt.<holder>.
 //   - receipt: wait for the first receipt of event_id, an earlier publish's.
+//     A receipt message whose body is a JSON array (a batch's receipts,
+//     docs/contract.md §3) counts as each receipt in it.
 //   - projection: read task's value in ledger_tasks by direct get until it
 //     matches expect.value (10 s at most).
 //   - sleep: wait ms milliseconds.

@@ -82,13 +82,19 @@ func (r *receipts) count(id string) int {
 func run(t *testing.T, nc *nats.Conn, c conformance.Case) {
 	rs := &receipts{byID: map[string][]map[string]any{}}
 	sub, err := nc.Subscribe("ledger.receipt.>", func(m *nats.Msg) {
+		// A batched receipt (contract §3) is an array of receipts.
+		var list []map[string]any
 		var r map[string]any
-		if json.Unmarshal(m.Data, &r) != nil {
+		if json.Unmarshal(m.Data, &r) == nil {
+			list = append(list, r)
+		} else if json.Unmarshal(m.Data, &list) != nil {
 			return
 		}
-		id, _ := r["event_id"].(string)
 		rs.mu.Lock()
-		rs.byID[id] = append(rs.byID[id], r)
+		for _, r := range list {
+			id, _ := r["event_id"].(string)
+			rs.byID[id] = append(rs.byID[id], r)
+		}
 		rs.mu.Unlock()
 	})
 	require.NoError(t, err)

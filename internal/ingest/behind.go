@@ -83,12 +83,9 @@ func (s *Service) consumerAhead(ctx context.Context, p int, r *partRun) (bool, e
 	if err != nil {
 		return false, fmt.Errorf("consumer of partition %d: %w", p, err)
 	}
-	first, err := s.inStream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(s.subjects.InPartition(p)))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
+	first, found, err := s.firstOfPartition(ctx, p)
 	if err != nil {
 		return false, fmt.Errorf("first message of partition %d: %w", p, err)
 	}
-	return first.Sequence <= info.AckFloor.Stream, nil
+	return found && first <= info.AckFloor.Stream, nil
 }

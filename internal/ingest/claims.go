@@ -247,7 +247,9 @@ func (s *Service) consumePartition(ctx context.Context, cl fence.Claim) (jetstre
 		return nil, err
 	}
 	ccfg.Durable, ccfg.Name = name, name
-	ccfg.FilterSubject = s.subjects.InPartition(cl.Partition)
+	// The partition's single events and its batches (docs/contract.md §2).
+	ccfg.FilterSubject = ""
+	ccfg.FilterSubjects = []string{s.subjects.InPartition(cl.Partition), s.subjects.InBatchPartition(cl.Partition)}
 	ccfg.AckWait = s.cfg.AckWait
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, wire.StreamIn, ccfg)
 	if err != nil {

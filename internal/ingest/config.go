@@ -198,6 +198,11 @@ type hooks struct {
 	// noMemoryCheck switches off the check that the database holds every
 	// acknowledged commit (forgotten.go).
 	noMemoryCheck bool
+	// noBatchDecode routes a batch message as a single event (it is then
+	// invalid/bad_subject); noBatchGapCheck leaves earlier batches out of
+	// the gap check; batchAckOnReceive acks a batch message when it
+	// arrives, not once its events are durable (batch.go).
+	noBatchDecode, noBatchGapCheck, batchAckOnReceive bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

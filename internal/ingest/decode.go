@@ -29,11 +29,17 @@ type inbound struct {
 	// version, and retryAt when it is offered again if nothing moves its
 	// task's head before; zero while it is not parked.
 	parkedAt, retryAt time.Time
+	// bad is set on a batch message that does not decode (batch.go).
+	bad *badBatch
 }
 
 // decode reads the message into in's event (wire.DecodeInbound), or gives
 // in its invalid verdict.
 func decode(in *inbound, subjects wire.Subjects) (ok bool) {
+	if in.bad != nil {
+		decodeBad(in)
+		return false
+	}
 	m := in.msg
 	d, bad := subjects.DecodeInbound(m.Subject(), m.Headers(), m.Data())
 	in.subjectOK = d.SubjectOK

@@ -42,6 +42,14 @@
 //     TestGenerationIsNeverGrantedTwiceAfterTheDatabaseForgets, switch
 //     TestHooks.NoWitness.
 //
+// A batch message carries several events of one partition (batch.go).
+// Each is decided as the single-event message it stands for, and the
+// message is acked once every event in it is. Tests:
+// TestBatchEventsGetTheVerdictsTheyWouldGetAlone (switch
+// TestHooks.NoBatchDecode), TestBatchInADeadIngestIsRedeliveredAndDelaysTheGap
+// (switch TestHooks.BatchAckOnReceive),
+// TestEarlierBatchOfThePartitionDelaysTheGap (switch noBatchGapCheck).
+//
 // Hostile input is bounded, so no single message or principal can stop the
 // service for anyone else. Headers over wire.MaxHeaderBytes are invalid,
 // and a dead letter always fits LEDGER_DLQ. A version more than MaxAhead

@@ -28,13 +28,18 @@ type TestHooks struct {
 	// NoMemoryCheck switches off the check that the database holds every
 	// acknowledged commit.
 	NoMemoryCheck bool
+	// NoBatchDecode, NoBatchGapCheck and BatchAckOnReceive switch off the
+	// batch message's decoding, its place in the gap check and its ack
+	// after every event is durable.
+	NoBatchDecode, NoBatchGapCheck, BatchAckOnReceive bool
 }
 
 // WithTestHooks returns cfg with the given test seams.
 func WithTestHooks(cfg Config, h TestHooks) Config {
 	cfg.hooks = &hooks{afterPublish: h.AfterPublish, beforeAppend: h.BeforeAppend,
 		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy, noWitness: h.NoWitness,
-		noMemoryCheck: h.NoMemoryCheck}
+		noMemoryCheck: h.NoMemoryCheck, noBatchDecode: h.NoBatchDecode, noBatchGapCheck: h.NoBatchGapCheck,
+		batchAckOnReceive: h.BatchAckOnReceive}
 	return cfg
 }
 

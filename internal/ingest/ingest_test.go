@@ -208,8 +208,9 @@ func TestMalformedMessagesAreDeadLetteredAndIngestKeepsCommitting(t *testing.T) 
 	}
 	// LEDGER_IN stores only the subjects of the deployment's partitions:
 	// a publish to any other is refused at once, so nothing sits in the
-	// stream without a consumer to judge it.
-	for _, subject := range []string{"ledger.in.worker-a.1.0", "ledger.in.worker-a.1.x.bad", "ledger.in.worker-a.0.bad",
+	// stream without a consumer to judge it. (ledger.in.worker-a.1.0 is
+	// partition 0's batch subject: batch_test.go.)
+	for _, subject := range []string{"ledger.in.worker-a.1.99", "ledger.in.worker-a.1.x.bad", "ledger.in.worker-a.0.bad",
 		"ledger.in.worker-a.1.99.bad", "ledger.in.worker-a.1.01.bad", "ledger.in.worker-a.1.0.bad.more"} {
 		m := mutate(func(m *nats.Msg) { m.Subject = subject })
 		_, err := e.js.PublishMsg(context.Background(), m)

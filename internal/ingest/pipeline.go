@@ -322,13 +322,24 @@ func (s *Service) earlierPending(ctx context.Context, in *inbound) bool {
 	first, err := s.inStream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(s.subjects.InTask(in.event.Partition, in.event.Task)))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false // not even in itself: another copy of it was acked
+		// Not even in itself (another copy of it was acked, or it came
+		// in a batch): a batch may still hold its predecessor.
 	case err != nil:
 		s.log.Warn("cannot tell whether an earlier version is still queued; the gap verdict waits",
 			slog.Uint64("source_seq", in.sourceSeq), slog.String("error", err.Error()))
 		return true
+	case first.Sequence < in.sourceSeq:
+		return true
 	}
-	return first.Sequence < in.sourceSeq
+	if h := s.cfg.hooks; h != nil && h.noBatchGapCheck {
+		return false
+	}
+	earlier, err := s.earlierBatch(ctx, in)
+	if err != nil {
+		s.log.Warn("cannot tell whether an earlier batch is still queued; the gap verdict waits",
+			slog.Uint64("source_seq", in.sourceSeq), slog.String("error", err.Error()))
+	}
+	return earlier
 }
 
 // finish stores the batch's copies, then sends receipts and acks (or, for
@@ -345,9 +356,14 @@ func (s *Service) finish(l *lane, cb *committedBatch) {
 	if h := s.cfg.hooks; h != nil && h.afterPublish != nil && !h.afterPublish() {
 		return // a simulated crash: nothing acked
 	}
+	var parts []*inbound
 	for _, in := range cb.batch {
 		if !s.held.release(in) {
 			continue // its partition was handed over meanwhile
+		}
+		if _, ok := in.msg.(*batchPart); ok {
+			parts = append(parts, in) // receipts and acks per batch message, below
+			continue
 		}
 		s.sendReceipt(in)
 		if err := in.msg.Ack(); err != nil {
@@ -356,6 +372,7 @@ func (s *Service) finish(l *lane, cb *committedBatch) {
 		}
 		s.metrics.verdict(in.result.Verdict, in.result.Reason, in.result.WouldReject)
 	}
+	s.sendBatchReceipts(parts)
 	s.metrics.batch(cb.size, time.Since(cb.started))
 }
 
@@ -572,6 +589,10 @@ func (s *Service) shrinkLetter(m *nats.Msg) *nats.Msg {
 // are at least once: a message redelivered after a crash gets a second
 // (duplicate) receipt.
 func (s *Service) sendReceipt(in *inbound) {
+	if in.bad != nil {
+		s.sendBadBatchReceipts(in)
+		return
+	}
 	if !wire.ValidHolder(in.event.Holder) {
 		return
 	}
@@ -582,8 +603,14 @@ func (s *Service) sendReceipt(in *inbound) {
 
 // receiptJSON is the receipt of in's verdict.
 func receiptJSON(in *inbound) []byte {
+	r := receiptOf(in)
+	return wire.AppendReceipt(make([]byte, 0, 256), &r)
+}
+
+// receiptOf is the receipt of in's verdict.
+func receiptOf(in *inbound) wire.Receipt {
 	r := in.result
-	return wire.AppendReceipt(make([]byte, 0, 256), &wire.Receipt{EventID: in.event.ID, Task: in.event.Task,
+	return wire.Receipt{EventID: in.event.ID, Task: in.event.Task,
 		Partition: in.event.Partition, Version: in.event.Version, Verdict: r.Verdict, Reason: r.Reason, Seq: r.Seq,
-		Generation: in.event.Generation, CurrentGeneration: r.CurrentGeneration, FenceMode: r.FenceMode, WouldReject: r.WouldReject})
+		Generation: in.event.Generation, CurrentGeneration: r.CurrentGeneration, FenceMode: r.FenceMode, WouldReject: r.WouldReject}
 }

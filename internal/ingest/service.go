@@ -193,24 +193,36 @@ func (s *Service) Start(ctx context.Context) error {
 // delivering, which is the backpressure, and nothing leaves its order.
 // Once Stop has begun, every message is handed back.
 func (s *Service) route(m jetstream.Msg, p int) {
+	if s.subjects.IsInBatch(m.Subject()) && (s.cfg.hooks == nil || !s.cfg.hooks.noBatchDecode) {
+		s.routeBatch(m, p)
+		return
+	}
 	in := &inbound{msg: m, received: time.Now(), part: p}
 	if meta, err := m.Metadata(); err == nil {
 		in.sourceSeq, in.delivered, in.published = meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp
 	}
-	l := s.lanes[p%len(s.lanes)]
+	s.enqueue(in)
+}
+
+// enqueue holds in and hands it to its partition's lane; false, and in
+// handed back, when the service is stopping.
+func (s *Service) enqueue(in *inbound) bool {
+	l := s.lanes[in.part%len(s.lanes)]
 	select {
 	case <-s.stopping:
-		_ = m.Nak()
-		return
+		_ = in.msg.Nak()
+		return false
 	default:
 	}
 	s.held.add(in)
 	select {
 	case l.ch <- in:
+		return true
 	case <-s.stopping:
 		if s.held.release(in) {
-			_ = m.Nak()
+			_ = in.msg.Nak()
 		}
+		return false
 	}
 }
 

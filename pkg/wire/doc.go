@@ -2,9 +2,10 @@
 // NATS subjects, stream and bucket names, message headers, verdicts and
 // their reasons, identifier rules, the JSON bodies of the lease service,
 // and the one encoding of each message: inbound events (Inbound,
-// DecodeInbound), LEDGER_LOG copies (LogCopy, LogMsg, DecodeLog),
-// receipts (AppendReceipt, DecodeReceipt) and dead letters (DeadLetterMsg,
-// DecodeDeadLetter).
+// DecodeInbound), batches of them (BatchMsg, DecodeBatch), LEDGER_LOG
+// copies (LogCopy, LogMsg, DecodeLog), receipts (AppendReceipt,
+// DecodeReceipt; batched: ReceiptsMsg, DecodeReceipts) and dead letters
+// (DeadLetterMsg, DecodeDeadLetter).
 //
 // Every side of the system (ingest, projector, the worker SDK, ledgerctl and
 // the tests) builds and reads the contract's messages here so that they

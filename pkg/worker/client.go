@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,6 +54,11 @@ type Client struct {
 	// acking are published events waiting for their publish ack, by event
 	// id (the JetStream callbacks resolve them; a receipt may come first).
 	acking map[string]*Pending
+	// batches are the events of each batch message waiting for its
+	// publish ack, by its Nats-Msg-Id (batch.go).
+	batches map[string][]*Pending
+	// noBatches is set once LEDGER_IN refused a batch: events go alone.
+	noBatches atomic.Bool
 }
 
 // New checks cfg and returns a client on nc. It subscribes (core NATS) to
@@ -81,7 +87,7 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	// JetStream's own bound is only a backstop and must never stall first.
 	c := &Client{nc: nc, cfg: cfg, subj: wire.Subjects{Prefix: cfg.Prefix}, log: cfg.Logger,
 		closedCh: make(chan struct{}), leases: map[int]*Lease{}, pending: map[string]*Pending{},
-		acking: map[string]*Pending{}}
+		acking: map[string]*Pending{}, batches: map[string][]*Pending{}}
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.heads = &headBatcher{c: c}
 	if cfg.Partitions == 0 {
@@ -269,6 +275,10 @@ func partitionsFrom(reply wire.LeaseReply, err error) (int, error) {
 // or one that comes after a lookup settled the event, finds nothing
 // pending and is dropped.
 func (c *Client) onReceipt(m *nats.Msg) {
+	if m.Header.Get(wire.HeaderBatch) != "" {
+		c.onBatchReceipt(m)
+		return
+	}
 	r, err := wire.DecodeReceipt(m.Data)
 	if err != nil {
 		c.log.Warn("undecodable receipt", slog.String("error", err.Error()))
@@ -495,6 +505,10 @@ func (c *Client) takeAcking(m *nats.Msg) *Pending {
 
 // onAck is JetStream's callback for a stored publish.
 func (c *Client) onAck(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
+	if m.Header.Get(wire.HeaderBatch) != "" {
+		c.onBatchAck(m, ack)
+		return
+	}
 	if p := c.takeAcking(m); p != nil {
 		p.setAck(ack, nil)
 		c.awaitVerdict(p)
@@ -505,6 +519,10 @@ func (c *Client) onAck(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck
 // onAckErr is JetStream's callback for a failed or timed-out publish: the
 // event is published again, with its id, until the lease ends.
 func (c *Client) onAckErr(_ jetstream.JetStream, m *nats.Msg, err error) {
+	if m.Header.Get(wire.HeaderBatch) != "" {
+		c.batchFailed(c.takeBatch(m), err)
+		return
+	}
 	if p := c.takeAcking(m); p != nil {
 		go c.republish(p, err)
 	}

@@ -27,6 +27,15 @@ const (
 	// waits for its receipt before the client asks the ledger for its
 	// verdict, and then how often it asks again: 10 s.
 	ReceiptTimeoutDefault = 10 * time.Second
+	// BatchMaxDefault is the most events of one lease sent in one batch
+	// message: 256.
+	BatchMaxDefault = 256
+	// BatchLingerDefault is how long the first event of a batch waits for
+	// more before the batch leaves: 1 ms.
+	BatchLingerDefault = time.Millisecond
+	// BatchMaxBytesDefault bounds a batch message's body: 512 KiB, half
+	// the server's default max_payload.
+	BatchMaxBytesDefault = 512 << 10
 )
 
 // Config configures a Client. Only Holder is required.
@@ -83,6 +92,18 @@ type Config struct {
 	// answer, after the lease ended too (that copy is answered stale).
 	// Default 10 s.
 	ReceiptTimeout time.Duration
+	// BatchMax is the most events of one lease in one LEDGER_IN message
+	// (docs/contract.md §2, "Batches"), 1..1000; default 256. 1 sends
+	// every event alone. Against a ledger whose LEDGER_IN takes no batches
+	// the client sends every event alone anyway.
+	BatchMax int
+	// BatchLinger is how long the first event of a batch waits for more
+	// before the batch leaves; default 1 ms. Under load a batch fills
+	// before then.
+	BatchLinger time.Duration
+	// BatchMaxBytes bounds a batch message's body, which must stay within
+	// the server's max_payload; default 512 KiB. A larger event goes alone.
+	BatchMaxBytes int
 	// Logger receives the client's warnings (failed renewals, lost
 	// leases); default slog.Default().
 	Logger *slog.Logger
@@ -99,6 +120,9 @@ func (c Config) WithDefaults() Config {
 	c.MaxPayload = cmp.Or(c.MaxPayload, wire.MaxPayloadDefault)
 	c.PublishAckTimeout = cmp.Or(c.PublishAckTimeout, PublishAckTimeoutDefault)
 	c.ReceiptTimeout = cmp.Or(c.ReceiptTimeout, ReceiptTimeoutDefault)
+	c.BatchMax = cmp.Or(c.BatchMax, BatchMaxDefault)
+	c.BatchLinger = cmp.Or(c.BatchLinger, BatchLingerDefault)
+	c.BatchMaxBytes = cmp.Or(c.BatchMaxBytes, BatchMaxBytesDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
@@ -121,6 +145,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: request, publish ack and receipt timeouts and the standby poll must be positive")
 	case c.MaxInFlight < 1:
 		return fmt.Errorf("worker: max in flight must be at least 1, got %d", c.MaxInFlight)
+	case c.BatchMax < 1 || c.BatchMax > wire.MaxBatch:
+		return fmt.Errorf("worker: batch max must be 1..%d, got %d", wire.MaxBatch, c.BatchMax)
+	case c.BatchLinger < 0 || c.BatchMaxBytes < 1:
+		return fmt.Errorf("worker: batch linger must not be negative and batch max bytes positive")
 	case c.MaxPayload < 1:
 		return fmt.Errorf("worker: max payload must be at least 1 byte, got %d", c.MaxPayload)
 	}

@@ -72,6 +72,13 @@
 //     awaitVerdict). Tests: TestLostReceiptIsLearnedFromTheLedger,
 //     TestEventLostFromLedgerInIsPublishedAgainAndCommitted,
 //     TestEventLostAfterItsLeaseEndedIsJudgedStale.
+//   - A lease's events published within Config.BatchLinger leave in one
+//     batch message, each kept to its own verdict; a batch whose publish
+//     fails is sent again event by event, and a LEDGER_IN without batch
+//     subjects turns batches off (batch.go). Tests:
+//     TestEventsOfALeaseLeaveInBatchesAndEachIsCommitted,
+//     TestClientFallsBackToSingleEventsWhenTheInboxTakesNoBatches,
+//     TestLostBatchIsRecoveredEventByEvent.
 //   - Release returns only after every in-flight event has its receipt.
 //     Tests: TestEventsCommitAndReleaseWaitsForTheirReceipts,
 //     TestReleaseReturnsAfterALostReceipt.

@@ -46,6 +46,8 @@ type Lease struct {
 	expiresAt time.Time   // as the database last reported it
 	tasks     map[string]*taskState
 	inflight  int
+	// batch gathers the events that leave in one message (batch.go).
+	batch batcher
 	// changed is closed and replaced whenever an event gets its receipt.
 	changed chan struct{}
 }

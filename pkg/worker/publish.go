@@ -254,10 +254,16 @@ func (l *Lease) send(ctx context.Context, ts *taskState, p *Pending, typ string,
 	l.mu.Unlock()
 	p.markAssigned()
 
-	p.msg = l.message(p, typ, payload)
+	in := l.inbound(p, typ, payload)
+	p.msg = l.c.subj.InboundMsg(in)
 	err := ErrClosed
 	if l.c.register(p) {
-		_, err = l.c.js.PublishMsgAsync(p.msg)
+		if l.c.batching() {
+			l.add(p, in) // a failed batch is sent again event by event
+			err = nil
+		} else {
+			_, err = l.c.js.PublishMsgAsync(p.msg)
+		}
 	}
 	if err != nil {
 		l.c.unregister(p)
@@ -352,14 +358,15 @@ func (l *Lease) learnHead(ctx context.Context, task string, ts *taskState) error
 	return nil
 }
 
-// message is an event's LEDGER_IN message (docs/contract.md §2).
-func (l *Lease) message(p *Pending, typ string, payload []byte) *nats.Msg {
+// inbound is an event as its LEDGER_IN message carries it (docs/contract.md
+// §2), alone or in a batch.
+func (l *Lease) inbound(p *Pending, typ string, payload []byte) wire.Inbound {
 	in := wire.Inbound{ID: p.id, Partition: l.partition, Task: p.task, Holder: l.c.cfg.Holder,
 		Generation: l.generation, Version: p.version, Type: typ, Payload: payload}
 	if p.snapshot {
 		in.Kind = wire.KindSnapshot
 	}
-	return l.c.subj.InboundMsg(in)
+	return in
 }
 
 // ResyncTask learns task's head again, after an event of the task was

@@ -38,6 +38,9 @@ type ExternalOptions struct {
 	// Raw makes the workers raw JetStream publishers (the contract's
 	// headers, no SDK) instead of Go SDK clients.
 	Raw bool
+	// SDKBatchMax is the SDK clients' worker.Config.BatchMax: 1 sends
+	// every event alone; default 0, the SDK's default (batches on).
+	SDKBatchMax int
 	// Bin is the directory holding the ingest, projector and ledgerlab
 	// binaries; default the directory of the running executable.
 	Bin string
@@ -589,6 +592,9 @@ func (e *external) startWorker(lab string, sp workerSpec, n int) (*workerProc, e
 	}
 	if sp.bare {
 		args = append(args, "-bare", "-database-url", e.d.DatabaseURL())
+	}
+	if e.o.SDKBatchMax > 0 {
+		args = append(args, "-sdk-batch", strconv.Itoa(e.o.SDKBatchMax))
 	}
 	w := &workerProc{n: n, cmd: exec.Command(lab, args...), exited: make(chan struct{}),
 		logPath: filepath.Join(e.d.Dir(), "procs", fmt.Sprintf("worker-%s-%d.log", sp.id, n))}

@@ -33,7 +33,8 @@ func newSDKPublisher(ctx context.Context, nc *nats.Conn, o WorkerOptions, share 
 			p.close()
 		}
 	}()
-	if p.c, err = worker.New(nc, worker.Config{Holder: o.holder(), MaxInFlight: MaxInFlight, Logger: o.Logger}); err != nil {
+	if p.c, err = worker.New(nc, worker.Config{Holder: o.holder(), MaxInFlight: MaxInFlight, BatchMax: o.SDKBatchMax,
+		Logger: o.Logger}); err != nil {
 		return nil, err
 	}
 	for part := o.Worker; part < partitions; part += o.Workers {

@@ -46,6 +46,10 @@ type WorkerOptions struct {
 	// which the coordinator created, and measures publish → commit.
 	Bare        bool
 	DatabaseURL string
+	// SDKBatchMax is the SDK clients' worker.Config.BatchMax: 1 sends
+	// every event alone; default 0, the SDK's default (batches on).
+	SDKBatchMax int
+
 	// Logger receives the SDK's logs; default discards them.
 	Logger *slog.Logger
 }

@@ -161,6 +161,9 @@ type Options struct {
 	// partitions (partition p belongs to worker p mod Workers); 1..16,
 	// default 4.
 	Workers int
+	// SDKBatchMax is the SDK clients' worker.Config.BatchMax: 1 sends
+	// every event alone; default 0, the SDK's default (batches on).
+	SDKBatchMax int
 	// Progress receives one progress line, rewritten in place with "\r"
 	// about every 300 ms, and the setup steps and rounds; default
 	// os.Stderr. Use io.Discard to silence it. The line is cleared before

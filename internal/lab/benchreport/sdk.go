@@ -87,7 +87,7 @@ func startPipeline(ctx context.Context, s *localstack.Stack, o Options, id strin
 		}
 		p.conns = append(p.conns, nc)
 		c, err := worker.New(nc, worker.Config{Holder: holder,
-			MaxInFlight: MaxInFlight, Logger: o.Logger})
+			MaxInFlight: MaxInFlight, BatchMax: o.SDKBatchMax, Logger: o.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -137,8 +137,8 @@ func (p *pipeline) onReceipt(m *nats.Msg) {
 	if t == nil {
 		return
 	}
-	var rc wire.Receipt
-	if json.Unmarshal(m.Data, &rc) == nil {
+	rs, _ := wire.ReceiptsOf(m.Header, m.Data) // the SDK's batches get batched receipts
+	for _, rc := range rs {
 		t.onReceipt(rc, at)
 	}
 }

@@ -76,8 +76,11 @@ async function runCase(nc: NatsConnection, name: string, steps: Step[]): Promise
   nc.subscribe("ledger.receipt.>", {
     callback: (err, m) => {
       if (err) return;
-      const r = m.json<{ event_id: string }>();
-      receipts.set(r.event_id, [...(receipts.get(r.event_id) ?? []), r]);
+      // A batched receipt (contract §3) is an array of receipts.
+      const body = m.json<{ event_id: string } | { event_id: string }[]>();
+      for (const r of Array.isArray(body) ? body : [body]) {
+        receipts.set(r.event_id, [...(receipts.get(r.event_id) ?? []), r]);
+      }
     },
   });
   await nc.flush();

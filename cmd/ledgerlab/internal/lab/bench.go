@@ -62,6 +62,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	compare := f.Int("compare", 0, "with -external: run this many pairs of runs, SDK then raw, and compare them")
 	warmup := f.Int("warmup", benchreport.WarmupDefault, "with -external: events of other tasks sent through the ledger before the run (0: none)")
 	latency := f.Bool("latency", false, "with -external: publish at -rate and measure publish → receipt against a bare pipeline")
+	sdkBatch := f.Int("sdk-batch", 0, "events per SDK batch message: 1 sends each alone, 0 the SDK's default (256)")
 	syncPolicy := f.Bool("sync-policy", false, "with -external: measure sync_interval always against the default, on R1 and R3")
 	if err := f.Parse(args); err != nil {
 		return err
@@ -89,7 +90,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case *latency && (*compare > 0 || *ingestProfile != ""):
 			return Usagef("-latency runs on its own: leave out -compare and -ingest-profile")
 		}
-		eo := benchreport.ExternalOptions{Events: *events, Tasks: *tasks, Workers: *workers, Raw: *raw,
+		eo := benchreport.ExternalOptions{Events: *events, Tasks: *tasks, Workers: *workers, Raw: *raw, SDKBatchMax: *sdkBatch,
 			Bin: *bin, IngestProfile: *ingestProfile, Progress: stderr, Latency: *latency, Rate: *rate, Warmup: *warmup}
 		if *warmup == 0 {
 			eo.Warmup = -1
@@ -149,7 +150,8 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// services' garbage-collector defaults, as the ingest and projector do.
 	connect.TuneGC(nil)
 	r, err := benchreport.Run(ctx, benchreport.Options{DatabaseURL: f.Conn.DatabaseURL, Only: sections, Events: *events,
-		Rounds: *rounds, Rate: *rate, LatencyDuration: *duration, Workers: *workers, Progress: stderr})
+		Rounds: *rounds, Rate: *rate, LatencyDuration: *duration, Workers: *workers, SDKBatchMax: *sdkBatch,
+		Progress: stderr})
 	if err != nil {
 		return err
 	}
@@ -196,6 +198,7 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	f.BoolVar(&o.Raw, "raw", false, "raw JetStream publishes instead of the Go SDK")
 	f.IntVar(&o.Rate, "rate", 0, "the run's events a second over every worker (0: full speed)")
 	f.BoolVar(&o.Bare, "bare", false, "be the bare pipeline of a latency run")
+	f.IntVar(&o.SDKBatchMax, "sdk-batch", 0, "events per SDK batch message: 1 sends each alone, 0 the SDK's default")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
