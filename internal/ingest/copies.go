@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,7 @@ import (
 // so publishing one twice is safe.
 type copier struct {
 	nc     *nats.Conn
+	own    bool   // nc is the copier's own (copiesConn): close closes it
 	inbox  string // the reply prefix, ending in "."
 	sub    *nats.Subscription
 	status chan nats.Status
@@ -59,16 +61,20 @@ type failedCopy struct {
 	err       error
 }
 
-func newCopier(nc *nats.Conn) (*copier, error) {
-	c := &copier{nc: nc, inbox: nc.NewInbox() + ".", sets: map[uint64]*copySet{}}
+func newCopier(nc *nats.Conn, own bool) (*copier, error) {
+	c := &copier{nc: nc, own: own, inbox: nc.NewInbox() + ".", sets: map[uint64]*copySet{}}
 	sub, err := nc.Subscribe(c.inbox+"*.*", c.onAck)
-	if err != nil {
-		return nil, fmt.Errorf("ingest: publish-ack subscription: %w", err)
+	if err == nil {
+		// A dropped ack costs a republish after the timeout; never drop
+		// them for want of buffer.
+		if err = sub.SetPendingLimits(-1, -1); err != nil {
+			_ = sub.Unsubscribe()
+		}
 	}
-	// A dropped ack costs a republish after the timeout; never drop them
-	// for want of buffer.
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		_ = sub.Unsubscribe()
+	if err != nil {
+		if own {
+			nc.Close()
+		}
 		return nil, fmt.Errorf("ingest: publish-ack subscription: %w", err)
 	}
 	c.sub = sub
@@ -81,6 +87,28 @@ func (c *copier) close() {
 	_ = c.sub.Unsubscribe()
 	c.nc.RemoveStatusListener(c.status)
 	<-c.ended
+	if c.own {
+		c.nc.Close()
+	}
+}
+
+// copiesConn is a second connection to NATS like nc, for LEDGER_LOG and
+// LEDGER_DLQ copies, that buffers nothing while it reconnects. On nc, a copy
+// published just as the server went down waited in the client's reconnect
+// buffer and was stored first on the restarted server, before the copies
+// its loss took were put back (log_order in chaos: v505 before v504).
+func copiesConn(nc *nats.Conn) (*nats.Conn, error) {
+	o := nc.Opts
+	o.ReconnectBufSize = -1
+	o.Name = cmp.Or(o.Name, "ledger-ingest") + " (log copies)"
+	// Its owner's callbacks are about nc.
+	o.ConnectedCB, o.DisconnectedCB, o.DisconnectedErrCB, o.ReconnectedCB, o.ClosedCB = nil, nil, nil, nil, nil
+	o.DiscoveredServersCB, o.AsyncErrorCB, o.LameDuckModeHandler, o.ReconnectErrCB = nil, nil, nil, nil
+	cc, err := o.Connect()
+	if err != nil {
+		return nil, fmt.Errorf("ingest: a connection for log copies: %w", err)
+	}
+	return cc, nil
 }
 
 // failOnDisconnect settles every copy still waiting for its ack as not

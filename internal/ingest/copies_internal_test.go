@@ -37,7 +37,7 @@ func newTestCopier(t *testing.T) (*natstest.Server, *nats.Conn, *copier, jetstre
 	js := ns.JetStream(t)
 	st, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "COPIES", Subjects: []string{"copies.>"}, MaxMsgSize: 4096})
 	require.NoError(t, err)
-	c, err := newCopier(nc)
+	c, err := newCopier(nc, false)
 	require.NoError(t, err)
 	t.Cleanup(c.close)
 	return ns, nc, c, st
@@ -116,4 +116,31 @@ func TestCopierFailsWaitingCopiesWhenTheConnectionDrops(t *testing.T) {
 	require.Len(t, failed, 1)
 	require.ErrorContains(t, werr, "connection reconnecting")
 	require.Less(t, time.Since(start), 30*time.Second, "the disconnect, not the timeout, ended the wait")
+}
+
+// The copies' own connection buffers nothing while it reconnects: a copy
+// published while the server is down fails at once, and never reaches the
+// restarted server ahead of the copies a loss took, to be put back first.
+// Switch: keep nc's ReconnectBufSize in copiesConn: the copy is stored.
+func TestCopiesConnectionSendsNothingAfterAReconnectThatWasPublishedBefore(t *testing.T) {
+	t.Parallel()
+	ns, nc, _, _ := newTestCopier(t)
+	cc, err := copiesConn(nc)
+	require.NoError(t, err)
+	t.Cleanup(cc.Close)
+
+	ns.Shutdown()
+	require.Eventually(t, func() bool { return !cc.IsConnected() }, 10*time.Second, 10*time.Millisecond)
+	late := cc.PublishMsg(copyMsg("copies.a", "id-late"))
+	ns.Restart(t)
+	require.Eventually(t, cc.IsConnected, 20*time.Second, 10*time.Millisecond)
+	require.NoError(t, cc.Flush())
+
+	ctx := context.Background()
+	st, err := ns.JetStream(t).Stream(ctx, "COPIES")
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "a copy published while disconnected was stored after the reconnect")
+	require.Error(t, late, "the publish while disconnected failed at once")
 }

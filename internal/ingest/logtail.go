@@ -101,7 +101,7 @@ func (s *Service) checkLogTail(ctx context.Context) (int, error) {
 			return n, err
 		}
 		for i := range missing {
-			if _, err := s.js.PublishMsg(ctx, s.logCopy(&missing[i])); err != nil {
+			if _, err := s.copyJS.PublishMsg(ctx, s.logCopy(&missing[i])); err != nil {
 				return n, fmt.Errorf("publish the copy of %s version %d again: %w", h.Task, missing[i].Version, err)
 			}
 			n++
@@ -129,13 +129,17 @@ func (s *Service) lastLogged(ctx context.Context, partition int, task string) (i
 }
 
 // reconnected reports whether NATS reconnected since the lane last looked.
-func (s *Service) reconnected(l *lane) bool { return s.nc.Stats().Reconnects != l.epoch }
+func (s *Service) reconnected(l *lane) bool { return s.epoch() != l.epoch }
+
+// epoch counts the reconnects of both connections: the copies' and the
+// one the lookups of LEDGER_LOG's last copies go on.
+func (s *Service) epoch() uint64 { return s.nc.Stats().Reconnects + s.copies.nc.Stats().Reconnects }
 
 // forgetStored clears what a lane remembers storing once NATS reconnected:
 // the copies may be gone with the server's unsynced tail. The client counts
 // the reconnect before it sends anything on the new connection.
 func (s *Service) forgetStored(l *lane) {
-	if epoch := s.nc.Stats().Reconnects; epoch != l.epoch {
+	if epoch := s.epoch(); epoch != l.epoch {
 		clear(l.stored)
 		l.epoch = epoch
 	}

@@ -106,3 +106,62 @@ func TestLogCopiesLostAtTheTailArePublishedAgain(t *testing.T) {
 	}
 	require.NoError(t, e.svc.CheckMemory(context.Background()))
 }
+
+// After a loss a batch can hold a re-sent, already committed version of a
+// task next to the task's new version, with the versions between them gone
+// from LEDGER_LOG. The ingest that takes the partition over (its lane
+// remembers nothing) stores the missing versions before the new one.
+// Chaos found it: a re-sent v209 and a new v329 in one batch, v329 stored
+// right after v209. Switch: in precedingCopies look only at each task's
+// first copy in the batch (the old rule): LEDGER_LOG holds 1, 2, 5.
+func TestAnOldDuplicateInABatchDoesNotHideTheVersionsLostBeforeItsNewOne(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	cfg := ingest.Config{AckWait: 5 * time.Second, StopTimeout: time.Second, LogTailWindow: -1,
+		Lanes: 1, BatchWait: 300 * time.Millisecond}
+	first, _ := e.startIngestOn(cfg, e.store)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(4, "worker-a.1", 120000)
+	ev := func(v int64) event {
+		return event{id: newID(), partition: 4, task: "dup", holder: "worker-a.1", generation: l.Generation,
+			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+	}
+	var sent []event
+	for v := int64(1); v <= 4; v++ {
+		sent = append(sent, ev(v))
+		e.publish(sent[v-1])
+		require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, sent[v-1].id).Verdict)
+	}
+	require.Equal(t, []string{"1", "2", "3", "4"}, e.logVersions(4, "dup"))
+
+	// The loss: versions 3 and 4's copies are gone, and with the restart
+	// from LEDGER_LOG's duplicate window too.
+	first.Stop()
+	ctx := context.Background()
+	st, err := e.js.Stream(ctx, wire.StreamLog)
+	require.NoError(t, err)
+	for _, m := range e.streamMsgs(wire.StreamLog, e.subj.Log(4, "dup"))[2:] {
+		md, err := m.Metadata()
+		require.NoError(t, err)
+		require.NoError(t, st.DeleteMsg(ctx, md.Sequence.Stream))
+	}
+	e.ns.Shutdown()
+	e.ns.Restart(t)
+
+	// Version 2 re-sent under its bare event id (not deduplicated by
+	// LEDGER_IN, as after a loss), then version 5: one batch for the next ingest.
+	again := e.msg(sent[1])
+	again.Header.Set(wire.HeaderMsgID, sent[1].id)
+	e.publishMsg(again)
+	v5 := ev(5)
+	e.publish(v5)
+	e.startIngestOn(cfg, e.store)
+	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, v5.id).Verdict)
+	require.Eventually(t, func() bool {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		rs := rc.byID[sent[1].id]
+		return len(rs) == 2 && rs[1].Verdict == wire.VerdictDuplicate
+	}, 30*time.Second, 10*time.Millisecond, "the re-send is answered duplicate")
+	require.Equal(t, []string{"1", "2", "3", "4", "5"}, e.logVersions(4, "dup"))
+}

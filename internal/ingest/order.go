@@ -20,20 +20,30 @@ const storedTasksMax = 1 << 16
 // precedingCopies returns the LEDGER_LOG copies that must be stored before
 // the batch's own, so that LEDGER_LOG holds every task's events in commit
 // order across processes: when a batch holds version v of a task and
-// neither the batch nor this lane stored v-1, another process committed
-// v-1 and its copy may still be on its way (or died with that process). The
-// last copy of the task in LEDGER_LOG tells; the versions it lacks are read
-// from PostgreSQL and published first. A copy stored twice is deduplicated
-// by its event id.
+// neither the batch (before v) nor this lane stored v-1, another process
+// committed v-1 and its copy may still be on its way (or died with that
+// process, or with a server's unsynced tail). The last copy of the task in
+// LEDGER_LOG tells; the versions it lacks are read from PostgreSQL and
+// published first. A copy stored twice is deduplicated by its event id.
+//
+// Every copy of the batch is looked at, not only a task's first: after a
+// loss a batch can hold a re-sent duplicate of an old version, sorted
+// before the task's new versions, and the versions between them may be
+// missing too.
 func (s *Service) precedingCopies(ctx context.Context, l *lane, logged []*fence.Committed) ([]*nats.Msg, error) {
 	need := map[string]*fence.Committed{}
-	seen := map[string]int64{}
+	upTo := map[string]int64{} // per task, the highest version the set must hold first
+	top := map[string]int64{}
 	for _, c := range logged {
-		prev, inBatch := seen[c.Task]
-		if c.Version > 1 && need[c.Task] == nil && !(inBatch && prev >= c.Version-1) && l.stored[c.Task] < c.Version-1 {
-			need[c.Task] = c
+		have, ok := top[c.Task]
+		if !ok {
+			have = l.stored[c.Task]
 		}
-		seen[c.Task] = max(prev, c.Version)
+		if c.Version > have+1 {
+			need[c.Task] = c
+			upTo[c.Task] = c.Version - 1
+		}
+		top[c.Task] = max(have, c.Version)
 	}
 	if len(need) == 0 {
 		return nil, nil
@@ -45,12 +55,12 @@ func (s *Service) precedingCopies(ctx context.Context, l *lane, logged []*fence.
 		wg    sync.WaitGroup
 	)
 	sem := make(chan struct{}, 16)
-	for _, c := range need {
+	for task, c := range need {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			msgs, err := s.missingBefore(ctx, c)
+			msgs, err := s.missingUpTo(ctx, c, upTo[task])
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && first == nil {
@@ -63,9 +73,9 @@ func (s *Service) precedingCopies(ctx context.Context, l *lane, logged []*fence.
 	return out, first
 }
 
-// missingBefore returns the copies of c's task that LEDGER_LOG lacks below
-// c's version, oldest first.
-func (s *Service) missingBefore(ctx context.Context, c *fence.Committed) ([]*nats.Msg, error) {
+// missingUpTo returns the copies of c's task up to version upTo that
+// LEDGER_LOG lacks, oldest first.
+func (s *Service) missingUpTo(ctx context.Context, c *fence.Committed, upTo int64) ([]*nats.Msg, error) {
 	last, err := s.logStream.GetLastMsgForSubject(ctx, s.subjects.Log(c.Partition, c.Task))
 	var have int64
 	switch {
@@ -86,10 +96,10 @@ func (s *Service) missingBefore(ctx context.Context, c *fence.Committed) ([]*nat
 		}
 		have = lc.Version
 	}
-	if have >= c.Version-1 {
+	if have >= upTo {
 		return nil, nil
 	}
-	rows, err := s.store.Between(ctx, c.Task, have, c.Version)
+	rows, err := s.store.Between(ctx, c.Task, have, upTo+1)
 	if err != nil {
 		return nil, err
 	}

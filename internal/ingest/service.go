@@ -59,6 +59,8 @@ type Service struct {
 	letters    *quota.Shared
 	svc        micro.Service
 	copies     *copier
+	// copyJS publishes the tail check's copies on the copier's connection.
+	copyJS jetstream.JetStream
 }
 
 // Deps are what the service runs on.
@@ -125,7 +127,15 @@ func (s *Service) Start(ctx context.Context) error {
 		s.letterMax = min(s.letterMax, int(limit))
 	}
 
-	if s.copies, err = newCopier(s.nc); err != nil {
+	cc, err := copiesConn(s.nc)
+	if err != nil {
+		return err
+	}
+	if s.copies, err = newCopier(cc, true); err != nil {
+		return err
+	}
+	if s.copyJS, err = jetstream.New(cc); err != nil {
+		s.copies.close()
 		return err
 	}
 	if h := s.cfg.hooks; h != nil {

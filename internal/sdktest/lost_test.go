@@ -111,3 +111,37 @@ func (l *ledger) loseInMsg(ctx context.Context, seq uint64) {
 	_, err = in.GetMsg(ctx, seq)
 	require.ErrorIs(l.t, err, jetstream.ErrMsgNotFound)
 }
+
+// An event lost from LEDGER_IN with the server's tail is published again
+// when the client reconnects, without waiting for a verdict lookup: with
+// thousands of events waiting after a loss the lease service refuses most
+// lookups as busy. The receipt timeout here is an hour, so only the
+// reconnect can send it again. Switch: no resendAcked call in
+// watchReconnects (pkg/worker/reconnect.go): no verdict within settleWait.
+func TestEventLostFromLedgerInIsPublishedAgainOnReconnect(t *testing.T) {
+	t.Parallel()
+	l, startIngest := newStoppableLedger(t)
+	first := startIngest()
+	ctx := testCtx(t, 60*time.Second)
+	c := l.client(nil, worker.Config{Holder: "lost.c", TTL: 60 * time.Second, ReceiptTimeout: time.Hour})
+	lease, err := c.Acquire(ctx, 2)
+	require.NoError(t, err)
+	p1, err := lease.Publish(ctx, "report", "running", []byte(`{"step":1}`))
+	require.NoError(t, err)
+	require.NoError(t, p1.Wait(ctx))
+
+	first.Stop()
+	lost, err := lease.Publish(ctx, "report", "completed", []byte(`{"step":2}`))
+	require.NoError(t, err)
+	ack, err := lost.PubAck(ctx)
+	require.NoError(t, err)
+	l.loseInMsg(ctx, ack.Sequence)
+	l.ns.Shutdown()
+	l.ns.Restart(t)
+
+	startIngest()
+	require.NoError(t, lost.Wait(testCtx(t, settleWait)), "the lost event was not committed")
+	rows := l.events("report")
+	require.Len(t, rows, 2)
+	require.Equal(t, lost.ID(), rows[1].EventID)
+}

@@ -111,6 +111,8 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: subscribe to receipts: %w", err)
 	}
+	c.wg.Add(1)
+	go c.watchReconnects()
 	return c, nil
 }
 
@@ -301,6 +303,11 @@ func (c *Client) settle(r wire.Receipt) bool {
 	if p == nil {
 		return false
 	}
+	if p.resent.Load() && r.Verdict == wire.VerdictDuplicate && r.Reason == wire.ReasonSameEventID {
+		// The answer to this client's own copy: the event is the row, as
+		// a lookup would report it.
+		r.Verdict, r.Reason = wire.VerdictCommitted, ""
+	}
 	p.stopLookups()
 	p.resolve(r)
 	p.lease.onReceipt(p, r)
@@ -396,6 +403,7 @@ func (c *Client) publishAgain(p *Pending) {
 		return
 	}
 	m := againMsg(p.msg, n)
+	p.resent.Store(true)
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.PublishAckTimeout)
 	defer cancel()
 	if _, err := c.js.PublishMsg(ctx, m); err != nil {
@@ -410,13 +418,16 @@ func (c *Client) publishAgain(p *Pending) {
 // againMsg is m, an event's LEDGER_IN message, as its n-th copy sent after
 // the ledger had no record of it: the same subject, headers and body, and
 // the Nats-Msg-Id token suffixed "-a<n>".
-func againMsg(m *nats.Msg, n int) *nats.Msg {
+func againMsg(m *nats.Msg, n int) *nats.Msg { return copyMsg(m, "a"+strconv.Itoa(n)) }
+
+// copyMsg is m with the Nats-Msg-Id token suffixed "-<suffix>".
+func copyMsg(m *nats.Msg, suffix string) *nats.Msg {
 	out := nats.NewMsg(m.Subject)
 	for k, vs := range m.Header {
 		out.Header[k] = vs
 	}
 	id, token, _ := wire.SplitMsgID(m.Header.Get(wire.HeaderMsgID))
-	out.Header.Set(wire.HeaderMsgID, wire.MsgID(id, token+"-a"+strconv.Itoa(n)))
+	out.Header.Set(wire.HeaderMsgID, wire.MsgID(id, token+"-"+suffix))
 	out.Data = m.Data
 	return out
 }

@@ -69,9 +69,12 @@
 //   - Every event gets its verdict. A lost receipt is looked up after
 //     Config.ReceiptTimeout, and an event the ledger never saw is published
 //     again, after its lease ended too, to be judged stale (client.go,
-//     awaitVerdict). Tests: TestLostReceiptIsLearnedFromTheLedger,
+//     awaitVerdict). Every acknowledged event without a receipt is published
+//     again after a reconnect (reconnect.go). Tests:
+//     TestLostReceiptIsLearnedFromTheLedger,
 //     TestEventLostFromLedgerInIsPublishedAgainAndCommitted,
-//     TestEventLostAfterItsLeaseEndedIsJudgedStale.
+//     TestEventLostAfterItsLeaseEndedIsJudgedStale,
+//     TestEventLostFromLedgerInIsPublishedAgainOnReconnect.
 //   - A lease's events published within Config.BatchLinger leave in one
 //     batch message, each kept to its own verdict; a batch whose publish
 //     fails is sent again event by event, and a LEDGER_IN without batch

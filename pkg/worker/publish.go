@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -450,6 +451,9 @@ type Pending struct {
 	// unknown counts the lookups the ledger answered with no record of
 	// the event (Client.publishAgain).
 	unknown int
+	// resent is set once the client sent a copy of the event itself
+	// (publishAgain, resendAcked): a duplicate answer is then its commit.
+	resent atomic.Bool
 }
 
 // ID returns the event id (a ULID), the key of its idempotency.
