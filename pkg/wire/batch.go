@@ -127,16 +127,6 @@ func appendBatchEvent(b []byte, e *Inbound) []byte {
 	return append(b, '}')
 }
 
-// batchElem is one event of a batch's body as it is read.
-type batchElem struct {
-	EventID string          `json:"event_id"`
-	Task    string          `json:"task"`
-	Version json.Number     `json:"version"`
-	Type    string          `json:"type"`
-	Payload json.RawMessage `json:"payload"`
-	Kind    string          `json:"kind"`
-}
-
 // DecodedBatch is what DecodeBatch makes of a batch message.
 type DecodedBatch struct {
 	// Holder is the subject's holder, "" when the subject has none.
@@ -158,6 +148,8 @@ type DecodedBatch struct {
 // Ledger-Batch, more than MaxBatch events, or an element without a valid
 // event_id. Everything else about an event (its version, type, payload,
 // generation, task id) is decided per event, as for a single message.
+// The events' payloads are slices of data, so data must not change while
+// they are in use.
 func (s Subjects) DecodeBatch(subject string, h nats.Header, data []byte) (DecodedBatch, *Invalid) {
 	var d DecodedBatch
 	holder, p, err := s.ParseInBatch(subject)
@@ -182,44 +174,67 @@ func (s Subjects) DecodeBatch(subject string, h nats.Header, data []byte) (Decod
 	if count < 1 || count > MaxBatch {
 		return bad("header %s: %d is not 1..%d", HeaderBatch, count, MaxBatch)
 	}
-	var elems []batchElem
-	if err := json.Unmarshal(data, &elems); err != nil {
+	elems, n, err := scanBatch(data, int(count))
+	if err != nil {
 		return bad("the body is not a JSON array of events: %.200v", err)
 	}
-	if int64(len(elems)) != count {
-		return bad("header %s says %d events, the body has %d", HeaderBatch, count, len(elems))
+	if int64(n) != count {
+		return bad("header %s says %d events, the body has %d", HeaderBatch, count, n)
 	}
 	for i := range elems {
 		if !ValidEventID(elems[i].EventID) {
 			return bad("event %d: event_id %.80q is not a ULID", i, elems[i].EventID)
 		}
 	}
-	d.Events = make([]*nats.Msg, len(elems))
-	for i := range elems {
-		d.Events[i] = s.batchEventMsg(holder, p, h, &elems[i])
-	}
+	d.Events = s.batchEventMsgs(holder, p, h, elems)
 	return d, nil
 }
 
-// batchEventMsg is e as the single-event message it stands for.
-func (s Subjects) batchEventMsg(holder string, p int, batch nats.Header, e *batchElem) *nats.Msg {
-	h := make(nats.Header, len(batch)+3)
-	for k, vs := range batch {
+// batchEventMsgs are elems as the single-event messages they stand for.
+// Their messages, header values and subjects share three allocations.
+func (s Subjects) batchEventMsgs(holder string, p int, batch nats.Header, elems []batchElem) []*nats.Msg {
+	base := make([]string, 0, len(batch))
+	for k := range batch {
 		if k != HeaderBatch {
-			h[k] = vs
+			base = append(base, k)
 		}
 	}
-	h[HeaderMsgID] = []string{e.EventID}
-	h[HeaderVersion] = []string{e.Version.String()}
-	h[HeaderType] = []string{e.Type}
-	if e.Kind != "" {
-		h[HeaderKind] = []string{e.Kind}
+	prefix := s.In(holder, p, "")
+	size := 0
+	for i := range elems {
+		size += len(prefix) + len(elems[i].Task)
 	}
-	var payload []byte
-	if len(e.Payload) > 0 && string(e.Payload) != "null" {
-		payload = e.Payload
+	subjects := make([]byte, 0, size)
+	for i := range elems {
+		subjects = append(append(subjects, prefix...), elems[i].Task...)
 	}
-	return &nats.Msg{Subject: s.In(holder, p, e.Task), Header: h, Data: payload}
+	all := string(subjects)
+	msgs := make([]nats.Msg, len(elems))
+	values := make([]string, 4*len(elems))
+	out := make([]*nats.Msg, len(elems))
+	at := 0
+	for i := range elems {
+		e := &elems[i]
+		h := make(nats.Header, len(base)+3)
+		for _, k := range base {
+			h[k] = batch[k]
+		}
+		v := values[4*i : 4*i+4 : 4*i+4]
+		v[0], v[1], v[2], v[3] = e.EventID, e.Version, e.Type, e.Kind
+		// Capped slices: an append to one header never writes into the next.
+		h[HeaderMsgID], h[HeaderVersion], h[HeaderType] = v[0:1:1], v[1:2:2], v[2:3:3]
+		if e.Kind != "" {
+			h[HeaderKind] = v[3:4:4]
+		}
+		m := &msgs[i]
+		m.Subject, m.Header = all[at:at+len(prefix)+len(e.Task)], h
+		at += len(prefix) + len(e.Task)
+		if len(e.Payload) > 0 && string(e.Payload) != "null" {
+			m.Data = e.Payload
+		}
+		out[i] = m
+	}
+	return out
 }
 
 // readableIDs are the valid event ids of a body that does not decode as a

@@ -1,0 +1,427 @@
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// The batch body is read by a scanner rather than by encoding/json's
+// reflection, which cost about 4 µs an event (issue 28). It reads exactly
+// what json.Unmarshal into the fields below reads. Keys match regardless of
+// case (Unicode simple folding) and the last of repeated keys wins; a
+// null leaves a string field as it was. Unknown keys are skipped, any value
+// is checked as JSON, and nesting is limited to 10,000 levels.
+// FuzzDecodeBatchMatchesReference holds it to the reflection decoder.
+
+// batchElem is one event of a batch's body as it is read. Its strings are
+// substrings of the body and its payload a slice of it: no copy an event.
+type batchElem struct {
+	EventID string
+	Task    string
+	Version string // the JSON number as written, or a string that is one
+	Type    string
+	Payload []byte // the JSON value as written, "null" for null
+	Kind    string
+}
+
+// maxJSONDepth is encoding/json's limit on nested arrays and objects.
+const maxJSONDepth = 10000
+
+// batchScanner reads a batch body: data, and body, its copy as a string.
+type batchScanner struct {
+	data []byte
+	body string
+	i    int
+}
+
+// scanBatch reads data as a JSON array of event objects (or null). It keeps
+// at most limit elements, but counts and checks them all: n is their count.
+func scanBatch(data []byte, limit int) (elems []batchElem, n int, err error) {
+	sc := batchScanner{data: data, body: string(data)}
+	sc.ws()
+	if sc.literal("null") {
+		return nil, 0, sc.end()
+	}
+	if !sc.next('[') {
+		return nil, 0, sc.fail("a JSON array")
+	}
+	elems = make([]batchElem, 0, limit)
+	sc.ws()
+	if sc.next(']') {
+		return elems, 0, sc.end()
+	}
+	for {
+		var e batchElem
+		sc.ws()
+		switch {
+		case sc.next('{'):
+			if err := sc.object(&e); err != nil {
+				return nil, n, err
+			}
+		case !sc.literal("null"):
+			return nil, n, sc.fail("an event object")
+		}
+		if n < limit {
+			elems = append(elems, e)
+		}
+		n++
+		sc.ws()
+		if sc.next(']') {
+			return elems, n, sc.end()
+		}
+		if !sc.next(',') {
+			return nil, n, sc.fail("',' or ']'")
+		}
+	}
+}
+
+// object reads the rest of an event object, after its '{', into e.
+func (sc *batchScanner) object(e *batchElem) error {
+	sc.ws()
+	if sc.next('}') {
+		return nil
+	}
+	for {
+		sc.ws()
+		if !sc.next('"') {
+			return sc.fail("a key")
+		}
+		key, plain, err := sc.str()
+		if err != nil {
+			return err
+		}
+		sc.ws()
+		if !sc.next(':') {
+			return sc.fail("':'")
+		}
+		sc.ws()
+		f, err := sc.fieldOf(key, plain)
+		if err != nil {
+			return err
+		}
+		if err := sc.field(e, f); err != nil {
+			return err
+		}
+		sc.ws()
+		if sc.next('}') {
+			return nil
+		}
+		if !sc.next(',') {
+			return sc.fail("',' or '}'")
+		}
+	}
+}
+
+// Fields of an event object.
+const (
+	fieldUnknown = iota
+	fieldEventID
+	fieldTask
+	fieldVersion
+	fieldType
+	fieldPayload
+	fieldKind
+)
+
+var batchFieldNames = [...]string{
+	fieldEventID: "event_id", fieldTask: "task", fieldVersion: "version",
+	fieldType: "type", fieldPayload: "payload", fieldKind: "kind",
+}
+
+// fieldOf is the field a key names, as encoding/json matches it: regardless
+// of case, after its escapes are undone.
+func (sc *batchScanner) fieldOf(key [2]int, plain bool) (int, error) {
+	raw := sc.body[key[0]:key[1]]
+	if !plain {
+		var err error
+		if raw, err = sc.unquote(key); err != nil {
+			return fieldUnknown, err
+		}
+	}
+	for f, name := range batchFieldNames {
+		if name != "" && strings.EqualFold(raw, name) {
+			return f, nil
+		}
+	}
+	return fieldUnknown, nil
+}
+
+// field reads the value of field f into e.
+func (sc *batchScanner) field(e *batchElem, f int) error {
+	start := sc.i
+	switch f {
+	case fieldUnknown:
+		return sc.skip(2)
+	case fieldPayload:
+		if err := sc.skip(2); err != nil {
+			return err
+		}
+		e.Payload = sc.data[start:sc.i]
+		return nil
+	}
+	if sc.literal("null") {
+		return nil // encoding/json leaves the field as it was
+	}
+	if f == fieldVersion && sc.i < len(sc.data) && (sc.data[sc.i] == '-' || isDigit(sc.data[sc.i])) {
+		if !sc.number() {
+			return sc.fail("a number")
+		}
+		e.Version = sc.body[start:sc.i]
+		return nil
+	}
+	if !sc.next('"') {
+		return sc.fail("a string for " + batchFieldNames[f])
+	}
+	span, plain, err := sc.str()
+	if err != nil {
+		return err
+	}
+	v := sc.body[span[0]:span[1]]
+	if !plain {
+		if v, err = sc.unquote(span); err != nil {
+			return err
+		}
+	}
+	switch f {
+	case fieldEventID:
+		e.EventID = v
+	case fieldTask:
+		e.Task = v
+	case fieldVersion:
+		if !isValidNumber(v) {
+			return fmt.Errorf("version %.40q is not a number", v)
+		}
+		e.Version = v
+	case fieldType:
+		e.Type = v
+	case fieldKind:
+		e.Kind = v
+	}
+	return nil
+}
+
+// str reads the rest of a string, after its opening quote: span is its
+// content. plain means it has no escape and is valid UTF-8, so the content
+// is the value as written.
+func (sc *batchScanner) str() (span [2]int, plain bool, err error) {
+	start, ascii, escaped := sc.i, true, false
+	for sc.i < len(sc.data) {
+		if !strSpecial[sc.data[sc.i]] {
+			sc.i++
+			continue
+		}
+		c := sc.data[sc.i]
+		switch {
+		case c == '"':
+			span = [2]int{start, sc.i}
+			sc.i++
+			plain = !escaped && (ascii || utf8.Valid(sc.data[span[0]:span[1]]))
+			return span, plain, nil
+		case c < 0x20:
+			return span, false, sc.fail("no control character in a string")
+		case c >= utf8.RuneSelf:
+			ascii = false
+		case c == '\\':
+			escaped = true
+			sc.i++
+			if sc.i >= len(sc.data) {
+				return span, false, sc.fail("an escape")
+			}
+			switch sc.data[sc.i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				for range 4 {
+					sc.i++
+					if sc.i >= len(sc.data) || !isHex(sc.data[sc.i]) {
+						return span, false, sc.fail("a \\u escape")
+					}
+				}
+			default:
+				return span, false, sc.fail("an escape")
+			}
+		}
+		sc.i++
+	}
+	return span, false, sc.fail("'\"'")
+}
+
+// strSpecial marks the bytes str looks at: the others just go on a string.
+var strSpecial = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf
+	}
+	return t
+}()
+
+// unquote is the value of a string that is not plain, with its escapes
+// undone and invalid UTF-8 replaced, exactly as encoding/json does it.
+// Such strings are rare, so encoding/json itself undoes them.
+func (sc *batchScanner) unquote(span [2]int) (string, error) {
+	var v string
+	err := json.Unmarshal(sc.data[span[0]-1:span[1]+1], &v)
+	return v, err
+}
+
+// skip reads one JSON value at nesting depth; the array and the event
+// object around a payload are its first two levels.
+func (sc *batchScanner) skip(depth int) error {
+	if sc.i >= len(sc.data) {
+		return sc.fail("a value")
+	}
+	switch c := sc.data[sc.i]; {
+	case c == '"':
+		sc.i++
+		_, _, err := sc.str()
+		return err
+	case c == '{' || c == '[':
+		if depth++; depth > maxJSONDepth {
+			return fmt.Errorf("nested deeper than %d levels", maxJSONDepth)
+		}
+		sc.i++
+		return sc.container(c, depth)
+	case c == '-' || isDigit(c):
+		if !sc.number() {
+			return sc.fail("a number")
+		}
+		return nil
+	case sc.literal("true") || sc.literal("false") || sc.literal("null"):
+		return nil
+	}
+	return sc.fail("a value")
+}
+
+// container reads the rest of an object or array, after its open.
+func (sc *batchScanner) container(open byte, depth int) error {
+	closer := byte(']')
+	if open == '{' {
+		closer = '}'
+	}
+	sc.ws()
+	if sc.next(closer) {
+		return nil
+	}
+	for {
+		sc.ws()
+		if open == '{' {
+			if !sc.next('"') {
+				return sc.fail("a key")
+			}
+			if _, _, err := sc.str(); err != nil {
+				return err
+			}
+			sc.ws()
+			if !sc.next(':') {
+				return sc.fail("':'")
+			}
+			sc.ws()
+		}
+		if err := sc.skip(depth); err != nil {
+			return err
+		}
+		sc.ws()
+		if sc.next(closer) {
+			return nil
+		}
+		if !sc.next(',') {
+			return sc.fail("',' or '" + string(closer) + "'")
+		}
+	}
+}
+
+// number reads a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func (sc *batchScanner) number() bool {
+	n := numberLen(sc.data[sc.i:])
+	sc.i += n
+	return n > 0
+}
+
+// numberLen is the length of the JSON number that starts b, 0 if none does.
+func numberLen[T string | []byte](b T) int {
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		for i++; i < len(b) && isDigit(b[i]); i++ {
+		}
+	default:
+		return 0
+	}
+	if i < len(b) && b[i] == '.' {
+		if i++; i >= len(b) || !isDigit(b[i]) {
+			return 0
+		}
+		for ; i < len(b) && isDigit(b[i]); i++ {
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		if i++; i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || !isDigit(b[i]) {
+			return 0
+		}
+		for ; i < len(b) && isDigit(b[i]); i++ {
+		}
+	}
+	return i
+}
+
+// isValidNumber reports whether s is exactly one JSON number.
+func isValidNumber(s string) bool { return s != "" && numberLen(s) == len(s) }
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+func isHex(c byte) bool { return isDigit(c) || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+// ws skips JSON whitespace.
+func (sc *batchScanner) ws() {
+	for sc.i < len(sc.data) {
+		switch sc.data[sc.i] {
+		case ' ', '\t', '\n', '\r':
+			sc.i++
+		default:
+			return
+		}
+	}
+}
+
+// next consumes c if it is the next byte.
+func (sc *batchScanner) next(c byte) bool {
+	if sc.i < len(sc.data) && sc.data[sc.i] == c {
+		sc.i++
+		return true
+	}
+	return false
+}
+
+// literal consumes lit if it comes next.
+func (sc *batchScanner) literal(lit string) bool {
+	if len(sc.data)-sc.i >= len(lit) && sc.body[sc.i:sc.i+len(lit)] == lit {
+		sc.i += len(lit)
+		return true
+	}
+	return false
+}
+
+// end checks that nothing but whitespace follows the array.
+func (sc *batchScanner) end() error {
+	sc.ws()
+	if sc.i < len(sc.data) {
+		return sc.fail("the end of the body")
+	}
+	return nil
+}
+
+// fail says what the scanner expected where it stopped.
+func (sc *batchScanner) fail(want string) error {
+	if sc.i >= len(sc.data) {
+		return fmt.Errorf("expected %s at offset %d, the end", want, sc.i)
+	}
+	return fmt.Errorf("expected %s at offset %d, found %q", want, sc.i, sc.data[sc.i])
+}
