@@ -174,25 +174,26 @@ func (s Subjects) DecodeBatch(subject string, h nats.Header, data []byte) (Decod
 	if count < 1 || count > MaxBatch {
 		return bad("header %s: %d is not 1..%d", HeaderBatch, count, MaxBatch)
 	}
-	elems, n, err := scanBatch(data, int(count))
+	b, n, err := scanBatch(data, int(count))
 	if err != nil {
 		return bad("the body is not a JSON array of events: %.200v", err)
 	}
 	if int64(n) != count {
 		return bad("header %s says %d events, the body has %d", HeaderBatch, count, n)
 	}
-	for i := range elems {
-		if !ValidEventID(elems[i].EventID) {
-			return bad("event %d: event_id %.80q is not a ULID", i, elems[i].EventID)
+	for i := range b.elems {
+		if id := b.value(i, fieldEventID); !ValidEventID(id) {
+			return bad("event %d: event_id %.80q is not a ULID", i, id)
 		}
 	}
-	d.Events = s.batchEventMsgs(holder, p, h, elems)
+	d.Events = s.batchEventMsgs(holder, p, h, &b)
 	return d, nil
 }
 
-// batchEventMsgs are elems as the single-event messages they stand for.
-// Their messages, header values and subjects share three allocations.
-func (s Subjects) batchEventMsgs(holder string, p int, batch nats.Header, elems []batchElem) []*nats.Msg {
+// batchEventMsgs are b's events as the single-event messages they stand for.
+// Their messages, header values and subjects share a few allocations.
+func (s Subjects) batchEventMsgs(holder string, p int, batch nats.Header, b *scannedBatch) []*nats.Msg {
+	elems := b.elems
 	base := make([]string, 0, len(batch))
 	for k := range batch {
 		if k != HeaderBatch {
@@ -202,33 +203,36 @@ func (s Subjects) batchEventMsgs(holder string, p int, batch nats.Header, elems 
 	prefix := s.In(holder, p, "")
 	size := 0
 	for i := range elems {
-		size += len(prefix) + len(elems[i].Task)
+		size += len(prefix) + len(b.value(i, fieldTask))
 	}
-	subjects := make([]byte, 0, size)
+	var subjects strings.Builder
+	subjects.Grow(size)
 	for i := range elems {
-		subjects = append(append(subjects, prefix...), elems[i].Task...)
+		subjects.WriteString(prefix)
+		subjects.WriteString(b.value(i, fieldTask))
 	}
-	all := string(subjects)
+	all := subjects.String()
 	msgs := make([]nats.Msg, len(elems))
 	values := make([]string, 4*len(elems))
 	out := make([]*nats.Msg, len(elems))
 	at := 0
 	for i := range elems {
-		e := &elems[i]
+		e, task := &elems[i], b.value(i, fieldTask)
 		h := make(nats.Header, len(base)+3)
 		for _, k := range base {
 			h[k] = batch[k]
 		}
 		v := values[4*i : 4*i+4 : 4*i+4]
-		v[0], v[1], v[2], v[3] = e.EventID, e.Version, e.Type, e.Kind
+		v[0], v[1] = b.value(i, fieldEventID), b.value(i, fieldVersion)
+		v[2], v[3] = b.value(i, fieldType), b.value(i, fieldKind)
 		// Capped slices: an append to one header never writes into the next.
 		h[HeaderMsgID], h[HeaderVersion], h[HeaderType] = v[0:1:1], v[1:2:2], v[2:3:3]
-		if e.Kind != "" {
+		if v[3] != "" {
 			h[HeaderKind] = v[3:4:4]
 		}
 		m := &msgs[i]
-		m.Subject, m.Header = all[at:at+len(prefix)+len(e.Task)], h
-		at += len(prefix) + len(e.Task)
+		m.Subject, m.Header = all[at:at+len(prefix)+len(task)], h
+		at += len(prefix) + len(task)
 		if len(e.Payload) > 0 && string(e.Payload) != "null" {
 			m.Data = e.Payload
 		}
