@@ -163,6 +163,20 @@ var batchFieldNames = [...][]byte{
 // of case, after its escapes are undone.
 func (sc *batchScanner) fieldOf(key [2]int, plain bool) (int, error) {
 	raw := sc.data[key[0]:key[1]]
+	switch string(raw) { // the spelling every client sends, found without folding
+	case "event_id":
+		return fieldEventID, nil
+	case "task":
+		return fieldTask, nil
+	case "version":
+		return fieldVersion, nil
+	case "type":
+		return fieldType, nil
+	case "kind":
+		return fieldKind, nil
+	case "payload":
+		return fieldPayload, nil
+	}
 	if !plain {
 		var err error
 		if raw, err = sc.unquote(key); err != nil {
