@@ -52,9 +52,10 @@ func batchSeeds() []string {
 // refuses the others for the same reason, naming the same ids. Details
 // agree except for the wording of a JSON error.
 //
-// Switch: refuse a repeated key in batchScanner.object; seeds 21 and 22
-// (a key given twice) fail. Matching keys with == instead of EqualFold fails
-// the "EVENT_ID" seed; a null that clears the task fails seed 21.
+// Switch: refuse a repeated key in batchScanner.object; seeds 21 to 29
+// (keys given twice) fail. Matching keys with bytes.Equal instead of
+// EqualFold fails seeds 9 to 11 ("EVENT_ID"); a null that clears the task
+// fails seed 21.
 func FuzzDecodeBatchMatchesReference(f *testing.F) {
 	hdr := "Nats-Msg-Id: batch-01J00000000000000000000000:ab\nLedger-Generation: 1\nLedger-Kind: x\nLedger-Batch: "
 	for _, body := range batchSeeds() {
