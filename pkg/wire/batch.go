@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -144,10 +145,12 @@ type DecodedBatch struct {
 
 // DecodeBatch reads a batch message into its events, or says why it does
 // not decode (reason bad_batch): a subject without holder or partition, a
-// body that is not a JSON array of event objects, a count that is not
-// Ledger-Batch, more than MaxBatch events, or an element without a valid
-// event_id. Everything else about an event (its version, type, payload,
-// generation, task id) is decided per event, as for a single message.
+// body that is not a JSON array of event objects, a key that is not one
+// of an event's six exact names or is repeated, a version that is not a
+// JSON number, a count that is not Ledger-Batch, more than MaxBatch events,
+// or an element without a valid event_id. Everything else about an event
+// (its version's value, type, payload, generation, task id) is decided per
+// event, as for a single message.
 // The events' payloads are slices of data, so data must not change while
 // they are in use.
 func (s Subjects) DecodeBatch(subject string, h nats.Header, data []byte) (DecodedBatch, *Invalid) {
@@ -175,6 +178,9 @@ func (s Subjects) DecodeBatch(subject string, h nats.Header, data []byte) (Decod
 		return bad("header %s: %d is not 1..%d", HeaderBatch, count, MaxBatch)
 	}
 	b, n, err := scanBatch(data, int(count))
+	if rule := (*batchRuleError)(nil); errors.As(err, &rule) {
+		return bad("%s", rule.detail)
+	}
 	if err != nil {
 		return bad("the body is not a JSON array of events: %.200v", err)
 	}
@@ -242,7 +248,8 @@ func (s Subjects) batchEventMsgs(holder string, p int, batch nats.Header, b *sca
 }
 
 // readableIDs are the valid event ids of a body that does not decode as a
-// batch, as far as it is an array of objects with an event_id.
+// batch, as far as it is an array of objects with one exact event_id key:
+// a receipt never goes to one of two ids an element names.
 func readableIDs(data []byte) []string {
 	var elems []json.RawMessage
 	if json.Unmarshal(data, &elems) != nil {
@@ -253,14 +260,35 @@ func readableIDs(data []byte) []string {
 		if i >= MaxBatch {
 			break
 		}
-		var e struct {
-			EventID string `json:"event_id"`
-		}
-		if json.Unmarshal(raw, &e) == nil && ValidEventID(e.EventID) {
-			ids = append(ids, e.EventID)
+		if id, ok := exactEventID(raw); ok && ValidEventID(id) {
+			ids = append(ids, id)
 		}
 	}
 	return ids
+}
+
+// exactEventID is the string value of the one key "event_id" of the
+// object raw; ok is false for anything else.
+func exactEventID(raw []byte) (id string, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", false
+	}
+	n := 0
+	for dec.More() {
+		key, err := dec.Token()
+		var v json.RawMessage
+		if err != nil || dec.Decode(&v) != nil {
+			return "", false
+		}
+		if key == "event_id" {
+			n++
+			if json.Unmarshal(v, &id) != nil {
+				return "", false
+			}
+		}
+	}
+	return id, n == 1
 }
 
 // ReceiptsMsg is the batched receipt of rs to holder: one message on

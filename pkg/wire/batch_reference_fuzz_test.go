@@ -48,14 +48,15 @@ func batchSeeds() []string {
 }
 
 // FuzzDecodeBatchMatchesReference: the scanner accepts exactly the batches
-// the reflection decoder it replaced accepts, into the same messages, and
-// refuses the others for the same reason, naming the same ids. Details
-// agree except for the wording of a JSON error.
+// the reflection decoder it replaced accepts once strictBatchKeys has
+// refused inexact, unknown and repeated keys and versions that are not
+// numbers, into the same messages; it refuses the others for the same
+// reason, naming the same ids. Details agree but for a JSON error's wording.
+// So every batch it accepts has each key exactly once.
 //
-// Switch: refuse a repeated key in batchScanner.object; seeds 21 to 29
-// (keys given twice) fail. Matching keys with bytes.Equal instead of
-// EqualFold fails seeds 9 to 11 ("EVENT_ID"); a null that clears the task
-// fails seed 21.
+// Switch: skip the seen[f] check in batchScanner.object; seed 21 (a task
+// given twice) fails. Folding keys with strings.ToLower in fieldOf fails
+// seed 9 ("EVENT_ID").
 func FuzzDecodeBatchMatchesReference(f *testing.F) {
 	hdr := "Nats-Msg-Id: batch-01J00000000000000000000000:ab\nLedger-Generation: 1\nLedger-Kind: x\nLedger-Batch: "
 	for _, body := range batchSeeds() {

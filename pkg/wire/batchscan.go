@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -9,13 +8,14 @@ import (
 )
 
 // The batch body is read by a scanner rather than by encoding/json's
-// reflection, which cost about 4 µs an event (issue 28). It reads exactly
-// what json.Unmarshal reads into a struct of the six fields of an event
-// (decodeBatchReference, in the tests). Keys match regardless of
-// case (Unicode simple folding) and the last of repeated keys wins; a
-// null leaves a string field as it was. Unknown keys are skipped, any value
-// is checked as JSON, and nesting is limited to 10,000 levels.
-// FuzzDecodeBatchMatchesReference holds it to the reflection decoder.
+// reflection, which cost about 4 µs an event (issue 28). An event's keys
+// are read strictly, as the lease service reads request bodies: each one of
+// the six names, spelled exactly (after its escapes are undone), at most
+// once. encoding/json would fold case and keep the last of repeated keys,
+// so one body could name two events. A version is a JSON number or null; a
+// null leaves a field absent. Any value is checked as JSON, and nesting is
+// limited to 10,000 levels. FuzzDecodeBatchMatchesReference holds it to the
+// reflection decoder plus a strict key check.
 
 // scannedBatch is a batch's body as the scanner read it. The string fields
 // of all its events share one string: a few allocations for the batch.
@@ -28,7 +28,7 @@ type scannedBatch struct {
 type batchElem struct {
 	// text are the places of its string fields in the batch's text, by
 	// field: fieldEventID..fieldKind. A version is the JSON number as
-	// written, or a string that is one.
+	// written.
 	text [fieldKind]textSpan
 	// Payload is the JSON value as written, a slice of the body, "null"
 	// for null.
@@ -77,7 +77,7 @@ func scanBatch(data []byte, limit int) (b scannedBatch, n int, err error) {
 		sc.ws()
 		switch {
 		case sc.next('{'):
-			if err := sc.object(&e); err != nil {
+			if err := sc.object(&e, n); err != nil {
 				return b, n, err
 			}
 		case !sc.literal("null"):
@@ -106,8 +106,15 @@ func (sc *batchScanner) setText(e *batchElem, f int, v []byte) {
 	sc.text.Write(v)
 }
 
-// object reads the rest of an event object, after its '{', into e.
-func (sc *batchScanner) object(e *batchElem) error {
+// batchRuleError is an element that is JSON but breaks the batch's
+// strict rules: its Error is the bad_batch detail as it stands.
+type batchRuleError struct{ detail string }
+
+func (e *batchRuleError) Error() string { return e.detail }
+
+// object reads the rest of event n's object, after its '{', into e.
+func (sc *batchScanner) object(e *batchElem, n int) error {
+	var seen [fieldPayload + 1]bool
 	sc.ws()
 	if sc.next('}') {
 		return nil
@@ -126,11 +133,22 @@ func (sc *batchScanner) object(e *batchElem) error {
 			return sc.fail("':'")
 		}
 		sc.ws()
-		f, err := sc.fieldOf(key, plain)
+		f, name, err := sc.fieldOf(key, plain)
 		if err != nil {
 			return err
 		}
-		if err := sc.field(e, f); err != nil {
+		if f == fieldUnknown || seen[f] {
+			// The pair must be JSON first: a body that is not is refused as such.
+			if err := sc.skip(2); err != nil {
+				return err
+			}
+			if f == fieldUnknown {
+				return &batchRuleError{fmt.Sprintf("event %d: key %.40q is not one of %s", n, name, batchFieldList)}
+			}
+			return &batchRuleError{fmt.Sprintf("event %d: key %q repeated", n, name)}
+		}
+		seen[f] = true
+		if err := sc.field(e, f, n); err != nil {
 			return err
 		}
 		sc.ws()
@@ -154,50 +172,45 @@ const (
 	fieldPayload
 )
 
-var batchFieldNames = [...][]byte{
-	fieldEventID: []byte("event_id"), fieldTask: []byte("task"), fieldVersion: []byte("version"),
-	fieldType: []byte("type"), fieldKind: []byte("kind"), fieldPayload: []byte("payload"),
+var batchFieldNames = [...]string{
+	fieldEventID: "event_id", fieldTask: "task", fieldVersion: "version",
+	fieldType: "type", fieldKind: "kind", fieldPayload: "payload",
 }
 
-// fieldOf is the field a key names, as encoding/json matches it: regardless
-// of case, after its escapes are undone.
-func (sc *batchScanner) fieldOf(key [2]int, plain bool) (int, error) {
+// batchFieldList names an event's keys in the detail that refuses another.
+const batchFieldList = "event_id, task, version, type, kind, payload"
+
+// fieldOf is the field a key names exactly, after its escapes are undone,
+// and the key's name; fieldUnknown for any other key.
+func (sc *batchScanner) fieldOf(key [2]int, plain bool) (int, string, error) {
 	raw := sc.data[key[0]:key[1]]
-	switch string(raw) { // the spelling every client sends, found without folding
-	case "event_id":
-		return fieldEventID, nil
-	case "task":
-		return fieldTask, nil
-	case "version":
-		return fieldVersion, nil
-	case "type":
-		return fieldType, nil
-	case "kind":
-		return fieldKind, nil
-	case "payload":
-		return fieldPayload, nil
-	}
 	if !plain {
 		var err error
 		if raw, err = sc.unquote(key); err != nil {
-			return fieldUnknown, err
+			return fieldUnknown, "", err
 		}
 	}
-	for f, name := range batchFieldNames {
-		if name != nil && bytes.EqualFold(raw, name) {
-			return f, nil
-		}
+	switch string(raw) {
+	case "event_id":
+		return fieldEventID, "event_id", nil
+	case "task":
+		return fieldTask, "task", nil
+	case "version":
+		return fieldVersion, "version", nil
+	case "type":
+		return fieldType, "type", nil
+	case "kind":
+		return fieldKind, "kind", nil
+	case "payload":
+		return fieldPayload, "payload", nil
 	}
-	return fieldUnknown, nil
+	return fieldUnknown, string(raw), nil
 }
 
-// field reads the value of field f into e.
-func (sc *batchScanner) field(e *batchElem, f int) error {
+// field reads the value of event n's field f into e.
+func (sc *batchScanner) field(e *batchElem, f, n int) error {
 	start := sc.i
-	switch f {
-	case fieldUnknown:
-		return sc.skip(2)
-	case fieldPayload:
+	if f == fieldPayload {
 		if err := sc.skip(2); err != nil {
 			return err
 		}
@@ -205,9 +218,15 @@ func (sc *batchScanner) field(e *batchElem, f int) error {
 		return nil
 	}
 	if sc.literal("null") {
-		return nil // encoding/json leaves the field as it was
+		return nil // absent
 	}
-	if f == fieldVersion && sc.i < len(sc.data) && (sc.data[sc.i] == '-' || isDigit(sc.data[sc.i])) {
+	if f == fieldVersion {
+		if sc.i >= len(sc.data) || sc.data[sc.i] != '-' && !isDigit(sc.data[sc.i]) {
+			if err := sc.skip(2); err != nil {
+				return err
+			}
+			return &batchRuleError{fmt.Sprintf("event %d: version is not a JSON number", n)}
+		}
 		if !sc.number() {
 			return sc.fail("a number")
 		}
@@ -215,7 +234,7 @@ func (sc *batchScanner) field(e *batchElem, f int) error {
 		return nil
 	}
 	if !sc.next('"') {
-		return sc.fail("a string for " + string(batchFieldNames[f]))
+		return sc.fail("a string for " + batchFieldNames[f])
 	}
 	span, plain, err := sc.str()
 	if err != nil {
@@ -226,9 +245,6 @@ func (sc *batchScanner) field(e *batchElem, f int) error {
 		if v, err = sc.unquote(span); err != nil {
 			return err
 		}
-	}
-	if f == fieldVersion && !isValidNumber(v) {
-		return fmt.Errorf("version %.40q is not a number", v)
 	}
 	sc.setText(e, f, v)
 	return nil
@@ -403,9 +419,6 @@ func numberLen[T string | []byte](b T) int {
 	}
 	return i
 }
-
-// isValidNumber reports whether s is exactly one JSON number.
-func isValidNumber(s []byte) bool { return len(s) > 0 && numberLen(s) == len(s) }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
