@@ -146,6 +146,36 @@ func TestBatchThatDoesNotDecodeIsDeadLetteredWhole(t *testing.T) {
 	require.Eventually(t, func() bool { return e.streamPending(wire.StreamIn) == 0 }, 10*time.Second, 10*time.Millisecond)
 }
 
+// A batch whose element repeats a key, here its event id, could be read
+// as either event: the ingest refuses it whole, commits neither, and the
+// element's ids get no receipt, since neither is the element's for sure.
+// Switch: skip the seen[f] check in pkg/wire's batchScanner.object (the
+// first event's verdict is committed). Switch: return id, true at the end
+// of wire's exactEventID (the second id gets a bad_batch receipt).
+func TestBatchWithARepeatedKeyIsRefusedWhole(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, ingest.Config{})
+	rc, _ := e.batchReceipts("worker-a.1")
+	l := e.acquire(2, "worker-a.1", 60000)
+	id1, idA, idB := newID(), newID(), newID()
+	m := nats.NewMsg(e.subj.InBatch("worker-a.1", 2))
+	m.Header.Set(wire.HeaderMsgID, "batch-"+id1)
+	m.Header.Set(wire.HeaderGeneration, fmt.Sprint(l.Generation))
+	m.Header.Set(wire.HeaderBatch, "2")
+	m.Data = fmt.Appendf(nil, `[{"event_id":%q,"task":"t","version":1,"type":"x"},`+
+		`{"event_id":%q,"task":"u","version":1,"type":"x","event_id":%q}]`, id1, idA, idB)
+	e.publishMsg(m)
+	r := receiptFor(t, rc, id1)
+	require.Equal(t, wire.VerdictInvalid, r.Verdict)
+	require.Equal(t, wire.ReasonBadBatch, r.Reason)
+	require.Eventually(t, func() bool { return e.streamPending(wire.StreamIn) == 0 }, 10*time.Second, 10*time.Millisecond)
+	rc.mu.Lock()
+	require.Empty(t, rc.byID[idA], "one batched receipt answers the batch")
+	require.Empty(t, rc.byID[idB])
+	rc.mu.Unlock()
+	require.Equal(t, 0, e.count(`SELECT count(*) FROM ledger.events`))
+}
+
 // An ingest dies (kill -9) holding a batch with version 1 of a task, its
 // events not yet durable. The batch stays in LEDGER_IN, unacked, and the
 // next owner of the partition commits it, and versions 2 and 3 sent alone

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,16 +128,6 @@ func appendBatchEvent(b []byte, e *Inbound) []byte {
 	return append(b, '}')
 }
 
-// batchElem is one event of a batch's body as it is read.
-type batchElem struct {
-	EventID string          `json:"event_id"`
-	Task    string          `json:"task"`
-	Version json.Number     `json:"version"`
-	Type    string          `json:"type"`
-	Payload json.RawMessage `json:"payload"`
-	Kind    string          `json:"kind"`
-}
-
 // DecodedBatch is what DecodeBatch makes of a batch message.
 type DecodedBatch struct {
 	// Holder is the subject's holder, "" when the subject has none.
@@ -154,10 +145,14 @@ type DecodedBatch struct {
 
 // DecodeBatch reads a batch message into its events, or says why it does
 // not decode (reason bad_batch): a subject without holder or partition, a
-// body that is not a JSON array of event objects, a count that is not
-// Ledger-Batch, more than MaxBatch events, or an element without a valid
-// event_id. Everything else about an event (its version, type, payload,
-// generation, task id) is decided per event, as for a single message.
+// body that is not a JSON array of event objects, a key that is not one
+// of an event's six exact names or is repeated, a version that is not a
+// JSON number, a count that is not Ledger-Batch, more than MaxBatch events,
+// or an element without a valid event_id. Everything else about an event
+// (its version's value, type, payload, generation, task id) is decided per
+// event, as for a single message.
+// The events' payloads are slices of data, so data must not change while
+// they are in use.
 func (s Subjects) DecodeBatch(subject string, h nats.Header, data []byte) (DecodedBatch, *Invalid) {
 	var d DecodedBatch
 	holder, p, err := s.ParseInBatch(subject)
@@ -182,48 +177,79 @@ func (s Subjects) DecodeBatch(subject string, h nats.Header, data []byte) (Decod
 	if count < 1 || count > MaxBatch {
 		return bad("header %s: %d is not 1..%d", HeaderBatch, count, MaxBatch)
 	}
-	var elems []batchElem
-	if err := json.Unmarshal(data, &elems); err != nil {
+	b, n, err := scanBatch(data, int(count))
+	if rule := (*batchRuleError)(nil); errors.As(err, &rule) {
+		return bad("%s", rule.detail)
+	}
+	if err != nil {
 		return bad("the body is not a JSON array of events: %.200v", err)
 	}
-	if int64(len(elems)) != count {
-		return bad("header %s says %d events, the body has %d", HeaderBatch, count, len(elems))
+	if int64(n) != count {
+		return bad("header %s says %d events, the body has %d", HeaderBatch, count, n)
 	}
-	for i := range elems {
-		if !ValidEventID(elems[i].EventID) {
-			return bad("event %d: event_id %.80q is not a ULID", i, elems[i].EventID)
+	for i := range b.elems {
+		if id := b.value(i, fieldEventID); !ValidEventID(id) {
+			return bad("event %d: event_id %.80q is not a ULID", i, id)
 		}
 	}
-	d.Events = make([]*nats.Msg, len(elems))
-	for i := range elems {
-		d.Events[i] = s.batchEventMsg(holder, p, h, &elems[i])
-	}
+	d.Events = s.batchEventMsgs(holder, p, h, &b)
 	return d, nil
 }
 
-// batchEventMsg is e as the single-event message it stands for.
-func (s Subjects) batchEventMsg(holder string, p int, batch nats.Header, e *batchElem) *nats.Msg {
-	h := make(nats.Header, len(batch)+3)
-	for k, vs := range batch {
+// batchEventMsgs are b's events as the single-event messages they stand for.
+// Their messages, header values and subjects share a few allocations.
+func (s Subjects) batchEventMsgs(holder string, p int, batch nats.Header, b *scannedBatch) []*nats.Msg {
+	elems := b.elems
+	base := make([]string, 0, len(batch))
+	for k := range batch {
 		if k != HeaderBatch {
-			h[k] = vs
+			base = append(base, k)
 		}
 	}
-	h[HeaderMsgID] = []string{e.EventID}
-	h[HeaderVersion] = []string{e.Version.String()}
-	h[HeaderType] = []string{e.Type}
-	if e.Kind != "" {
-		h[HeaderKind] = []string{e.Kind}
+	prefix := s.In(holder, p, "")
+	size := 0
+	for i := range elems {
+		size += len(prefix) + len(b.value(i, fieldTask))
 	}
-	var payload []byte
-	if len(e.Payload) > 0 && string(e.Payload) != "null" {
-		payload = e.Payload
+	var subjects strings.Builder
+	subjects.Grow(size)
+	for i := range elems {
+		subjects.WriteString(prefix)
+		subjects.WriteString(b.value(i, fieldTask))
 	}
-	return &nats.Msg{Subject: s.In(holder, p, e.Task), Header: h, Data: payload}
+	all := subjects.String()
+	msgs := make([]nats.Msg, len(elems))
+	values := make([]string, 4*len(elems))
+	out := make([]*nats.Msg, len(elems))
+	at := 0
+	for i := range elems {
+		e, task := &elems[i], b.value(i, fieldTask)
+		h := make(nats.Header, len(base)+3)
+		for _, k := range base {
+			h[k] = batch[k]
+		}
+		v := values[4*i : 4*i+4 : 4*i+4]
+		v[0], v[1] = b.value(i, fieldEventID), b.value(i, fieldVersion)
+		v[2], v[3] = b.value(i, fieldType), b.value(i, fieldKind)
+		// Capped slices: an append to one header never writes into the next.
+		h[HeaderMsgID], h[HeaderVersion], h[HeaderType] = v[0:1:1], v[1:2:2], v[2:3:3]
+		if v[3] != "" {
+			h[HeaderKind] = v[3:4:4]
+		}
+		m := &msgs[i]
+		m.Subject, m.Header = all[at:at+len(prefix)+len(task)], h
+		at += len(prefix) + len(task)
+		if len(e.Payload) > 0 && string(e.Payload) != "null" {
+			m.Data = e.Payload
+		}
+		out[i] = m
+	}
+	return out
 }
 
 // readableIDs are the valid event ids of a body that does not decode as a
-// batch, as far as it is an array of objects with an event_id.
+// batch, as far as it is an array of objects with one exact event_id key:
+// a receipt never goes to one of two ids an element names.
 func readableIDs(data []byte) []string {
 	var elems []json.RawMessage
 	if json.Unmarshal(data, &elems) != nil {
@@ -234,14 +260,35 @@ func readableIDs(data []byte) []string {
 		if i >= MaxBatch {
 			break
 		}
-		var e struct {
-			EventID string `json:"event_id"`
-		}
-		if json.Unmarshal(raw, &e) == nil && ValidEventID(e.EventID) {
-			ids = append(ids, e.EventID)
+		if id, ok := exactEventID(raw); ok && ValidEventID(id) {
+			ids = append(ids, id)
 		}
 	}
 	return ids
+}
+
+// exactEventID is the string value of the one key "event_id" of the
+// object raw; ok is false for anything else.
+func exactEventID(raw []byte) (id string, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", false
+	}
+	n := 0
+	for dec.More() {
+		key, err := dec.Token()
+		var v json.RawMessage
+		if err != nil || dec.Decode(&v) != nil {
+			return "", false
+		}
+		if key == "event_id" {
+			n++
+			if json.Unmarshal(v, &id) != nil {
+				return "", false
+			}
+		}
+	}
+	return id, n == 1
 }
 
 // ReceiptsMsg is the batched receipt of rs to holder: one message on

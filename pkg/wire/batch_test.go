@@ -159,3 +159,64 @@ func TestBatchedReceiptsRoundTrip(t *testing.T) {
 	_, err = wire.DecodeReceipts([]byte(`[{"event_id":"x","verdict":"maybe"}]`))
 	require.Error(t, err)
 }
+
+// An element's keys are read strictly: each of the six names, spelled
+// exactly, once. A repeated or differently spelled key could name another
+// event than the one a reader of the body sees, so it refuses the batch.
+//
+// Switch: skip the seen[f] check in batchScanner.object; the repeated-key
+// cases are accepted ("escaped repeat" failed first). Switch: fold case in
+// fieldOf (strings.ToLower of the key); "upper-case key" is accepted.
+func TestBatchKeysAreExactAndOnce(t *testing.T) {
+	t.Parallel()
+	s := wire.Subjects{}
+	h := nats.Header{wire.HeaderGeneration: {"2"}, wire.HeaderBatch: {"4"}}
+	good := `{"event_id":"01JD0000000000000000000001","task":"t","version":1,"type":"x"},`
+	body := func(last string) []byte {
+		return []byte("[" + good + strings.ReplaceAll(good, "01", "02") + good + last + "]")
+	}
+	for name, c := range map[string]struct{ last, detail string }{
+		"repeated key": {`{"event_id":"01JD0000000000000000000004","task":"t","version":4,` +
+			`"event_id":"01JD0000000000000000000005","type":"x"}`, `event 3: key "event_id" repeated`},
+		"repeated null": {`{"event_id":"01JD0000000000000000000004","task":"t","task":null,"version":4,"type":"x"}`,
+			`event 3: key "task" repeated`},
+		"escaped repeat": {`{"event_id":"01JD0000000000000000000004","task":"t","version":4,"type":"x","typ\u0065":"y"}`,
+			`event 3: key "type" repeated`},
+		"upper-case key": {`{"EVENT_ID":"01JD0000000000000000000004","task":"t","version":4,"type":"x"}`,
+			`event 3: key "EVENT_ID" is not one of event_id, task, version, type, kind, payload`},
+		"folded key": {`{"event_id":"01JD0000000000000000000004","tas\u212a":"t","version":4,"type":"x"}`,
+			"event 3: key \"tas\u212a\" is not one of event_id, task, version, type, kind, payload"},
+		"unknown key": {`{"event_id":"01JD0000000000000000000004","task":"t","version":4,"type":"x","note":1}`,
+			`event 3: key "note" is not one of event_id, task, version, type, kind, payload`},
+		"version as string": {`{"event_id":"01JD0000000000000000000004","task":"t","version":"4","type":"x"}`,
+			`event 3: version is not a JSON number`},
+	} {
+		d, bad := s.DecodeBatch("ledger.in.w.1.0", h, body(c.last))
+		require.NotNil(t, bad, name)
+		require.Equal(t, wire.ReasonBadBatch, bad.Reason, name)
+		require.Equal(t, c.detail, bad.Detail, name)
+		require.Nil(t, d.Events, name)
+		require.NotContains(t, d.IDs, "01JD0000000000000000000005", name)
+	}
+	// The escaped spelling of an exact name is that name.
+	d, bad := s.DecodeBatch("ledger.in.w.1.0", h, body(`{"event\u005fid":"01JD0000000000000000000004","task":"t","version":4}`))
+	require.Nil(t, bad)
+	require.Equal(t, "01JD0000000000000000000004", d.Events[3].Header.Get(wire.HeaderMsgID))
+}
+
+// A refused batch's receipts go only to ids an element names once, under
+// the exact key: never to one of two ids an element names.
+//
+// Switch: return id, true at the end of exactEventID; the element with two
+// event_id keys yields a receipt id.
+func TestBadBatchReceiptsOnlyUnambiguousIDs(t *testing.T) {
+	t.Parallel()
+	body := `[{"event_id":"01JD0000000000000000000001","task":"t","version":1,"type":"x"},` +
+		`{"event_id":"01JD0000000000000000000002","event_id":"01JD0000000000000000000003"},` +
+		`{"Event_ID":"01JD0000000000000000000004"}]`
+	d, bad := wire.Subjects{}.DecodeBatch("ledger.in.w.1.0",
+		nats.Header{wire.HeaderGeneration: {"2"}, wire.HeaderBatch: {"3"}}, []byte(body))
+	require.NotNil(t, bad)
+	require.Equal(t, `event 1: key "event_id" repeated`, bad.Detail)
+	require.Equal(t, []string{"01JD0000000000000000000001"}, d.IDs)
+}

@@ -85,12 +85,21 @@ func ValidEventID(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if !strings.ContainsRune(crockford, rune(s[i])) {
+		if !isCrockford[s[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// isCrockford marks the bytes of crockford: a table, since every event's
+// id is checked, a batch's 256 at once.
+var isCrockford = func() (t [256]bool) {
+	for i := range len(crockford) {
+		t[crockford[i]] = true
+	}
+	return t
+}()
 
 // ValidEventIDAnyCase is ValidEventID also for a lower-case spelling: ids
 // the ledger stored before it refused that spelling (archive files).
