@@ -3,7 +3,7 @@ import type { Msg, NatsConnection, NodeConnectionOptions, Subscription } from "@
 
 import { LedgerError, ServiceError } from "./errors.js";
 import { Lease, Pending, acquireLease, type AcquireAttempt } from "./lease.js";
-import { contentToken, ulid } from "./ulid.js";
+import { ulid } from "./ulid.js";
 import {
   HEADER_BATCH,
   MAX_BATCH,
@@ -12,7 +12,7 @@ import {
   Subjects,
   TTL_MAX_MS,
   TTL_MIN_MS,
-  batchBody,
+  batchMessage,
   inboxPrefix,
   partitionOf,
   validHolder,
@@ -419,13 +419,11 @@ export class Client {
    * Each keeps its own ack deadline: one not acked in time goes again alone.
    */
   sendBatch(ps: Pending[], subject: string, generation: number): void {
-    const body = batchBody(ps);
-    const gen = String(generation);
-    const n = String(ps.length);
+    const m = batchMessage(subject, generation, ps);
     const h = natsHeaders();
-    h.set("Nats-Msg-Id", `${BATCH_MSG_ID_PREFIX}${ps[0]!.id}:${contentToken(subject, gen, n, "", body)}`);
-    h.set("Ledger-Generation", gen);
-    h.set(HEADER_BATCH, n);
+    h.set("Nats-Msg-Id", m.msgId);
+    h.set("Ledger-Generation", m.generation);
+    h.set(HEADER_BATCH, m.count);
     const key = `${BATCH_MSG_ID_PREFIX}${ps[0]!.id}`;
     this.batches.set(key, ps);
     const due = performance.now() + this.cfg.publishAckTimeoutMs;
@@ -434,7 +432,7 @@ export class Client {
       p.ackDue = due;
     }
     try {
-      this.nc.publish(subject, body, { headers: h, reply: `${this.ackPrefix}.${key}` });
+      this.nc.publish(subject, m.body, { headers: h, reply: `${this.ackPrefix}.${key}` });
     } catch (err) {
       this.#batchFailed(key, 0, String(err));
     }

@@ -1,3 +1,5 @@
+import { contentToken } from "./ulid.js";
+
 // The contract's names and rules (docs/contract.md), as the Go pkg/wire has them.
 
 /** PREFIX_DEFAULT is the subject prefix of a deployment that sets none. */
@@ -218,4 +220,29 @@ export function batchBody(events: readonly BatchEvent[]): Uint8Array {
   }
   ascii("]");
   return body.subarray(0, n);
+}
+
+/** BatchMessage is a batch's body and the values of its headers. */
+export interface BatchMessage {
+  body: Uint8Array;
+  /** Nats-Msg-Id: batch-<first event id>:<token>. */
+  msgId: string;
+  /** Ledger-Generation. */
+  generation: string;
+  /** Ledger-Batch: the number of events. */
+  count: string;
+}
+
+/**
+ * batchMessage is events of one holder, partition and generation as one
+ * LEDGER_IN message on subject. The Nats-Msg-Id token is the content token
+ * of the subject, the generation, the count, an empty type and the body,
+ * so LEDGER_IN drops only an identical re-send.
+ */
+export function batchMessage(subject: string, generation: number, events: readonly BatchEvent[]): BatchMessage {
+  if (events.length === 0 || events.length > MAX_BATCH) throw new RangeError(`a batch has 1..${MAX_BATCH} events, not ${events.length}`);
+  const body = batchBody(events);
+  const gen = String(generation);
+  const count = String(events.length);
+  return { body, msgId: `batch-${events[0]!.id}:${contentToken(subject, gen, count, "", body)}`, generation: gen, count };
 }
