@@ -185,7 +185,7 @@ export class Client {
   /** Published events without a verdict, by event id. */
   readonly pending = new Map<string, Pending>();
   /** The events of each batch message waiting for its publish ack, by the ack subject's last token. */
-  readonly batches = new Map<string, Pending[]>();
+  readonly batches = new Map<string, { ps: Pending[]; ackDue: number }>();
   /** noBatches is set once LEDGER_IN refused a batch: events go alone. */
   #noBatches = false;
   #sweeper?: NodeJS.Timeout;
@@ -425,8 +425,8 @@ export class Client {
     h.set("Ledger-Generation", m.generation);
     h.set(HEADER_BATCH, m.count);
     const key = `${BATCH_MSG_ID_PREFIX}${ps[0]!.id}`;
-    this.batches.set(key, ps);
     const due = performance.now() + this.cfg.publishAckTimeoutMs;
+    this.batches.set(key, { ps, ackDue: due });
     for (const p of ps) {
       p.batch = key;
       p.ackDue = due;
@@ -499,7 +499,7 @@ export class Client {
 
   /** takeBatch removes and returns the events of a batch message sent. */
   #takeBatch(key: string): Pending[] {
-    const ps = this.batches.get(key) ?? [];
+    const ps = this.batches.get(key)?.ps ?? [];
     this.batches.delete(key);
     for (const p of ps) if (p.batch === key) p.batch = undefined;
     return ps;
@@ -536,11 +536,11 @@ export class Client {
    */
   #sweep(): void {
     const now = performance.now();
+    // A batch not acked in time is over: its events still waiting go again alone.
+    for (const [key, b] of this.batches) if (now >= b.ackDue) this.#takeBatch(key);
     for (const p of this.pending.values()) {
       if (!p.acked) {
         if (now < p.ackDue) continue;
-        // A batch not acked in time is over: its events go again alone.
-        if (p.batch) this.#takeBatch(p.batch);
         this.#resend(p, now);
         continue;
       }
