@@ -7,12 +7,14 @@
 #   npm run build && npx tsc -p tsconfig.test.json && node scripts/build-ledgerctl.mjs
 #   (cd ../.. && go build -o sdk/typescript/build-test/ledgerlab ./cmd/ledgerlab)
 #   bench/compare.sh [rounds] [events] [tasks]
+# SDK_BATCH sets both SDKs' events per batch message (1: each alone; default theirs, 256).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3} events=${2:-30000} tasks=${3:-64}
 ledgerctl=${LEDGERCTL:-build-test/ledgerctl}
 ledgerlab=${LEDGERLAB:-build-test/ledgerlab}
 db=${TEST_DATABASE_URL:-postgres://root@127.0.0.1:5432/test?sslmode=disable}
+batch=${SDK_BATCH:-0}
 
 out=$(mktemp)
 "$ledgerctl" dev -json -nats-port 0 -fresh-database -database-url "$db" -stop-on-stdin-eof \
@@ -27,7 +29,7 @@ for r in $(seq 1 "$rounds"); do
   # Each run holds every partition; the next waits out its TTL after release.
   # The bench worker runs until its stdin ends: it is stopped once it is done.
   wout=$(mktemp)
-  "$ledgerlab" bench worker -nats-url "$url" -run "go$r" -events "$events" -tasks "$tasks" < <(echo go; sleep 600) > "$wout" &
+  "$ledgerlab" bench worker -nats-url "$url" -run "go$r" -events "$events" -tasks "$tasks" -sdk-batch "$batch" < <(echo go; sleep 600) > "$wout" &
   worker=$!
   until grep -q '"done"' "$wout"; do
     kill -0 $worker 2>/dev/null || { echo "compare: the Go bench worker failed" >&2; exit 1; }
@@ -40,7 +42,7 @@ for r in $(seq 1 "$rounds"); do
   echo "{\"sdk\":\"go\",\"round\":$r,\"rate\":$rate}"
   go_rates+=("$rate")
   sleep 3.5
-  line=$(node build-test/bench/publish.js "$url" "$events" "$tasks" "bench.ts$r" | tail -1)
+  line=$(BATCH_MAX=$([ "$batch" = 0 ] || echo "$batch") node build-test/bench/publish.js "$url" "$events" "$tasks" "bench.ts$r" | tail -1)
   echo "$line" | sed "s/^{/{\"sdk\":\"ts\",\"round\":$r,/"
   ts_rates+=("$(node -p "JSON.parse('$line').rate ?? 0")")
   sleep 3.5

@@ -1,6 +1,7 @@
 // Publishes events as fast as the in-flight window allows and reports the
 // committed rate and this process's CPU time per event.
 //   node build-test/bench/publish.js <nats-url> [events] [tasks] [holder]
+// BATCH_MAX sets the client's batchMax (1: every event alone; default the SDK's).
 import { monitorEventLoopDelay } from "node:perf_hooks";
 
 import { connect } from "../src/index.js";
@@ -8,7 +9,7 @@ import { connect } from "../src/index.js";
 const [url = "127.0.0.1:4222", eventsArg = "20000", tasksArg = "64", holder = "bench.ts-1"] = process.argv.slice(2);
 const events = Number(eventsArg);
 const tasks = Number(tasksArg);
-const c = await connect({ holder, servers: url, maxInFlight: Number(process.env.MAX_IN_FLIGHT ?? 1024), logger: { warn: console.warn, info: () => {}, debug: () => {} } });
+const c = await connect({ holder, servers: url, maxInFlight: Number(process.env.MAX_IN_FLIGHT ?? 1024), ...(process.env.BATCH_MAX ? { batchMax: Number(process.env.BATCH_MAX) } : {}), logger: { warn: console.warn, info: () => {}, debug: () => {} } });
 const byPartition = new Map<number, string[]>();
 for (let i = 0; i < tasks; i++) {
   const t = `${holder.replace(".", "-")}-task-${i}`;

@@ -1,15 +1,18 @@
-import { connect as natsConnect, NoRespondersError, TimeoutError, nuid } from "@nats-io/transport-node";
+import { connect as natsConnect, headers as natsHeaders, NoRespondersError, TimeoutError, nuid } from "@nats-io/transport-node";
 import type { Msg, NatsConnection, NodeConnectionOptions, Subscription } from "@nats-io/transport-node";
 
 import { LedgerError, ServiceError } from "./errors.js";
 import { Lease, Pending, acquireLease, type AcquireAttempt } from "./lease.js";
 import { ulid } from "./ulid.js";
 import {
+  HEADER_BATCH,
+  MAX_BATCH,
   MAX_PAYLOAD_DEFAULT,
   PREFIX_DEFAULT,
   Subjects,
   TTL_MAX_MS,
   TTL_MIN_MS,
+  batchMessage,
   inboxPrefix,
   partitionOf,
   validHolder,
@@ -43,6 +46,9 @@ export const REQUEST_TIMEOUT_MS_DEFAULT = 2000;
 export const MAX_IN_FLIGHT_DEFAULT = 1024;
 export const PUBLISH_ACK_TIMEOUT_MS_DEFAULT = 5000;
 export const RECEIPT_TIMEOUT_MS_DEFAULT = 10_000;
+export const BATCH_MAX_DEFAULT = 256;
+export const BATCH_LINGER_MS_DEFAULT = 1;
+export const BATCH_MAX_BYTES_DEFAULT = 512 << 10;
 
 /** ConnectOptions configure a Client. Only holder is required. */
 export interface ConnectOptions {
@@ -72,6 +78,12 @@ export interface ConnectOptions {
   publishAckTimeoutMs?: number;
   /** How long after its ack an event waits for its receipt before the verdict is looked up, and how often again; default 10000 ms. */
   receiptTimeoutMs?: number;
+  /** The most events of one lease in one LEDGER_IN message (contract §2, "Batches"), 1..1000; default 256. 1 sends every event alone, as does a ledger whose LEDGER_IN takes no batches. */
+  batchMax?: number;
+  /** How long the first event of a batch waits for more before the batch leaves; default 1 ms. Under load a batch fills before then. */
+  batchLingerMs?: number;
+  /** Bounds a batch message's body, which must stay within the server's max_payload; default 512 KiB. A larger event goes alone. */
+  batchMaxBytes?: number;
   logger?: Logger;
 }
 
@@ -92,6 +104,9 @@ function withDefaults(o: ConnectOptions): Config {
     maxPayload: o.maxPayload ?? MAX_PAYLOAD_DEFAULT,
     publishAckTimeoutMs: o.publishAckTimeoutMs ?? PUBLISH_ACK_TIMEOUT_MS_DEFAULT,
     receiptTimeoutMs: o.receiptTimeoutMs ?? RECEIPT_TIMEOUT_MS_DEFAULT,
+    batchMax: o.batchMax ?? BATCH_MAX_DEFAULT,
+    batchLingerMs: o.batchLingerMs ?? BATCH_LINGER_MS_DEFAULT,
+    batchMaxBytes: o.batchMaxBytes ?? BATCH_MAX_BYTES_DEFAULT,
     logger: o.logger ?? defaultLogger,
   };
 }
@@ -110,6 +125,10 @@ function validate(c: Config): void {
   if (!pos(c.renewEveryMs) || c.renewEveryMs > c.ttlMs / 2) throw bad(`renewEveryMs ${c.renewEveryMs} must be in (0, ttlMs/2 = ${c.ttlMs / 2}]`);
   for (const k of ["requestTimeoutMs", "standbyPollMs", "maxInFlight", "maxPayload", "publishAckTimeoutMs", "receiptTimeoutMs"] as const) {
     if (!pos(c[k])) throw bad(`${k} must be a positive integer, got ${c[k]}`);
+  }
+  if (!pos(c.batchMax) || c.batchMax > MAX_BATCH) throw bad(`batchMax must be 1..${MAX_BATCH}, got ${c.batchMax}`);
+  if (!(c.batchLingerMs >= 0 && Number.isFinite(c.batchLingerMs)) || !pos(c.batchMaxBytes)) {
+    throw bad(`batchLingerMs must not be negative and batchMaxBytes must be a positive integer`);
   }
 }
 
@@ -165,6 +184,10 @@ export class Client {
   readonly leases = new Map<number, Lease | null>();
   /** Published events without a verdict, by event id. */
   readonly pending = new Map<string, Pending>();
+  /** The events of each batch message waiting for its publish ack, by the ack subject's last token. */
+  readonly batches = new Map<string, { ps: Pending[]; ackDue: number }>();
+  /** noBatches is set once LEDGER_IN refused a batch: events go alone. */
+  #noBatches = false;
   #sweeper?: NodeJS.Timeout;
   #heads: HeadBatcher;
 
@@ -369,20 +392,64 @@ export class Client {
 
   /** send publishes an event's message with its ack coming to the client's ack subject. */
   send(p: Pending): void {
+    this.register(p);
+    this.sendAlone(p);
+  }
+
+  /** register keeps p until its verdict; it waits for no ack until sent. */
+  register(p: Pending): void {
     this.pending.set(p.id, p);
+    p.ackDue = Infinity;
+  }
+
+  /** sendAlone publishes p's own message, as when batches are off. */
+  sendAlone(p: Pending): void {
+    p.batch = undefined;
+    p.ackDue = performance.now() + this.cfg.publishAckTimeoutMs; // a publish that throws is sent again then
     this.nc.publish(p.subject, p.payload, { headers: p.headers, reply: `${this.ackPrefix}.${p.id}` });
-    p.ackDue = performance.now() + this.cfg.publishAckTimeoutMs;
+  }
+
+  /** batching says whether the client sends batches. */
+  get batching(): boolean {
+    return this.cfg.batchMax > 1 && !this.#noBatches;
+  }
+
+  /**
+   * sendBatch publishes registered events of one lease as one batch message.
+   * Each keeps its own ack deadline: one not acked in time goes again alone.
+   */
+  sendBatch(ps: Pending[], subject: string, generation: number): void {
+    const m = batchMessage(subject, generation, ps);
+    const h = natsHeaders();
+    h.set("Nats-Msg-Id", m.msgId);
+    h.set("Ledger-Generation", m.generation);
+    h.set(HEADER_BATCH, m.count);
+    const key = `${BATCH_MSG_ID_PREFIX}${ps[0]!.id}`;
+    const due = performance.now() + this.cfg.publishAckTimeoutMs;
+    this.batches.set(key, { ps, ackDue: due });
+    for (const p of ps) {
+      p.batch = key;
+      p.ackDue = due;
+    }
+    try {
+      this.nc.publish(subject, m.body, { headers: h, reply: `${this.ackPrefix}.${key}` });
+    } catch (err) {
+      this.#batchFailed(key, 0, String(err));
+    }
   }
 
   #onReceipt(m: Msg): void {
-    let r: Receipt;
+    let rs: Receipt[];
     try {
-      r = m.json<Receipt>();
+      rs = m.headers?.get(HEADER_BATCH) ? m.json<Receipt[]>() : [m.json<Receipt>()];
+      if (!Array.isArray(rs)) throw new Error("a batched receipt is not an array");
     } catch (err) {
       this.log.warn("undecodable receipt", { error: String(err) });
       return;
     }
-    if (!this.settle(r)) this.log.debug("receipt of no pending event", { event_id: r.event_id, verdict: r.verdict });
+    for (const r of rs) {
+      if (!this.settle(r)) this.log.debug("receipt of no pending event", { event_id: r?.event_id, verdict: r?.verdict });
+    }
   }
 
   /** settle gives an event its verdict once; whichever of receipt and lookup comes second changes nothing. */
@@ -397,15 +464,11 @@ export class Client {
 
   #onAck(m: Msg): void {
     const id = m.subject.slice(this.ackPrefix.length + 1);
+    if (id.startsWith(BATCH_MSG_ID_PREFIX)) return this.#onBatchAck(id, m);
     const p = this.pending.get(id);
     if (!p || p.acked) return;
     const code = m.headers?.code ?? 0;
-    let ack: { stream?: string; seq?: number; duplicate?: boolean; error?: { description?: string } } | undefined;
-    try {
-      ack = m.data.length > 0 ? m.json() : undefined;
-    } catch {
-      ack = undefined;
-    }
+    const ack = pubAckOf(m);
     if (!ack || ack.error || code >= 400 || typeof ack.seq !== "number") {
       // Not stored (no stream, a 503): sent again at its ack deadline.
       this.log.debug("publish not acknowledged; sending again", { event_id: id, code, error: ack?.error?.description });
@@ -417,6 +480,55 @@ export class Client {
     p.lookupDue = performance.now() + this.cfg.receiptTimeoutMs;
   }
 
+  /** onBatchAck is onAck for a batch message: each of its events has the ack. */
+  #onBatchAck(key: string, m: Msg): void {
+    if (!this.batches.has(key)) return;
+    const code = m.headers?.code ?? 0;
+    const ack = pubAckOf(m);
+    if (!ack || ack.error || code >= 400 || typeof ack.seq !== "number") {
+      this.#batchFailed(key, code, ack?.error?.description);
+      return;
+    }
+    const due = performance.now() + this.cfg.receiptTimeoutMs;
+    for (const p of this.#takeBatch(key)) {
+      if (p.acked || p.done) continue;
+      p.setAck({ stream: ack.stream ?? "", seq: ack.seq, duplicate: ack.duplicate === true });
+      p.lookupDue = due;
+    }
+  }
+
+  /** takeBatch removes and returns the events of a batch message sent. */
+  #takeBatch(key: string): Pending[] {
+    const ps = this.batches.get(key)?.ps ?? [];
+    this.batches.delete(key);
+    for (const p of ps) if (p.batch === key) p.batch = undefined;
+    return ps;
+  }
+
+  /**
+   * batchFailed sends each event of a batch whose publish failed again on its
+   * own. No responders means a stream without batch subjects (a ledger older
+   * than them): batches stay off for the client's life, and the events go at
+   * once. Any other refusal waits as a single event's does.
+   */
+  #batchFailed(key: string, code: number, error: string | undefined): void {
+    const noStream = code === 503;
+    if (noStream && !this.#noBatches) {
+      this.#noBatches = true;
+      this.log.info("LEDGER_IN takes no batches (a ledger older than them): sending events one by one", { error });
+    }
+    this.log.debug("batch not acknowledged; sending its events again one by one", { batch: key, code, error });
+    const now = performance.now();
+    for (const p of this.#takeBatch(key)) {
+      if (p.acked || p.done) continue;
+      if (noStream) this.#resend(p, now);
+      else {
+        p.ackDue = now + Math.min(1000, this.cfg.publishAckTimeoutMs);
+        p.ackFailed = true;
+      }
+    }
+  }
+
   /**
    * sweep runs a few times a second: it sends again each event whose ack is
    * overdue (same id: JetStream and the ledger deduplicate it), while its lease
@@ -424,21 +536,27 @@ export class Client {
    */
   #sweep(): void {
     const now = performance.now();
+    // A batch not acked in time is over: its events still waiting go again alone.
+    for (const [key, b] of this.batches) if (now >= b.ackDue) this.#takeBatch(key);
     for (const p of this.pending.values()) {
       if (!p.acked) {
         if (now < p.ackDue) continue;
-        if (p.lease.signal.aborted) {
-          // Nothing is sent after the lease ended; an attempt may have been stored all the same.
-          p.setAck(undefined, new LedgerError("LEASE_LOST", `ledger: event ${p.id} not acknowledged, and not sent again after the lease ended`));
-          p.lookupDue = now + this.cfg.receiptTimeoutMs;
-          continue;
-        }
-        this.nc.publish(p.subject, p.payload, { headers: p.headers, reply: `${this.ackPrefix}.${p.id}` });
-        p.ackDue = now + this.cfg.publishAckTimeoutMs;
+        this.#resend(p, now);
         continue;
       }
       if (p.lookupDue > 0 && now >= p.lookupDue && !p.lookingUp) void this.#lookUpVerdict(p);
     }
+  }
+
+  /** resend publishes p again alone under its id while its lease lasts. */
+  #resend(p: Pending, now: number): void {
+    if (p.lease.signal.aborted) {
+      // Nothing is sent after the lease ended; an attempt may have been stored all the same.
+      p.setAck(undefined, new LedgerError("LEASE_LOST", `ledger: event ${p.id} not acknowledged, and not sent again after the lease ended`));
+      p.lookupDue = now + this.cfg.receiptTimeoutMs;
+      return;
+    }
+    this.sendAlone(p);
   }
 
   async #lookUpVerdict(p: Pending): Promise<void> {
@@ -514,6 +632,7 @@ export class Client {
     for (const l of this.leases.values()) l?.end(closed, false);
     for (const p of this.pending.values()) p.fail(closed);
     this.pending.clear();
+    this.batches.clear();
     this.#receipts?.unsubscribe();
     this.#acks?.unsubscribe();
     await this.nc.close();
@@ -559,6 +678,20 @@ class HeadBatcher {
       }
     }
     this.#busy = false;
+  }
+}
+
+/** BATCH_MSG_ID_PREFIX starts a batch's Nats-Msg-Id, and the last token of its ack subject. */
+const BATCH_MSG_ID_PREFIX = "batch-";
+
+type JsPubAck = { stream?: string; seq?: number; duplicate?: boolean; error?: { description?: string } };
+
+/** pubAckOf reads a JetStream publish ack, undefined when it does not decode. */
+function pubAckOf(m: Msg): JsPubAck | undefined {
+  try {
+    return m.data.length > 0 ? m.json<JsPubAck>() : undefined;
+  } catch {
+    return undefined;
   }
 }
 

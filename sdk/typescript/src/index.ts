@@ -10,6 +10,9 @@ export {
   MAX_IN_FLIGHT_DEFAULT,
   PUBLISH_ACK_TIMEOUT_MS_DEFAULT,
   RECEIPT_TIMEOUT_MS_DEFAULT,
+  BATCH_MAX_DEFAULT,
+  BATCH_LINGER_MS_DEFAULT,
+  BATCH_MAX_BYTES_DEFAULT,
 } from "./client.js";
 export { Lease, Pending, safetyMarginMs, type PubAck, type PublishOptions } from "./lease.js";
 export { Reader, connectReader, type ReaderOptions, type WatchOptions } from "./reader.js";
@@ -27,6 +30,11 @@ export {
   TTL_MIN_MS,
   TTL_MAX_MS,
   MAX_PAYLOAD_DEFAULT,
+  MAX_BATCH,
+  batchBody,
+  batchMessage,
+  type BatchEvent,
+  type BatchMessage,
   type Receipt,
   type Verdict,
   type TaskHead,

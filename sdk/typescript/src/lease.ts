@@ -24,6 +24,10 @@ export interface AcquireAttempt {
 }
 
 const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** BATCH_OVERHEAD is an element's JSON in a batch beyond its payload, task and type, with room to spare. */
+const BATCH_OVERHEAD = 128;
 
 /** SEND_CHUNK is how many queued events, of every lease together, leave before the event loop gets a turn. */
 const SEND_CHUNK = 128;
@@ -151,6 +155,11 @@ export class Lease {
   #woken: (() => void)[] = [];
   #wakeScheduled = false;
   #idleWaiters: (() => void)[] = [];
+  // The batch gathering (docs/contract.md §2, "Batches"); gen counts the
+  // batches begun, so a linger timer flushes only its own.
+  #batch: Pending[] = [];
+  #batchBytes = 0;
+  #batchGen = 0;
 
   constructor(
     readonly client: Client,
@@ -367,16 +376,25 @@ export class Lease {
     return this.#publishKind(task, type, payload, opts, true);
   }
 
-  async #publishKind(task: string, type: string, payload: Uint8Array | string | undefined, opts: PublishOptions, snapshot: boolean): Promise<Pending> {
+  async #publishKind(
+    task: string,
+    type: string,
+    payload: Uint8Array | string | undefined,
+    opts: PublishOptions,
+    snapshot: boolean,
+    isJSON = false,
+  ): Promise<Pending> {
     const data = typeof payload === "string" ? encoder.encode(payload) : (payload ?? new Uint8Array(0));
     if (!validTask(task)) throw new LedgerError("INVALID", `ledger: publish: task id ${JSON.stringify(task)} is not 1..128 of [A-Za-z0-9_-]`);
     if (!validType(type)) throw new LedgerError("INVALID", `ledger: publish: event type ${JSON.stringify(type)} is not 1..64 of [A-Za-z0-9_.:-]`);
     if (data.length > this.client.cfg.maxPayload) {
       throw new LedgerError("INVALID", `ledger: publish: payload of ${data.length} bytes is above ${this.client.cfg.maxPayload}`);
     }
-    if (data.length > 0 && typeof payload === "string") {
+    // A batch carries payloads inside its JSON body, so one that is not JSON
+    // would spoil its neighbours' events: every payload is checked.
+    if (data.length > 0 && !isJSON) {
       try {
-        JSON.parse(payload);
+        JSON.parse(typeof payload === "string" ? payload : decoder.decode(data));
       } catch {
         throw new LedgerError("INVALID", "ledger: publish: payload is not JSON");
       }
@@ -419,6 +437,10 @@ export class Lease {
 
   /** publishJSON is publish with JSON.stringify(value) as the payload. */
   publishJSON(task: string, type: string, value: unknown, opts: PublishOptions = {}): Promise<Pending> {
+    return this.#publishJSON(task, type, value, opts);
+  }
+
+  #publishJSON(task: string, type: string, value: unknown, opts: PublishOptions): Promise<Pending> {
     let s: string | undefined;
     try {
       s = JSON.stringify(value);
@@ -426,7 +448,7 @@ export class Lease {
       return Promise.reject(new LedgerError("INVALID", `ledger: publish to task ${task} not sent: payload cannot be encoded as JSON`, { cause: err }));
     }
     if (s === undefined) return Promise.reject(new LedgerError("INVALID", `ledger: publish to task ${task} not sent: value has no JSON form`));
-    return this.publish(task, type, encoder.encode(s), opts);
+    return this.#publishKind(task, type, encoder.encode(s), opts, false, true);
   }
 
   async #slot(signal: AbortSignal | undefined, task: string): Promise<void> {
@@ -490,7 +512,46 @@ export class Lease {
     if (signal?.aborted) throw notSent(p.task, signal.reason);
     p.assign(ts.next++);
     p.build(this.client.subjects.inbound(this.client.holder, this.partition, p.task), this.generation);
-    this.client.send(p);
+    if (!this.client.batching) return this.client.send(p);
+    this.client.register(p);
+    this.#add(p);
+  }
+
+  /**
+   * add puts p into the lease's batch and sends the batch when it is full;
+   * the first event of a batch starts its linger. The events published
+   * within batchLingerMs of each other leave in one message, each kept to its
+   * own verdict: its Pending, receipt, lookup and re-sends are its own.
+   */
+  #add(p: Pending): void {
+    const cfg = this.client.cfg;
+    const size = p.payload.length + p.task.length + p.type.length + BATCH_OVERHEAD;
+    if (this.#batch.length > 0 && this.#batchBytes + size > cfg.batchMaxBytes) this.#flush();
+    this.#batch.push(p);
+    this.#batchBytes += size;
+    if (this.#batch.length >= cfg.batchMax || this.#batchBytes >= cfg.batchMaxBytes) this.#flush();
+    else if (this.#batch.length === 1) {
+      const gen = this.#batchGen;
+      setTimeout(() => gen === this.#batchGen && this.#flush(), cfg.batchLingerMs);
+    }
+  }
+
+  /** flush sends the batch gathered so far, in order; one event goes as a single message. */
+  #flush(): void {
+    const ps = this.#batch;
+    this.#batch = [];
+    this.#batchBytes = 0;
+    this.#batchGen++;
+    const c = this.client;
+    if (c.closed || ps.length === 0) return; // close gave every event waiting for its ack CLOSED
+    try {
+      if (ps.length > 1 && c.batching) return c.sendBatch(ps, c.subjects.inboundBatch(c.holder, this.partition), this.generation);
+      for (const p of ps) c.sendAlone(p);
+    } catch (err) {
+      // The connection refused them: the sweep sends each again alone.
+      c.log.debug("events not sent; sending them again", { partition: this.partition, error: String(err) });
+      for (const p of ps) if (p.ackDue === Infinity) p.ackDue = performance.now();
+    }
   }
 
   async #fillHead(task: string, ts: TaskState): Promise<void> {
@@ -688,6 +749,8 @@ export class Pending {
   acked = false;
   ackDue = 0;
   ackFailed = false;
+  /** The batch message the event left in, while its ack is awaited. */
+  batch?: string;
   lookupDue = 0;
   lookingUp = false;
   /** unknown counts the lookups the ledger answered with no record of the event. */

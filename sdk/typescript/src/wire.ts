@@ -1,3 +1,5 @@
+import { contentToken } from "./ulid.js";
+
 // The contract's names and rules (docs/contract.md), as the Go pkg/wire has them.
 
 /** PREFIX_DEFAULT is the subject prefix of a deployment that sets none. */
@@ -9,6 +11,10 @@ export const TTL_MIN_MS = 100;
 export const TTL_MAX_MS = 300_000;
 /** MAX_PAYLOAD_DEFAULT is the ledger's default payload limit: 256 KiB. */
 export const MAX_PAYLOAD_DEFAULT = 256 << 10;
+/** MAX_BATCH is the most events one batch message carries (contract §2, "Batches"). */
+export const MAX_BATCH = 1000;
+/** HEADER_BATCH counts the events of a batch message, and the receipts of a batched receipt. */
+export const HEADER_BATCH = "Ledger-Batch";
 
 const ID = /^[A-Za-z0-9_-]{1,128}$/;
 const TOKEN64 = /^[A-Za-z0-9_-]{1,64}$/;
@@ -164,7 +170,79 @@ export class Subjects {
   inbound(holder: string, partition: number, task: string): string {
     return `${this.prefix}.in.${holder}.${partition}.${task}`;
   }
+  /** inboundBatch is where a holder publishes a batch of a partition's events. */
+  inboundBatch(holder: string, partition: number): string {
+    return `${this.prefix}.in.${holder}.${partition}`;
+  }
   receipt(holder: string): string {
     return `${this.prefix}.receipt.${holder}`;
   }
+}
+
+/** BatchEvent is one event of a batch message's body. */
+export interface BatchEvent {
+  id: string;
+  task: string;
+  version: number;
+  type: string;
+  /** A JSON value's UTF-8 bytes; empty is null. */
+  payload: Uint8Array;
+  snapshot: boolean;
+}
+
+/**
+ * batchBody is a batch message's body (contract §2, "Batches"), byte for byte
+ * as the Go pkg/wire writes it: a JSON array of event objects. Ids, tasks and
+ * types are checked to need no escaping, so they are written as they are.
+ */
+export function batchBody(events: readonly BatchEvent[]): Uint8Array {
+  const heads: string[] = new Array(events.length);
+  let size = 2 + events.length;
+  for (let i = 0; i < events.length; i++) {
+    const e = events[i]!;
+    heads[i] = `${i > 0 ? "," : ""}{"event_id":"${e.id}","task":"${e.task}","version":${e.version},"type":"${e.type}","payload":`;
+    size += heads[i]!.length + (e.payload.length > 0 ? e.payload.length : 4) + (e.snapshot ? 18 : 0);
+  }
+  const body = new Uint8Array(size);
+  let n = 0;
+  const ascii = (s: string) => {
+    n += encoder.encodeInto(s, body.subarray(n)).written;
+  };
+  ascii("[");
+  for (let i = 0; i < events.length; i++) {
+    const e = events[i]!;
+    ascii(heads[i]!);
+    if (e.payload.length > 0) {
+      body.set(e.payload, n);
+      n += e.payload.length;
+    } else ascii("null");
+    ascii(e.snapshot ? `,"kind":"snapshot"}` : "}");
+  }
+  ascii("]");
+  return body.subarray(0, n);
+}
+
+/** BatchMessage is a batch's body and the values of its headers. */
+export interface BatchMessage {
+  body: Uint8Array;
+  /** Nats-Msg-Id: batch-<first event id>:<token>. */
+  msgId: string;
+  /** Ledger-Generation. */
+  generation: string;
+  /** Ledger-Batch: the number of events. */
+  count: string;
+}
+
+/**
+ * batchMessage is events of one holder, partition and generation as one
+ * LEDGER_IN message on subject. The Nats-Msg-Id token is the content token
+ * of the subject, the generation, the count, an empty type and the body,
+ * so LEDGER_IN drops only an identical re-send.
+ */
+export function batchMessage(subject: string, generation: number, events: readonly BatchEvent[]): BatchMessage {
+  if (events.length === 0 || events.length > MAX_BATCH) throw new RangeError(`a batch has 1..${MAX_BATCH} events, not ${events.length}`);
+  const body = batchBody(events);
+  const gen = String(generation);
+  const count = String(events.length);
+  return { body, msgId: `batch-${events[0]!.id}:${contentToken(subject, gen, count, "", body)}`, generation: gen, count };
 }

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-import { contentToken, ulid, validEventId } from "../src/index.js";
+import { batchMessage, contentToken, ulid, validEventId } from "../src/index.js";
 
 test("an event id has one spelling: a ULID in upper case", () => {
   assert.ok(validEventId("01JD0000000000000000000001"));
@@ -19,4 +19,31 @@ test("the content token is the contract's digest, as the Go codec makes it", () 
     contentToken("ledger.in.reports.pod-a.3.report-7", "1", "2", "running", body),
     contentToken("ledger.in.reports.pod-a.3.report-7", "1", "1", "running", body),
   );
+});
+
+test("a batch message is the contract's, byte for byte as the Go codec makes it", () => {
+  const enc = new TextEncoder();
+  const ev = (id: string, task: string, version: number, type: string, payload: string, snapshot = false) => ({
+    id: `01JD000000000000000000000${id}`,
+    task,
+    version,
+    type,
+    payload: enc.encode(payload),
+    snapshot,
+  });
+  const m = batchMessage("ledger.in.reports.pod-a.3", 7, [
+    ev("2", "report-7", 12, "running", '{"pct":10}'),
+    ev("3", "report-8", 1, "start", ""),
+    ev("4", "state-1", 2, "snap", '[1,"é"]', true),
+  ]);
+  // The vector of pkg/wire's BatchMsg for the same three events.
+  assert.equal(
+    new TextDecoder().decode(m.body),
+    '[{"event_id":"01JD0000000000000000000002","task":"report-7","version":12,"type":"running","payload":{"pct":10}},' +
+      '{"event_id":"01JD0000000000000000000003","task":"report-8","version":1,"type":"start","payload":null},' +
+      '{"event_id":"01JD0000000000000000000004","task":"state-1","version":2,"type":"snap","payload":[1,"é"],"kind":"snapshot"}]',
+  );
+  assert.equal(m.msgId, "batch-01JD0000000000000000000002:47966bd1976ccfba84e7fb24074d9701");
+  assert.equal(m.generation, "7");
+  assert.equal(m.count, "3");
 });
