@@ -164,10 +164,7 @@ func (s *Service) sendBatchReceipts(parts []*inbound) {
 			}
 		}
 		for _, in := range group {
-			if err := in.msg.Ack(); err != nil {
-				s.log.Warn("ack failed; the message will be redelivered and get the same verdict",
-					slog.Uint64("source_seq", in.sourceSeq), slog.String("error", err.Error()))
-			}
+			s.ack(in)
 			s.metrics.verdict(in.result.Verdict, in.result.Reason, in.result.WouldReject)
 		}
 	}

@@ -203,6 +203,9 @@ type hooks struct {
 	// the gap check; batchAckOnReceive acks a batch message when it
 	// arrives, not once its events are durable (batch.go).
 	noBatchDecode, noBatchGapCheck, batchAckOnReceive bool
+	// staleAcks settles a message taken before a reconnect like any other
+	// (staleack.go).
+	staleAcks bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

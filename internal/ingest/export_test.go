@@ -32,6 +32,9 @@ type TestHooks struct {
 	// batch message's decoding, its place in the gap check and its ack
 	// after every event is durable.
 	NoBatchDecode, NoBatchGapCheck, BatchAckOnReceive bool
+	// StaleAcks settles a message taken before a reconnect to NATS like
+	// any other.
+	StaleAcks bool
 }
 
 // WithTestHooks returns cfg with the given test seams.
@@ -39,7 +42,7 @@ func WithTestHooks(cfg Config, h TestHooks) Config {
 	cfg.hooks = &hooks{afterPublish: h.AfterPublish, beforeAppend: h.BeforeAppend,
 		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy, noWitness: h.NoWitness,
 		noMemoryCheck: h.NoMemoryCheck, noBatchDecode: h.NoBatchDecode, noBatchGapCheck: h.NoBatchGapCheck,
-		batchAckOnReceive: h.BatchAckOnReceive}
+		batchAckOnReceive: h.BatchAckOnReceive, staleAcks: h.StaleAcks}
 	return cfg
 }
 

@@ -203,6 +203,7 @@ func (s *Service) Start(ctx context.Context) error {
 // delivering, which is the backpressure, and nothing leaves its order.
 // Once Stop has begun, every message is handed back.
 func (s *Service) route(m jetstream.Msg, p int) {
+	m = s.taken(m)
 	if s.subjects.IsInBatch(m.Subject()) && (s.cfg.hooks == nil || !s.cfg.hooks.noBatchDecode) {
 		s.routeBatch(m, p)
 		return
