@@ -212,7 +212,27 @@ func RunWriter(ctx context.Context, nc *nats.Conn, cfg WriterConfig) error {
 		w.gen = 0
 		w.mu.Unlock()
 	}
+	w.awaitUnanswered(sdkStopGrace)
 	return nil
+}
+
+// awaitUnanswered gives the events acked without a receipt up to grace to
+// get one, sent again meanwhile by resendLoop: a writer that keeps every
+// event until its verdict waits for them before it exits, as the SDK
+// writer does. A storage loss just before the stop took some.
+func (w *writer) awaitUnanswered(grace time.Duration) {
+	if w.cfg.Resend <= 0 {
+		return
+	}
+	for deadline := time.Now().Add(grace); time.Now().Before(deadline); {
+		w.mu.Lock()
+		n := len(w.unanswered)
+		w.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // safetyMargin is how much before TTL after a confirmed request was sent
@@ -454,7 +474,9 @@ func (w *writer) publish(ctx context.Context, gen int64, task string, version in
 		}
 		if err == nil {
 			w.log.add(Record{Kind: KindAck, ID: id, Seq: ack.Sequence, Dup: ack.Duplicate})
-			if w.cfg.Resend > 0 && !zombie {
+			// A zombie's event is kept too: lost from LEDGER_IN, it would
+			// get no verdict; sent again, its generation makes it stale.
+			if w.cfg.Resend > 0 {
 				w.mu.Lock()
 				w.unanswered[id] = &sent{msg: msg, task: task, ver: version, gen: gen, typ: typ, acked: time.Now(), tries: try}
 				w.mu.Unlock()
