@@ -309,6 +309,10 @@ func (c *Client) settle(r wire.Receipt) bool {
 		r.Verdict, r.Reason = wire.VerdictCommitted, ""
 	}
 	p.stopLookups()
+	// The task is marked refused before Wait returns: a caller that saw the
+	// refusal and publishes the task's next version at once must get
+	// ErrResyncNeeded, not a race.
+	p.lease.noteRefusal(p, r)
 	p.resolve(r)
 	p.lease.onReceipt(p, r)
 	return true

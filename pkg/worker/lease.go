@@ -568,19 +568,27 @@ func (l *Lease) waitIdle(ctx context.Context, ts *taskState) error {
 	}
 }
 
-// onReceipt accounts for an event's receipt: it frees the event's slot, a
-// stale verdict ends the lease (the fence refused this generation, which
-// can never hold again), and a refusal marks the task for a resync.
-func (l *Lease) onReceipt(p *Pending, r wire.Receipt) {
-	l.mu.Lock()
-	ts := l.tasks[p.task]
+// noteRefusal marks p's task refused when r refuses it, so that its next
+// publish fails with ErrResyncNeeded until ResyncTask.
+func (l *Lease) noteRefusal(p *Pending, r wire.Receipt) {
 	switch r.Verdict {
 	case wire.VerdictInvalid, wire.VerdictConflict, wire.VerdictGap:
-		if ts.refused == nil {
-			ts.refused = &r
-		}
+	default:
+		return
 	}
-	l.uncountLocked(ts)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ts := l.tasks[p.task]; ts.refused == nil {
+		ts.refused = &r
+	}
+}
+
+// onReceipt accounts for an event's receipt: it frees the event's slot, a
+// stale verdict ends the lease (the fence refused this generation, which
+// can never hold again). noteRefusal marks a refused task before.
+func (l *Lease) onReceipt(p *Pending, r wire.Receipt) {
+	l.mu.Lock()
+	l.uncountLocked(l.tasks[p.task])
 	l.mu.Unlock()
 	<-l.slots
 	if r.Verdict == wire.VerdictStale {
