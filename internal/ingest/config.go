@@ -206,6 +206,9 @@ type hooks struct {
 	// staleAcks settles a message taken before a reconnect like any other
 	// (staleack.go).
 	staleAcks bool
+	// noLogExpectations publishes log copies without the sequence of the
+	// copy before them (order.go, planCopies).
+	noLogExpectations bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

@@ -48,8 +48,9 @@ type copySet struct {
 
 	mu      sync.Mutex
 	stored  []bool
-	errs    []error // why copy i was not stored, where known
-	left    int     // copies whose outcome is not known yet
+	seqs    []uint64 // where copy i is in its stream (a duplicate's: the first copy's)
+	errs    []error  // why copy i was not stored, where known
+	left    int      // copies whose outcome is not known yet
 	lastErr error
 	done    chan struct{} // closed when left reaches 0
 }
@@ -134,7 +135,8 @@ func (c *copier) failOnDisconnect() {
 func (c *copier) publish(msgs []*nats.Msg) *copySet {
 	c.mu.Lock()
 	c.next++
-	set := &copySet{id: c.next, msgs: msgs, stored: make([]bool, len(msgs)), errs: make([]error, len(msgs)),
+	set := &copySet{id: c.next, msgs: msgs, stored: make([]bool, len(msgs)),
+		seqs: make([]uint64, len(msgs)), errs: make([]error, len(msgs)),
 		left: len(msgs), done: make(chan struct{})}
 	c.sets[set.id] = set
 	c.mu.Unlock()
@@ -156,7 +158,7 @@ func (c *copier) publish(msgs []*nats.Msg) *copySet {
 			continue
 		}
 		if err := c.nc.PublishMsg(m); err != nil {
-			set.settle(i, err)
+			set.settle(i, err, 0)
 		}
 	}
 	return set
@@ -181,11 +183,16 @@ func (c *copier) onAck(m *nats.Msg) {
 	if set == nil || i < 0 || i >= len(set.msgs) {
 		return
 	}
-	set.settle(i, pubAckError(m))
+	err := pubAckError(m)
+	var seq uint64
+	if err == nil {
+		seq = pubAckSeq(m.Data)
+	}
+	set.settle(i, err, seq)
 }
 
-// settle records the outcome of copy i: stored when err is nil.
-func (s *copySet) settle(i int, err error) {
+// settle records the outcome of copy i: stored at seq when err is nil.
+func (s *copySet) settle(i int, err error, seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.left == 0 || s.stored[i] {
@@ -194,7 +201,7 @@ func (s *copySet) settle(i int, err error) {
 	if err != nil {
 		s.lastErr, s.errs[i] = err, err
 	} else {
-		s.stored[i] = true
+		s.stored[i], s.seqs[i] = true, seq
 	}
 	// Each copy is settled once: by its ack, or by its failed publish (then
 	// no ack comes). A second reply to the same subject cannot arrive.
@@ -245,9 +252,45 @@ func (c *copier) wait(ctx context.Context, set *copySet, timeout time.Duration) 
 	return failed, set.lastErr, true
 }
 
-// jsErrCodeMessageTooLarge is JetStream's error code for a message above
-// the stream's max_msg_size (JSStreamMessageExceedsMaximumErr).
-const jsErrCodeMessageTooLarge = 10054
+// outcome is whether copy i was stored, and where (0 if its ack named no
+// sequence). Read it after wait.
+func (s *copySet) outcome(i int) (stored bool, seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stored[i], s.seqs[i]
+}
+
+// JetStream's error codes the copier tells apart: a message above the
+// stream's max_msg_size (JSStreamMessageExceedsMaximumErr), and a
+// Nats-Expected-Last-Subject-Sequence that is not the subject's last
+// (JSStreamWrongLastSequenceErr).
+const (
+	jsErrCodeMessageTooLarge   = 10054
+	jsErrCodeWrongLastSequence = 10071
+)
+
+// errWrongLastSeq marks a copy refused because the copy before it is not
+// the last of its subject: the stream lost it, or another process stored
+// one since (order.go).
+var errWrongLastSeq = errors.New("the copy before it is not the last of its subject")
+
+// pubAckSeq is the stream sequence a successful publish ack names, 0 if
+// none reads. The ack is the server's JSON ({"stream":…,"seq":N,…}).
+func pubAckSeq(ack []byte) uint64 {
+	_, rest, ok := bytes.Cut(ack, []byte(`"seq":`))
+	if !ok {
+		return 0
+	}
+	rest = bytes.TrimLeft(rest, " ")
+	var n uint64
+	for _, b := range rest {
+		if b < '0' || b > '9' || n > (1<<63)/10 {
+			break
+		}
+		n = n*10 + uint64(b-'0')
+	}
+	return n
+}
 
 // errTooLarge marks a copy that can never be stored as it is: the server
 // or the stream refuses its size. Publishing it again cannot help.
@@ -289,8 +332,11 @@ func pubAckError(m *nats.Msg) error {
 	}
 	if ack.Error != nil {
 		err := fmt.Errorf("jetstream: %s (status %d, error code %d)", ack.Error.Description, ack.Error.Code, ack.Error.ErrCode)
-		if ack.Error.ErrCode == jsErrCodeMessageTooLarge {
+		switch ack.Error.ErrCode {
+		case jsErrCodeMessageTooLarge:
 			err = fmt.Errorf("%w: %w", errTooLarge, err)
+		case jsErrCodeWrongLastSequence:
+			err = fmt.Errorf("%w: %w", errWrongLastSeq, err)
 		}
 		return err
 	}

@@ -35,6 +35,9 @@ type TestHooks struct {
 	// StaleAcks settles a message taken before a reconnect to NATS like
 	// any other.
 	StaleAcks bool
+	// NoLogExpectations publishes log copies without the sequence of the
+	// copy before them.
+	NoLogExpectations bool
 }
 
 // WithTestHooks returns cfg with the given test seams.
@@ -42,7 +45,8 @@ func WithTestHooks(cfg Config, h TestHooks) Config {
 	cfg.hooks = &hooks{afterPublish: h.AfterPublish, beforeAppend: h.BeforeAppend,
 		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy, noWitness: h.NoWitness,
 		noMemoryCheck: h.NoMemoryCheck, noBatchDecode: h.NoBatchDecode, noBatchGapCheck: h.NoBatchGapCheck,
-		batchAckOnReceive: h.BatchAckOnReceive, staleAcks: h.StaleAcks}
+		batchAckOnReceive: h.BatchAckOnReceive, staleAcks: h.StaleAcks,
+		noLogExpectations: h.NoLogExpectations}
 	return cfg
 }
 

@@ -165,3 +165,53 @@ func TestAnOldDuplicateInABatchDoesNotHideTheVersionsLostBeforeItsNewOne(t *test
 	}, 30*time.Second, 10*time.Millisecond, "the re-send is answered duplicate")
 	require.Equal(t, []string{"1", "2", "3", "4", "5"}, e.logVersions(4, "dup"))
 }
+
+// One server of an R3 LEDGER_LOG that lost its tail can become the leader
+// without the ingest's connection dropping, so the lane still remembers the
+// copies it stored. Each copy names the sequence of the copy before it
+// (Nats-Expected-Last-Subject-Sequence): the stream refuses a copy whose
+// predecessor it lost, and the lane puts the predecessor back first. Here
+// the loss is the deleted copy of version 2, with LEDGER_LOG's duplicate
+// window shrunk so that its put-back is stored. Chaos found it on the
+// cluster: v376 stored right after v206. Switch:
+// TestHooks.NoLogExpectations: LEDGER_LOG holds 1, 3.
+func TestACopyWhosePredecessorTheStreamLostWaitsForItsPutBack(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	cfg := ingest.Config{AckWait: 5 * time.Second, StopTimeout: time.Second, LogTailWindow: -1, Lanes: 1}
+	_, nc := e.startIngestOn(cfg, e.store)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(4, "worker-a.1", 120000)
+	ev := func(v int64) event {
+		return event{id: newID(), partition: 4, task: "lost", holder: "worker-a.1", generation: l.Generation,
+			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+	}
+	for v := int64(1); v <= 2; v++ {
+		x := ev(v)
+		e.publish(x)
+		require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, x.id).Verdict)
+	}
+	require.Equal(t, []string{"1", "2"}, e.logVersions(4, "lost"))
+
+	ctx := context.Background()
+	st, err := e.js.Stream(ctx, wire.StreamLog)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	scfg := info.Config
+	scfg.Duplicates = 100 * time.Millisecond
+	_, err = e.js.UpdateStream(ctx, scfg)
+	require.NoError(t, err)
+	copies := e.streamMsgs(wire.StreamLog, e.subj.Log(4, "lost"))
+	md, err := copies[1].Metadata()
+	require.NoError(t, err)
+	require.NoError(t, st.DeleteMsg(ctx, md.Sequence.Stream))
+	time.Sleep(500 * time.Millisecond) // past the duplicate window: the put-back is stored
+	reconnects := nc.Stats().Reconnects
+
+	v3 := ev(3)
+	e.publish(v3)
+	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, v3.id).Verdict)
+	require.Equal(t, reconnects, nc.Stats().Reconnects, "no reconnect told the lane")
+	require.Equal(t, []string{"1", "2", "3"}, e.logVersions(4, "lost"))
+}

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,27 +18,36 @@ import (
 // stored; past it the memory starts afresh, which costs lookups, not order.
 const storedTasksMax = 1 << 16
 
-// precedingCopies returns the LEDGER_LOG copies that must be stored before
-// the batch's own, so that LEDGER_LOG holds every task's events in commit
-// order across processes: when a batch holds version v of a task and
-// neither the batch (before v) nor this lane stored v-1, another process
-// committed v-1 and its copy may still be on its way (or died with that
-// process, or with a server's unsynced tail). The last copy of the task in
-// LEDGER_LOG tells; the versions it lacks are read from PostgreSQL and
-// published first. A copy stored twice is deduplicated by its event id.
+// storedCopy is a task's last copy as a lane knows it: its version and
+// where LEDGER_LOG stored it.
+type storedCopy struct {
+	version int64
+	seq     uint64
+}
+
+// precedingCopies returns the committed events whose LEDGER_LOG copies must
+// be stored before the batch's own, so that LEDGER_LOG holds every task's
+// events in commit order across processes: when a batch holds version v of
+// a task and neither the batch (before v) nor this lane stored v-1, another
+// process committed v-1 and its copy may still be on its way (or died with
+// that process, or with a server's unsynced tail). The last copy of the task
+// in LEDGER_LOG tells (looked, per task looked up); the versions it lacks
+// are read from PostgreSQL, to be published first. A copy stored twice is
+// deduplicated by its event id.
 //
 // Every copy of the batch is looked at, not only a task's first: after a
 // loss a batch can hold a re-sent duplicate of an old version, sorted
 // before the task's new versions, and the versions between them may be
 // missing too.
-func (s *Service) precedingCopies(ctx context.Context, l *lane, logged []*fence.Committed) ([]*nats.Msg, error) {
+func (s *Service) precedingCopies(ctx context.Context, l *lane, logged []*fence.Committed) (
+	before []*fence.Committed, looked map[string]storedCopy, err error) {
 	need := map[string]*fence.Committed{}
 	upTo := map[string]int64{} // per task, the highest version the set must hold first
 	top := map[string]int64{}
 	for _, c := range logged {
 		have, ok := top[c.Task]
 		if !ok {
-			have = l.stored[c.Task]
+			have = l.stored[c.Task].version
 		}
 		if c.Version > have+1 {
 			need[c.Task] = c
@@ -46,42 +56,45 @@ func (s *Service) precedingCopies(ctx context.Context, l *lane, logged []*fence.
 		top[c.Task] = max(have, c.Version)
 	}
 	if len(need) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var (
 		mu    sync.Mutex
-		out   []*nats.Msg
 		first error
 		wg    sync.WaitGroup
 	)
+	looked = make(map[string]storedCopy, len(need))
 	sem := make(chan struct{}, 16)
 	for task, c := range need {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			msgs, err := s.missingUpTo(ctx, c, upTo[task])
+			last, rows, err := s.missingUpTo(ctx, c, upTo[task])
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil && first == nil {
-				first = err
+			if err != nil {
+				first = cmp.Or(first, err)
+				return
 			}
-			out = append(out, msgs...)
+			looked[task] = last
+			before = append(before, rows...)
 		}()
 	}
 	wg.Wait()
-	return out, first
+	return before, looked, first
 }
 
-// missingUpTo returns the copies of c's task up to version upTo that
-// LEDGER_LOG lacks, oldest first.
-func (s *Service) missingUpTo(ctx context.Context, c *fence.Committed, upTo int64) ([]*nats.Msg, error) {
+// missingUpTo returns c's task's last copy in LEDGER_LOG (zero if none, or
+// if it does not read) and the committed events of the task up to version
+// upTo that LEDGER_LOG lacks after it, oldest first.
+func (s *Service) missingUpTo(ctx context.Context, c *fence.Committed, upTo int64) (storedCopy, []*fence.Committed, error) {
 	last, err := s.logStream.GetLastMsgForSubject(ctx, s.subjects.Log(c.Partition, c.Task))
-	var have int64
+	var have storedCopy
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 	case err != nil:
-		return nil, fmt.Errorf("last log copy of task %s: %w", c.Task, err)
+		return have, nil, fmt.Errorf("last log copy of task %s: %w", c.Task, err)
 	default:
 		lc, err := s.subjects.DecodeLog(last.Subject, last.Header, last.Data)
 		if err != nil {
@@ -92,32 +105,106 @@ func (s *Service) missingUpTo(ctx context.Context, c *fence.Committed, upTo int6
 			// the stream's window are deduplicated by their event ids.
 			s.log.Warn("the last log copy of a task does not read; publishing its earlier versions again",
 				slog.String("task", c.Task), slog.Uint64("stream_seq", last.Sequence), slog.String("error", err.Error()))
-			lc.Version = 0
+			break
 		}
-		have = lc.Version
+		have = storedCopy{version: lc.Version, seq: last.Sequence}
 	}
-	if have >= upTo {
-		return nil, nil
+	if have.version >= upTo {
+		return have, nil, nil
 	}
-	rows, err := s.store.Between(ctx, c.Task, have, upTo+1)
+	rows, err := s.store.Between(ctx, c.Task, have.version, upTo+1)
 	if err != nil {
-		return nil, err
+		return have, nil, err
 	}
-	out := make([]*nats.Msg, len(rows))
+	out := make([]*fence.Committed, len(rows))
 	for i := range rows {
-		out[i] = s.logCopy(&rows[i])
+		out[i] = &rows[i]
 	}
-	return out, nil
+	return have, out, nil
 }
 
-// remember notes the versions whose copies the lane stored.
-func (l *lane) remember(logged []*fence.Committed) {
-	if len(l.stored)+len(logged) > storedTasksMax {
+// plannedCopy is one message of a batch's copies, in publish order.
+type plannedCopy struct {
+	msg     *nats.Msg
+	task    string // "" for a dead letter
+	version int64
+	// after is the index of the copy of the version before, in the same
+	// plan, or -1. A copy is published only once that one is stored, and
+	// expects its sequence.
+	after int
+	// expect, when known, is the sequence of the copy of the version
+	// before, stored earlier (the lane remembers it, or a lookup found it).
+	expect uint64
+	known  bool
+	stored bool
+	seq    uint64
+}
+
+// planCopies orders the copies to publish: before (the versions LEDGER_LOG
+// lacks), then the batch's own (cb.out: its log copies, then dead letters).
+//
+// Each log copy names the copy of its task's previous version:
+// Nats-Expected-Last-Subject-Sequence is that copy's sequence, and a copy is
+// published only after that one's ack gave it. The stream then refuses a
+// copy whose predecessor it no longer holds (errWrongLastSeq): a replica
+// that lost its tail became the leader, which no reconnect of the ingest
+// shows. The lane forgets the task and looks its last copy up again.
+// Versions of one task in one batch thus cost one round trip each.
+func planCopies(l *lane, before []*fence.Committed, looked map[string]storedCopy, cb *committedBatch,
+	logCopy func(*fence.Committed) *nats.Msg) []plannedCopy {
+	plan := make([]plannedCopy, 0, len(before)+len(cb.out))
+	type head struct {
+		i       int
+		version int64
+	}
+	heads := map[string]head{}
+	add := func(c *fence.Committed, m *nats.Msg) {
+		p := plannedCopy{msg: m, task: c.Task, version: c.Version, after: -1}
+		h, inPlan := heads[c.Task]
+		switch {
+		case inPlan && c.Version == h.version+1:
+			p.after = h.i
+		case inPlan && c.Version <= h.version:
+			// An old version again (a duplicate's copy): it names none.
+			plan = append(plan, p)
+			return
+		case !inPlan:
+			base, ok := looked[c.Task]
+			if !ok {
+				base, ok = l.stored[c.Task]
+			}
+			if ok && c.Version <= base.version {
+				plan = append(plan, p)
+				return
+			}
+			if ok && c.Version == base.version+1 && base.seq > 0 {
+				p.expect, p.known = base.seq, true
+			}
+		}
+		heads[c.Task] = head{i: len(plan), version: c.Version}
+		plan = append(plan, p)
+	}
+	for _, c := range before {
+		add(c, logCopy(c))
+	}
+	for i, m := range cb.out {
+		if i < len(cb.logged) {
+			add(cb.logged[i], m)
+			continue
+		}
+		plan = append(plan, plannedCopy{msg: m, after: -1})
+	}
+	return plan
+}
+
+// remember notes the copies the lane stored, and where.
+func (l *lane) remember(plan []plannedCopy) {
+	if len(l.stored)+len(plan) > storedTasksMax {
 		clear(l.stored)
 	}
-	for _, c := range logged {
-		if c.Version > l.stored[c.Task] {
-			l.stored[c.Task] = c.Version
+	for _, p := range plan {
+		if p.task != "" && p.stored && p.seq > 0 && p.version > l.stored[p.task].version {
+			l.stored[p.task] = storedCopy{version: p.version, seq: p.seq}
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -99,8 +100,8 @@ func (s *Service) runLane(l *lane) {
 type lane struct {
 	ch chan *inbound
 	// stored is, per task, the highest version whose LEDGER_LOG copy this
-	// lane stored; only the lane's finisher uses it.
-	stored map[string]int64
+	// lane stored, and where; only the lane's finisher uses it.
+	stored map[string]storedCopy
 	// epoch is the NATS client's reconnect count stored was kept in
 	// (logtail.go); a reconnect clears stored.
 	epoch uint64
@@ -416,30 +417,46 @@ func (s *Service) appendWithRetry(ctx context.Context, claims *fence.Claims, eve
 // acks, publishing again the ones that failed, until all are stored or the
 // service stops. A dead letter refused for its size is published again
 // without its body: no single message can wedge the lane. After NATS
-// reconnected it starts over with the whole batch, the copies before it
-// looked up again: the server may have lost copies it had acked.
+// reconnected, or the stream refused a copy for a predecessor it lacks, it
+// starts over with the whole batch, the copies before it looked up again:
+// the server may have lost copies it had acked.
 func (s *Service) storeCopies(ctx context.Context, l *lane, cb *committedBatch) bool {
-	for {
-		out, ok := s.withPreceding(ctx, l, cb)
+	expect := s.cfg.hooks == nil || !s.cfg.hooks.noLogExpectations
+	for refused := 0; ; {
+		plan, ok := s.withPreceding(ctx, l, cb)
 		if !ok {
 			return false
 		}
-		stored, again := s.publishCopies(ctx, l, cb, out)
+		stored, again, wrongLast := s.publishCopies(ctx, l, plan, expect)
 		if !again {
 			return stored
+		}
+		if wrongLast {
+			// A put-back deduplicated against a copy the stream lost would
+			// be refused for ever: after a few rounds the copies go without
+			// expectations, in order still, as before a loss could be seen.
+			if refused++; refused == logRefusalsMax {
+				s.log.Warn("LEDGER_LOG keeps refusing log copies for their predecessors; storing them without the check",
+					slog.Int("rounds", refused))
+				expect = false
+			}
 		}
 	}
 }
 
+// logRefusalsMax is how many rounds of one batch's copies may be refused
+// for a predecessor the stream lacks before they go without the check.
+const logRefusalsMax = 3
+
 // withPreceding is the batch's copies after the earlier ones LEDGER_LOG
 // lacks (precedingCopies), retried until they are known.
-func (s *Service) withPreceding(ctx context.Context, l *lane, cb *committedBatch) ([]*nats.Msg, bool) {
+func (s *Service) withPreceding(ctx context.Context, l *lane, cb *committedBatch) ([]plannedCopy, bool) {
 	delay := s.cfg.RetryMin
 	for attempt := 1; ; attempt++ {
 		s.forgetStored(l)
-		before, err := s.precedingCopies(ctx, l, cb.logged)
+		before, looked, err := s.precedingCopies(ctx, l, cb.logged)
 		if err == nil {
-			return append(before, cb.out...), true
+			return planCopies(l, before, looked, cb, s.logCopy), true
 		}
 		if ctx.Err() != nil {
 			return nil, false
@@ -454,61 +471,104 @@ func (s *Service) withPreceding(ctx context.Context, l *lane, cb *committedBatch
 	}
 }
 
-// publishCopies stores out, publishing the failed copies again. again
-// reports that NATS reconnected meanwhile: the caller starts over.
-func (s *Service) publishCopies(ctx context.Context, l *lane, cb *committedBatch, out []*nats.Msg) (stored, again bool) {
+// publishCopies stores plan in rounds: each round publishes every copy not
+// stored yet whose predecessor in the plan is stored, with that
+// predecessor's sequence as its expectation. Copies that failed are
+// published again. again reports that NATS reconnected meanwhile, or that
+// the stream refused a copy's expectation (wrongLast; the lane forgot its
+// task): the caller starts over.
+func (s *Service) publishCopies(ctx context.Context, l *lane, plan []plannedCopy, expect bool) (stored, again, wrongLast bool) {
 	delay := s.cfg.RetryMin
-	pending := out
-	for attempt := 1; ; attempt++ {
-		set := s.copies.publish(pending)
+	for attempt := 1; ; {
+		var round []int
+		for i := range plan {
+			p := &plan[i]
+			if p.stored || (p.after >= 0 && !plan[p.after].stored) {
+				continue
+			}
+			if p.task != "" {
+				setExpectation(p, plan, expect)
+			}
+			round = append(round, i)
+		}
+		if len(round) == 0 {
+			l.remember(plan)
+			return true, false, false
+		}
+		msgs := make([]*nats.Msg, len(round))
+		for k, i := range round {
+			msgs[k] = plan[i].msg
+		}
+		set := s.copies.publish(msgs)
 		failed, lastErr, ok := s.copies.wait(ctx, set, s.cfg.PublishTimeout)
 		if !ok {
-			return false, false
+			return false, false, false
+		}
+		for k, i := range round {
+			plan[i].stored, plan[i].seq = set.outcome(k)
 		}
 		if len(failed) == 0 {
-			l.remember(cb.logged)
-			return true, false
+			continue // the next round: copies whose predecessors are stored now
+		}
+		for _, f := range failed {
+			if !errors.Is(f.err, errWrongLastSeq) {
+				continue
+			}
+			wrongLast = true
+		}
+		if wrongLast {
+			l.remember(plan)
+			s.metrics.retry("log_order")
+			s.log.Warn("LEDGER_LOG lacks the copy before a new one (a replica lost its tail?); looking its tasks up again",
+				slog.String("error", lastErr.Error()))
+			for _, p := range plan {
+				if p.task != "" && !p.stored {
+					delete(l.stored, p.task)
+				}
+			}
+			return false, true, true
 		}
 		for i, f := range failed {
 			if isTooLarge(f.err) && f.msg.Header.Get(wire.HeaderVerdict) != "" {
 				failed[i].msg = s.shrinkLetter(f.msg)
 			}
 		}
+		shrunk := make(map[*nats.Msg]*nats.Msg, len(failed))
+		for _, f := range failed {
+			shrunk[f.orig] = f.msg
+		}
+		for _, i := range round {
+			if m, ok := shrunk[plan[i].msg]; ok {
+				plan[i].msg = m
+			}
+		}
 		s.metrics.retry("publish")
 		s.log.Warn("storing log/dead-letter copies failed; retrying", slog.Int("failed", len(failed)),
 			slog.Int("attempt", attempt), slog.String("error", lastErr.Error()))
 		if !s.sleep(ctx, delay) {
-			return false, false
+			return false, false, false
 		}
 		if s.reconnected(l) {
-			return false, true
+			return false, true, false
 		}
 		delay = min(delay*2, s.cfg.RetryMax)
-		pending = fromFirstFailed(pending, failed)
+		attempt++
 	}
 }
 
-// fromFirstFailed is pending from its first failed copy on, every later
-// copy included: a copy stored after one that failed is published again
-// behind it (deduplicated by its id), so no version is stored before the
-// one preceding it. A failed copy is replaced by its retried message (a
-// dead letter shrunk for its size).
-func fromFirstFailed(pending []*nats.Msg, failed []failedCopy) []*nats.Msg {
-	retry := make(map[*nats.Msg]*nats.Msg, len(failed))
-	for _, f := range failed {
-		retry[f.orig] = f.msg
+// setExpectation sets or clears a log copy's
+// Nats-Expected-Last-Subject-Sequence (planCopies).
+func setExpectation(p *plannedCopy, plan []plannedCopy, expect bool) {
+	seq, ok := p.expect, p.known
+	if p.after >= 0 {
+		seq = plan[p.after].seq
+		ok = seq > 0
 	}
-	var out []*nats.Msg
-	for _, m := range pending {
-		r, ok := retry[m]
-		switch {
-		case ok:
-			out = append(out, r)
-		case len(out) > 0:
-			out = append(out, m)
-		}
+	if !expect || !ok {
+		p.msg.Header.Del(jetstream.ExpectedLastSubjSeqHeader)
+		return
 	}
-	return out
+	p.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(seq, 10)}
 }
 
 // sleep waits for d, or until the service stops working (false). The

@@ -170,7 +170,7 @@ func (s *Service) Start(ctx context.Context) error {
 
 	s.lanes = make([]*lane, s.cfg.Lanes)
 	for i := range s.lanes {
-		s.lanes[i] = &lane{ch: make(chan *inbound, s.cfg.BatchSize), stored: map[string]int64{}, parked: map[string][]*inbound{}}
+		s.lanes[i] = &lane{ch: make(chan *inbound, s.cfg.BatchSize), stored: map[string]storedCopy{}, parked: map[string][]*inbound{}}
 		s.wg.Add(1)
 		go s.runLane(s.lanes[i])
 	}
