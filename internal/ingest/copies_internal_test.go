@@ -2,6 +2,8 @@ package ingest
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,12 +59,18 @@ func TestCopierReadsEveryKindOfPublishAck(t *testing.T) {
 	info, infoErr := st.Info(ctx)
 	require.NoError(t, infoErr)
 	require.EqualValues(t, 2, info.State.Msgs, "the duplicate is acked, not stored")
+	for i, want := range []uint64{1, 2, 1} {
+		stored, seq := set.outcome(i)
+		require.True(t, stored)
+		require.Equal(t, want, seq, "copy %d's sequence (a duplicate's: the first copy's)", i)
+	}
 
 	refused := copyMsg("copies.c", "id-3", jetstream.ExpectedLastSeqHeader, "999")
 	failed, err, ok = c.wait(ctx, c.publish([]*nats.Msg{refused}), 5*time.Second)
 	require.True(t, ok)
 	require.Equal(t, []*nats.Msg{refused}, msgsOf(failed))
 	require.ErrorContains(t, err, "wrong last sequence")
+	require.ErrorIs(t, failed[0].err, errWrongLastSeq)
 	require.False(t, isTooLarge(failed[0].err), "a refused expectation is not a size error")
 
 	big := copyMsg("copies.e", "id-8")
@@ -143,4 +151,32 @@ func TestCopiesConnectionSendsNothingAfterAReconnectThatWasPublishedBefore(t *te
 	require.NoError(t, err)
 	require.Zero(t, info.State.Msgs, "a copy published while disconnected was stored after the reconnect")
 	require.Error(t, late, "the publish while disconnected failed at once")
+}
+
+// A publish ack is the server's, but read it as hostile input: neither
+// reader panics, and the sequence read without a JSON decoder is the one
+// JSON gives for every ack the copier counts as stored.
+func FuzzPubAck(f *testing.F) {
+	for _, s := range []string{`{"stream":"LEDGER_LOG","seq":17}`, `{"stream":"S","seq":3,"duplicate": true}`,
+		`{"stream":"S","domain":"d","seq":18446744073709551615}`, `{"error":{"code":400,"err_code":10071}}`,
+		`{"stream":"S","seq": 42}`, `{"stream":"S"}`, ``, `{"stream":"S","seq":-1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m := &nats.Msg{Data: data}
+		err := pubAckError(m)
+		seq := pubAckSeq(data)
+		if err != nil || strings.Count(string(data), `"seq"`) != 1 {
+			return
+		}
+		var ack struct {
+			Seq *uint64 `json:"seq"`
+		}
+		if json.Unmarshal(data, &ack) != nil || ack.Seq == nil || *ack.Seq > 1<<62 {
+			return
+		}
+		if seq != *ack.Seq {
+			t.Fatalf("pubAckSeq(%q) = %d, JSON says %d", data, seq, *ack.Seq)
+		}
+	})
 }
