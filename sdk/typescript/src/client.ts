@@ -1,5 +1,5 @@
 import { connect as natsConnect, headers as natsHeaders, NoRespondersError, TimeoutError, nuid } from "@nats-io/transport-node";
-import type { Msg, NatsConnection, NodeConnectionOptions, Subscription } from "@nats-io/transport-node";
+import type { Msg, MsgHdrs, NatsConnection, NodeConnectionOptions, Status, Subscription } from "@nats-io/transport-node";
 
 import { LedgerError, ServiceError } from "./errors.js";
 import { Lease, Pending, acquireLease, type AcquireAttempt } from "./lease.js";
@@ -190,6 +190,11 @@ export class Client {
   #noBatches = false;
   #sweeper?: NodeJS.Timeout;
   #heads: HeadBatcher;
+  /** reconnects counts the events' connection's reconnects to NATS: the copies' token suffix. */
+  #reconnects = 0;
+  #connected = true;
+  /** The re-sends after each reconnect, one after another. */
+  #resending: Promise<void> = Promise.resolve();
 
   constructor(
     readonly nc: NatsConnection,
@@ -207,6 +212,7 @@ export class Client {
 
   /** start subscribes to receipts and acks and learns the partition count. */
   async start(): Promise<void> {
+    void this.#watchReconnects(this.nc.status());
     this.#receipts = this.nc.subscribe(this.subjects.receipt(this.cfg.holder), {
       callback: (err, m) => {
         if (!err) this.#onReceipt(m);
@@ -456,6 +462,10 @@ export class Client {
   settle(r: Receipt): boolean {
     const p = this.pending.get(r.event_id);
     if (!p) return false;
+    if (p.resent && r.verdict === "duplicate" && r.reason === "same_event_id") {
+      // The answer to this client's own copy: the event is the row, as a lookup would report it.
+      r = { ...r, verdict: "committed", reason: "" };
+    }
     this.pending.delete(r.event_id);
     p.resolve(r);
     p.lease.onReceipt(p, r);
@@ -607,8 +617,84 @@ export class Client {
   #publishAgain(p: Pending): void {
     const n = ++p.unknown;
     if ((n & (n - 1)) !== 0 || !p.headers || this.#closed || this.publishAgainOffForTest) return;
+    p.resent = true;
     this.nc.publish(p.subject, p.payload, { headers: p.againHeaders(n) });
     this.log.info("the ledger has no record of an event; published it again", { event_id: p.id, task: p.task, version: p.version });
+  }
+
+  /**
+   * watchReconnects publishes again, after each reconnect of the events'
+   * connection to NATS, every event that LEDGER_IN acknowledged and that has
+   * no receipt yet. A server that restarted after a power loss or an OS crash
+   * may have lost them with its unsynced tail, and a lost event before a kept
+   * one makes the kept one wait for a gap verdict. The verdict lookups would
+   * find each after receiptTimeoutMs, but they cost one lease-service request
+   * an event: with thousands waiting the service refuses most as busy. It
+   * ends when the connection closes.
+   */
+  async #watchReconnects(status: AsyncIterable<Status>): Promise<void> {
+    for await (const s of status) {
+      if (s.type === "disconnect") this.#connected = false;
+      else if (s.type === "reconnect") {
+        this.#connected = true;
+        const round = ++this.#reconnects;
+        this.#resending = this.#resending
+          .then(() => this.#resendAcked(round))
+          .catch((err) => this.log.warn("publishing again after a reconnect failed", { error: String(err) }));
+      }
+    }
+  }
+
+  /**
+   * resendAcked publishes again the events acknowledged and not yet given
+   * their receipt: each alone, batched or not, in version order, with its
+   * id and content under the Nats-Msg-Id token suffix "-r<reconnects>", so
+   * LEDGER_IN stores it even where it remembers the lost copy. The ledger
+   * answers duplicate for those it has, which settles them as committed
+   * (settle). An event whose lease ended goes all the same: its generation
+   * makes the copy stale, as publishAgain explains. A later reconnect ends
+   * the round, and its own sends what is left.
+   */
+  async #resendAcked(round: number): Promise<void> {
+    if (round !== this.#reconnects || this.#closed) return;
+    const acked = [...this.pending.values()].filter((p) => p.acked && !p.done && p.headers);
+    if (acked.length === 0) return;
+    acked.sort((a, b) => a.version - b.version);
+    let sent = 0;
+    for (const p of acked) {
+      if (p.done) continue;
+      p.resent = true;
+      if (!(await this.#resendOne(p, p.copyHeaders(`r${round}`), round))) break;
+      sent++;
+    }
+    this.log.info("reconnected to NATS; published again the events acknowledged before without a receipt", {
+      events: sent,
+      of: acked.length,
+    });
+  }
+
+  /**
+   * resendOne publishes p with headers and waits for LEDGER_IN's ack,
+   * retrying while JetStream is not back yet; false once the client closes,
+   * the connection is lost again or a later reconnect began its own round.
+   */
+  async #resendOne(p: Pending, headers: MsgHdrs, round: number): Promise<boolean> {
+    const over = () => this.#closed || !this.#connected || round !== this.#reconnects;
+    for (let delay = 50; ; delay = Math.min(2 * delay, 1000)) {
+      if (over()) return false;
+      let error: string | undefined;
+      try {
+        const m = await this.nc.request(p.subject, p.payload, { headers, timeout: this.cfg.publishAckTimeoutMs });
+        const ack = pubAckOf(m);
+        if (ack && !ack.error && typeof ack.seq === "number") return true;
+        error = ack?.error?.description ?? `status ${m.headers?.code}`;
+      } catch (err) {
+        error = String(err);
+      }
+      if (over()) return false;
+      this.log.debug("publishing an event again after the reconnect failed; retrying", { event_id: p.id, error });
+      await sleep(delay);
+    }
   }
 
   /** publishAgainOffForTest switches publishAgain off: the negative control of its test. */

@@ -755,6 +755,8 @@ export class Pending {
   lookingUp = false;
   /** unknown counts the lookups the ledger answered with no record of the event. */
   unknown = 0;
+  /** resent is set once the client sent a copy of the event: a duplicate is then its commit. */
+  resent = false;
   token = "";
   #done = false;
   #resolveDone!: (o: Outcome<Receipt>) => void;
@@ -815,7 +817,12 @@ export class Pending {
    * "-a<n>", so that LEDGER_IN stores it even where it remembers a lost copy.
    */
   againHeaders(n: number): MsgHdrs {
-    return this.#headers(`${this.token}-a${n}`, String(this.lease.generation), String(this.version));
+    return this.copyHeaders(`a${n}`);
+  }
+
+  /** copyHeaders are the event's headers with the Nats-Msg-Id token suffixed "-<suffix>". */
+  copyHeaders(suffix: string): MsgHdrs {
+    return this.#headers(`${this.token}-${suffix}`, String(this.lease.generation), String(this.version));
   }
 
   /** assigned resolves with the version once assigned, or 0 if the event ends unsent. */

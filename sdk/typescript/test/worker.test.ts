@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { connect as natsConnect } from "@nats-io/transport-node";
 
 import { connect, LedgerError, RejectedError, type Client } from "../src/index.js";
+import { startProxy } from "./faultproxy.js";
 import { startLedger, type DevLedger } from "./ledger.js";
 
 // Every test is bounded: one that hangs fails rather than stalling the run.
@@ -19,6 +20,25 @@ after(async () => {
   await ledger.stop();
 });
 
+/**
+ * leaseServiceBack waits until the client's lease connection answers again
+ * after a cut: nats.js drops what is sent while it reconnects.
+ */
+async function leaseServiceBack(c: Client, task: string): Promise<void> {
+  const asked = () => c.request(c.subjects.taskHead(), { task }, undefined, 250).then(() => true, () => false);
+  await untilTrue(asked, 10_000, "the lease service answered the client again");
+}
+
+/** reconnecting: a client through proxy that reconnects at once, for ever, and looks nothing up. */
+function reconnecting(proxy: string): Partial<Parameters<typeof connect>[0]> {
+  return {
+    servers: proxy,
+    ttlMs: 60_000,
+    receiptTimeoutMs: 3_600_000,
+    nats: { reconnectTimeWait: 50, maxReconnectAttempts: -1, ignoreClusterUpdates: true },
+  };
+}
+
 async function client(holder: string, extra: Partial<Parameters<typeof connect>[0]> = {}): Promise<Client> {
   const c = await connect({ holder, servers: ledger.natsUrl, logger: quiet, ...extra });
   clients.push(c);
@@ -33,8 +53,34 @@ async function jsApi(nc: Awaited<ReturnType<typeof natsConnect>>, api: string, b
   return r;
 }
 
+/**
+ * pauseIngest pauses the ingest's consumers of a partition, so the ingest
+ * cannot see an event before the test loses it from LEDGER_IN; the function
+ * it returns resumes them.
+ */
+async function pauseIngest(nc: Awaited<ReturnType<typeof natsConnect>>, partition: number): Promise<() => Promise<void>> {
+  const names = ((await jsApi(nc, "CONSUMER.NAMES.LEDGER_IN", {})).consumers as string[]).filter((n) =>
+    n.startsWith(`ingest-${partition}-`),
+  );
+  assert.ok(names.length > 0, "the partition has an ingest consumer");
+  const until = new Date(Date.now() + 60_000).toISOString();
+  for (const n of names) await jsApi(nc, `CONSUMER.PAUSE.LEDGER_IN.${n}`, { pause_until: until });
+  return async () => {
+    for (const n of names) await jsApi(nc, `CONSUMER.PAUSE.LEDGER_IN.${n}`, {});
+  };
+}
+
 const quiet = { warn: () => {}, info: () => {}, debug: () => {} };
 const timeout = (ms: number) => ({ signal: AbortSignal.timeout(ms) });
+
+/** untilTrue waits for cond, asking again every 50 ms, for at most ms. */
+async function untilTrue(cond: () => Promise<boolean>, ms: number, what: string): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!(await cond())) {
+    if (performance.now() > deadline) assert.fail(`${what} within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
 
 describe("a worker", () => {
   test("acquires, publishes pipelined and learns each commit", async () => {
@@ -238,19 +284,12 @@ describe("receipts", () => {
     const lease = await c.acquire(partition, timeout(5000));
     const nc = await natsConnect({ servers: ledger.natsUrl });
     try {
-      // The partition's consumers are paused, so the ingest cannot see the
-      // event before it is lost from the stream.
-      const names = ((await jsApi(nc, "CONSUMER.NAMES.LEDGER_IN", {})).consumers as string[]).filter((n) =>
-        n.startsWith(`ingest-${partition}-`),
-      );
-      assert.ok(names.length > 0, "the partition has an ingest consumer");
-      const until = new Date(Date.now() + 60_000).toISOString();
-      for (const n of names) await jsApi(nc, `CONSUMER.PAUSE.LEDGER_IN.${n}`, { pause_until: until });
+      const resume = await pauseIngest(nc, partition);
       const p = await lease.publishJSON(task, "completed", { step: 1 });
       const ack = await p.pubAck();
       assert.ok(ack);
       await jsApi(nc, "STREAM.MSG.DELETE.LEDGER_IN", { seq: ack.seq });
-      for (const n of names) await jsApi(nc, `CONSUMER.PAUSE.LEDGER_IN.${n}`, {});
+      await resume();
       const r = await p.wait(timeout(10_000));
       assert.equal(r.verdict, "committed");
       assert.equal(r.event_id, p.id);
@@ -259,6 +298,79 @@ describe("receipts", () => {
       await nc.close();
     }
     await lease.release(timeout(5000));
+  });
+
+  // An event lost from LEDGER_IN with the server's tail is published again
+  // when the client reconnects, without waiting for a verdict lookup: with
+  // thousands of events waiting after a loss the lease service refuses most
+  // lookups as busy. The receipt timeout is an hour, so only the reconnect
+  // can send it again. The Go twin: TestEventLostFromLedgerInIsPublishedAgainOnReconnect.
+  // Switch: no #resendAcked call in #watchReconnects (src/client.ts): no verdict in 10 s.
+  test("an event lost from LEDGER_IN is published again when the client reconnects, and committed", async () => {
+    const proxy = await startProxy(ledger.natsUrl);
+    const c = await client("reports.r4", reconnecting(proxy.url));
+    const task = "report-lost-on-reconnect";
+    const lease = await c.acquire(c.partitionOf(task), timeout(5000));
+    await (await lease.publishJSON(task, "running", { step: 1 })).wait(timeout(10_000));
+    const nc = await natsConnect({ servers: ledger.natsUrl });
+    try {
+      const resume = await pauseIngest(nc, lease.partition);
+      const lost = await lease.publishJSON(task, "completed", { step: 2 });
+      const ack = await lost.pubAck();
+      assert.ok(ack);
+      await jsApi(nc, "STREAM.MSG.DELETE.LEDGER_IN", { seq: ack.seq });
+      proxy.cut(); // as the server's restart after the loss does
+      assert.ok(proxy.dropped > 0, "the cut reached the client");
+      proxy.restore();
+      await resume();
+      const r = await lost.wait(timeout(10_000));
+      assert.equal(r.verdict, "committed");
+      assert.equal(r.event_id, lost.id);
+      assert.equal(r.version, 2);
+      await leaseServiceBack(c, task);
+      const head = await c.taskHead(task);
+      assert.equal(head.version, 2);
+      assert.equal(head.seq, r.seq, "the task's head is the lost event's row");
+      await lease.release(timeout(5000));
+    } finally {
+      await nc.close();
+      await proxy.close();
+    }
+  });
+
+  // The receipt of an event decided while its client was cut off is lost;
+  // the copy sent on the reconnect is answered duplicate / same_event_id,
+  // which settles the event as committed with its seq, as a lookup would.
+  // Switch: no duplicate-to-committed in Client.settle: the verdict is duplicate.
+  test("the duplicate answer to the client's own copy after a reconnect settles the event as committed", async () => {
+    const proxy = await startProxy(ledger.natsUrl);
+    const c = await client("reports.r5", reconnecting(proxy.url));
+    const task = "report-receipt-missed-offline";
+    const lease = await c.acquire(c.partitionOf(task), timeout(5000));
+    const nc = await natsConnect({ servers: ledger.natsUrl });
+    try {
+      const resume = await pauseIngest(nc, lease.partition);
+      const p = await lease.publishJSON(task, "completed", {});
+      assert.ok(await p.pubAck());
+      proxy.cut();
+      await resume();
+      const committed = async () => {
+        const m = await nc.request(c.subjects.taskHead(), JSON.stringify({ task }), { timeout: 5000 });
+        return m.json<{ version: number }>().version === 1;
+      };
+      await untilTrue(committed, 10_000, "the event committed while its client was cut off");
+      proxy.restore();
+      const r = await p.wait(timeout(10_000));
+      assert.equal(r.verdict, "committed");
+      assert.equal(r.reason, "");
+      assert.equal(r.current_generation, lease.generation, "a receipt, not a looked-up verdict");
+      assert.ok(r.seq > 0);
+      await leaseServiceBack(c, task);
+      await lease.release(timeout(5000));
+    } finally {
+      await nc.close();
+      await proxy.close();
+    }
   });
 
   test("a refused version needs a resync", async () => {
