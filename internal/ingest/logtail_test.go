@@ -166,20 +166,40 @@ func TestAnOldDuplicateInABatchDoesNotHideTheVersionsLostBeforeItsNewOne(t *test
 	require.Equal(t, []string{"1", "2", "3", "4", "5"}, e.logVersions(4, "dup"))
 }
 
-// One server of an R3 LEDGER_LOG that lost its tail can become the leader
-// without the ingest's connection dropping, so the lane still remembers the
-// copies it stored. Each copy names the sequence of the copy before it
-// (Nats-Expected-Last-Subject-Sequence): the stream refuses a copy whose
-// predecessor it lost, and the lane puts the predecessor back first. Here
-// the loss is the deleted copy of version 2, with LEDGER_LOG's duplicate
-// window shrunk so that its put-back is stored. Chaos found it on the
-// cluster: v376 stored right after v206. Switch:
-// TestHooks.NoLogExpectations: LEDGER_LOG holds 1, 3.
+// A LEDGER_LOG that lost a copy the lane remembers storing, with no
+// reconnect to tell it: one server of an R3 stream that lost its tail can
+// become the leader so. Each task's first copy in a batch names the
+// sequence of the copy before it (Nats-Expected-Last-Subject-Sequence):
+// the stream refuses a copy whose predecessor it lost, and the lane puts
+// the predecessor back first. Here the loss is the deleted copy of version
+// 2, with LEDGER_LOG's duplicate window shrunk so that its put-back is
+// stored. Chaos found it on the cluster: v376 stored right after v206.
+// Switch: TestHooks.NoLogExpectations: LEDGER_LOG holds 1, 3.
 func TestACopyWhosePredecessorTheStreamLostWaitsForItsPutBack(t *testing.T) {
 	t.Parallel()
+	got := afterALostPredecessor(t, ingest.TestHooks{}, 1)
+	require.Equal(t, []string{"1", "2", "3"}, got)
+}
+
+// The same loss with two new versions in one batch: on a replicated
+// LEDGER_LOG the later one waits for the ack of the one before and names
+// its sequence, so nothing is stored past the refused one. Switch:
+// ChainCopies off (both published at once, as on one server): LEDGER_LOG
+// holds version 4 before the put-back of 2.
+func TestALaterVersionInTheBatchIsNotStoredPastARefusedCopy(t *testing.T) {
+	t.Parallel()
+	got := afterALostPredecessor(t, ingest.TestHooks{ChainCopies: true}, 2)
+	require.Equal(t, []string{"1", "2", "3", "4"}, got)
+}
+
+// afterALostPredecessor commits versions 1 and 2 of a task, deletes
+// version 2's copy from LEDGER_LOG without a reconnect, commits n more in
+// one batch, and returns the versions LEDGER_LOG holds, in stream order.
+func afterALostPredecessor(t *testing.T, hooks ingest.TestHooks, n int) []string {
 	e := newBareEnv(t)
-	cfg := ingest.Config{AckWait: 5 * time.Second, StopTimeout: time.Second, LogTailWindow: -1, Lanes: 1}
-	_, nc := e.startIngestOn(cfg, e.store)
+	cfg := ingest.Config{AckWait: 5 * time.Second, StopTimeout: time.Second, LogTailWindow: -1, Lanes: 1,
+		BatchWait: 300 * time.Millisecond}
+	_, nc := e.startIngestOn(ingest.WithTestHooks(cfg, hooks), e.store)
 	rc := e.receipts("worker-a.1")
 	l := e.acquire(4, "worker-a.1", 120000)
 	ev := func(v int64) event {
@@ -209,9 +229,14 @@ func TestACopyWhosePredecessorTheStreamLostWaitsForItsPutBack(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // past the duplicate window: the put-back is stored
 	reconnects := nc.Stats().Reconnects
 
-	v3 := ev(3)
-	e.publish(v3)
-	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, v3.id).Verdict)
+	var next []event
+	for v := int64(3); v < int64(3+n); v++ {
+		next = append(next, ev(v))
+		e.publish(next[len(next)-1])
+	}
+	for _, x := range next {
+		require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, x.id).Verdict)
+	}
 	require.Equal(t, reconnects, nc.Stats().Reconnects, "no reconnect told the lane")
-	require.Equal(t, []string{"1", "2", "3"}, e.logVersions(4, "lost"))
+	return e.logVersions(4, "lost")
 }

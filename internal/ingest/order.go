@@ -143,15 +143,21 @@ type plannedCopy struct {
 // planCopies orders the copies to publish: before (the versions LEDGER_LOG
 // lacks), then the batch's own (cb.out: its log copies, then dead letters).
 //
-// Each log copy names the copy of its task's previous version:
-// Nats-Expected-Last-Subject-Sequence is that copy's sequence, and a copy is
-// published only after that one's ack gave it. The stream then refuses a
-// copy whose predecessor it no longer holds (errWrongLastSeq): a replica
-// that lost its tail became the leader, which no reconnect of the ingest
-// shows. The lane forgets the task and looks its last copy up again.
-// Versions of one task in one batch thus cost one round trip each.
+// A task's first copy in the plan names the copy of its previous version
+// that the lane stored or found: Nats-Expected-Last-Subject-Sequence is that
+// copy's sequence. The stream refuses a copy whose predecessor it no longer
+// holds (errWrongLastSeq), and the lane forgets the task and looks its last
+// copy up again.
+//
+// With chain (a replicated LEDGER_LOG) every later copy of the task names
+// the one before it too, and is published only once that one's ack gave its
+// sequence: a replica that lost its tail can become the leader between two
+// copies, which no reconnect shows. Versions of one task in one batch then
+// cost one round trip each. Without chain (one server, whose loss is a
+// restart and so a reconnect, which clears the lane's memory) they are
+// published together, as before.
 func planCopies(l *lane, before []*fence.Committed, looked map[string]storedCopy, cb *committedBatch,
-	logCopy func(*fence.Committed) *nats.Msg) []plannedCopy {
+	logCopy func(*fence.Committed) *nats.Msg, chain bool) []plannedCopy {
 	plan := make([]plannedCopy, 0, len(before)+len(cb.out))
 	type head struct {
 		i       int
@@ -163,7 +169,9 @@ func planCopies(l *lane, before []*fence.Committed, looked map[string]storedCopy
 		h, inPlan := heads[c.Task]
 		switch {
 		case inPlan && c.Version == h.version+1:
-			p.after = h.i
+			if chain {
+				p.after = h.i
+			}
 		case inPlan && c.Version <= h.version:
 			// An old version again (a duplicate's copy): it names none.
 			plan = append(plan, p)

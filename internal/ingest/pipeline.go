@@ -456,7 +456,7 @@ func (s *Service) withPreceding(ctx context.Context, l *lane, cb *committedBatch
 		s.forgetStored(l)
 		before, looked, err := s.precedingCopies(ctx, l, cb.logged)
 		if err == nil {
-			return planCopies(l, before, looked, cb, s.logCopy), true
+			return planCopies(l, before, looked, cb, s.logCopy, s.chainCopies), true
 		}
 		if ctx.Err() != nil {
 			return nil, false
