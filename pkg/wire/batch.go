@@ -310,13 +310,21 @@ func (s Subjects) ReceiptsMsg(holder string, rs []Receipt) *nats.Msg {
 // DecodeReceipts reads a batched receipt's body: a JSON array of receipts,
 // each a receipt DecodeReceipt accepts.
 func DecodeReceipts(data []byte) ([]Receipt, error) {
+	if rs, ok := scanReceipts(data); ok {
+		return rs, nil
+	}
+	return decodeReceiptsReflect(data)
+}
+
+// decodeReceiptsReflect is DecodeReceipts for receipts in any form.
+func decodeReceiptsReflect(data []byte) ([]Receipt, error) {
 	var raw []json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return nil, fmt.Errorf("receipts: %w", err)
 	}
 	out := make([]Receipt, 0, len(raw))
 	for _, r := range raw {
-		rc, err := DecodeReceipt(r)
+		rc, err := decodeReceiptReflect(r)
 		if err != nil {
 			return out, err
 		}

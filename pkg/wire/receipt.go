@@ -64,6 +64,14 @@ func AppendReceipt(b []byte, r *Receipt) []byte {
 
 // DecodeReceipt reads a receipt; its verdict must be one of the contract's.
 func DecodeReceipt(data []byte) (Receipt, error) {
+	if r, ok := scanReceipt(data); ok {
+		return r, nil
+	}
+	return decodeReceiptReflect(data)
+}
+
+// decodeReceiptReflect is DecodeReceipt for a receipt in any form.
+func decodeReceiptReflect(data []byte) (Receipt, error) {
 	var r Receipt
 	if err := json.Unmarshal(data, &r); err != nil {
 		return r, fmt.Errorf("receipt: %w", err)

@@ -97,7 +97,7 @@ func (l *Lease) flushLocked() {
 
 // sendAlone publishes p's own message, as when batches are off.
 func (c *Client) sendAlone(p *Pending) {
-	if _, err := c.js.PublishMsgAsync(p.msg); err != nil {
+	if _, err := c.js.PublishMsgAsync(p.message()); err != nil {
 		if c.takeAckingID(p.id) != nil {
 			go c.republish(p, err)
 		}

@@ -403,10 +403,10 @@ func (c *Client) publishAgain(p *Pending) {
 	p.unknown++
 	n := p.unknown
 	p.mu.Unlock()
-	if n&(n-1) != 0 || p.msg == nil {
+	if n&(n-1) != 0 || p.message() == nil {
 		return
 	}
-	m := againMsg(p.msg, n)
+	m := againMsg(p.message(), n)
 	p.resent.Store(true)
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.PublishAckTimeout)
 	defer cancel()
@@ -445,9 +445,9 @@ func (c *Client) verdictOf(p *Pending) (r wire.Receipt, found bool, err error) {
 	var reply wire.TaskHeadEventReply
 	// The content goes along, so that the ledger answers committed only
 	// for what it stored under the id.
-	payload := string(p.msg.Data)
+	payload := string(p.in.Payload)
 	req := wire.TaskHeadRequest{Task: p.task, EventID: p.id, Version: p.version,
-		Type: p.msg.Header.Get(wire.HeaderType), Payload: &payload}
+		Type: p.in.Type, Payload: &payload}
 	if err := c.request(c.ctx, c.subj.TaskHead(), req, &reply); err != nil {
 		return r, false, fmt.Errorf("worker: verdict of event %s: %w", p.id, err)
 	}

@@ -47,7 +47,7 @@ func (c *Client) resendAcked() {
 	c.mu.Lock()
 	var acked []*Pending
 	for id, p := range c.pending {
-		if _, waiting := c.acking[id]; !waiting && p.msg != nil {
+		if _, waiting := c.acking[id]; !waiting && p.in.ID != "" {
 			acked = append(acked, p)
 		}
 	}
@@ -63,7 +63,7 @@ func (c *Client) resendAcked() {
 			continue
 		}
 		p.resent.Store(true)
-		if !c.resendOne(copyMsg(p.msg, suffix)) {
+		if !c.resendOne(copyMsg(p.message(), suffix)) {
 			break
 		}
 		sent++
