@@ -263,16 +263,24 @@ func (s *copySet) outcome(i int) (stored bool, seq uint64) {
 // JetStream's error codes the copier tells apart: a message above the
 // stream's max_msg_size (JSStreamMessageExceedsMaximumErr), and a
 // Nats-Expected-Last-Subject-Sequence that is not the subject's last
-// (JSStreamWrongLastSequenceErr).
+// (JSStreamWrongLastSequenceErr), or that a clustered stream cannot check
+// yet (JSStreamWrongLastSequenceConstantErr).
 const (
 	jsErrCodeMessageTooLarge   = 10054
 	jsErrCodeWrongLastSequence = 10071
+	jsErrCodeSubjectInFlight   = 10164
 )
 
 // errWrongLastSeq marks a copy refused because the copy before it is not
 // the last of its subject: the stream lost it, or another process stored
 // one since (order.go).
 var errWrongLastSeq = errors.New("the copy before it is not the last of its subject")
+
+// errInFlight marks a copy a clustered stream refused because another
+// message of its subject was not applied yet: another publisher's, or the
+// copy before it, whose ack the leader sends before it clears the subject.
+// The same copy goes again at once.
+var errInFlight = errors.New("another message of its subject is in flight")
 
 // pubAckSeq is the stream sequence a successful publish ack names, 0 if
 // none reads. The ack is the server's JSON ({"stream":…,"seq":N,…}).
@@ -337,6 +345,8 @@ func pubAckError(m *nats.Msg) error {
 			err = fmt.Errorf("%w: %w", errTooLarge, err)
 		case jsErrCodeWrongLastSequence:
 			err = fmt.Errorf("%w: %w", errWrongLastSeq, err)
+		case jsErrCodeSubjectInFlight:
+			err = fmt.Errorf("%w: %w", errInFlight, err)
 		}
 		return err
 	}

@@ -177,7 +177,7 @@ func TestAnOldDuplicateInABatchDoesNotHideTheVersionsLostBeforeItsNewOne(t *test
 // Switch: TestHooks.NoLogExpectations: LEDGER_LOG holds 1, 3.
 func TestACopyWhosePredecessorTheStreamLostWaitsForItsPutBack(t *testing.T) {
 	t.Parallel()
-	got := afterALostPredecessor(t, ingest.TestHooks{}, 1)
+	got, _ := afterALostPredecessor(t, ingest.TestHooks{}, 1, false)
 	require.Equal(t, []string{"1", "2", "3"}, got)
 }
 
@@ -188,14 +188,92 @@ func TestACopyWhosePredecessorTheStreamLostWaitsForItsPutBack(t *testing.T) {
 // holds version 4 before the put-back of 2.
 func TestALaterVersionInTheBatchIsNotStoredPastARefusedCopy(t *testing.T) {
 	t.Parallel()
-	got := afterALostPredecessor(t, ingest.TestHooks{ChainCopies: true}, 2)
+	got, _ := afterALostPredecessor(t, ingest.TestHooks{ChainCopies: true}, 2, false)
 	require.Equal(t, []string{"1", "2", "3", "4"}, got)
+}
+
+// A refused copy starts the batch's copies over, and the dead letters
+// stored in the first round are not stored again: one without a
+// Nats-Msg-Id (an invalid event that lacks it) would be stored twice. The
+// review of the refusal found it (a reconnect did the same before).
+// Switch: committedBatch.letterStored always false: LEDGER_DLQ holds 2.
+func TestARefusedLogCopyStoresTheBatchsDeadLettersOnce(t *testing.T) {
+	t.Parallel()
+	got, letters := afterALostPredecessor(t, ingest.TestHooks{ChainCopies: true}, 1, true)
+	require.Equal(t, []string{"1", "2", "3"}, got)
+	require.Equal(t, 1, letters, "the letter is stored once")
+}
+
+// A worker re-sends version 2 past LEDGER_LOG's duplicate window, in one
+// batch with versions 5 and 6. The lane knows LEDGER_LOG holds version 4,
+// so the old version's copy is not stored again: as the task's last copy
+// it would make the stream refuse version 5, and on one server version 6
+// (sent in the same round) would be stored before it. The review of the
+// expectations found it. Switch: in planCopies publish an old version's
+// copy (the first rule): LEDGER_LOG holds 1, 2, 3, 4, 2, 6, 5.
+func TestAnOldReSendBesideNewVersionsIsNotStoredAgain(t *testing.T) {
+	t.Parallel()
+	for _, chain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("chain=%v", chain), func(t *testing.T) {
+			t.Parallel()
+			e := newBareEnv(t)
+			cfg := ingest.WithTestHooks(ingest.Config{AckWait: 5 * time.Second, StopTimeout: time.Second,
+				LogTailWindow: -1, Lanes: 1, BatchWait: 300 * time.Millisecond}, ingest.TestHooks{ChainCopies: chain})
+			first, _ := e.startIngestOn(cfg, e.store)
+			rc := e.receipts("worker-a.1")
+			l := e.acquire(4, "worker-a.1", 120000)
+			ev := func(v int64) event {
+				return event{id: newID(), partition: 4, task: "resent", holder: "worker-a.1", generation: l.Generation,
+					version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+			}
+			var sent []event
+			for v := int64(1); v <= 4; v++ {
+				sent = append(sent, ev(v))
+				e.publish(sent[v-1])
+				require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, sent[v-1].id).Verdict)
+			}
+			first.Stop()
+			e.shrinkLogDuplicates()
+
+			// Version 2 under its bare event id (not deduplicated by
+			// LEDGER_IN), then 5 and 6: one batch for the next ingest.
+			again := e.msg(sent[1])
+			again.Header.Set(wire.HeaderMsgID, sent[1].id)
+			e.publishMsg(again)
+			v5, v6 := ev(5), ev(6)
+			e.publish(v5)
+			e.publish(v6)
+			e.startIngestOn(cfg, e.store)
+			require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, v5.id).Verdict)
+			require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, v6.id).Verdict)
+			require.Equal(t, []string{"1", "2", "3", "4", "5", "6"}, e.logVersions(4, "resent"))
+		})
+	}
+}
+
+// shrinkLogDuplicates sets LEDGER_LOG's duplicate window to 100 ms and
+// waits it out: the copies stored so far are no longer deduplicated, as
+// after the stream's 10 minutes.
+func (e *env) shrinkLogDuplicates() {
+	e.t.Helper()
+	ctx := context.Background()
+	st, err := e.js.Stream(ctx, wire.StreamLog)
+	require.NoError(e.t, err)
+	info, err := st.Info(ctx)
+	require.NoError(e.t, err)
+	scfg := info.Config
+	scfg.Duplicates = 100 * time.Millisecond
+	_, err = e.js.UpdateStream(ctx, scfg)
+	require.NoError(e.t, err)
+	time.Sleep(500 * time.Millisecond)
 }
 
 // afterALostPredecessor commits versions 1 and 2 of a task, deletes
 // version 2's copy from LEDGER_LOG without a reconnect, commits n more in
-// one batch, and returns the versions LEDGER_LOG holds, in stream order.
-func afterALostPredecessor(t *testing.T, hooks ingest.TestHooks, n int) []string {
+// one batch (with letter, beside an invalid event without a Nats-Msg-Id),
+// and returns the versions LEDGER_LOG holds, in stream order, and the
+// number of dead letters.
+func afterALostPredecessor(t *testing.T, hooks ingest.TestHooks, n int, letter bool) ([]string, int) {
 	e := newBareEnv(t)
 	cfg := ingest.Config{AckWait: 5 * time.Second, StopTimeout: time.Second, LogTailWindow: -1, Lanes: 1,
 		BatchWait: 300 * time.Millisecond}
@@ -216,17 +294,11 @@ func afterALostPredecessor(t *testing.T, hooks ingest.TestHooks, n int) []string
 	ctx := context.Background()
 	st, err := e.js.Stream(ctx, wire.StreamLog)
 	require.NoError(t, err)
-	info, err := st.Info(ctx)
-	require.NoError(t, err)
-	scfg := info.Config
-	scfg.Duplicates = 100 * time.Millisecond
-	_, err = e.js.UpdateStream(ctx, scfg)
-	require.NoError(t, err)
 	copies := e.streamMsgs(wire.StreamLog, e.subj.Log(4, "lost"))
 	md, err := copies[1].Metadata()
 	require.NoError(t, err)
 	require.NoError(t, st.DeleteMsg(ctx, md.Sequence.Stream))
-	time.Sleep(500 * time.Millisecond) // past the duplicate window: the put-back is stored
+	e.shrinkLogDuplicates() // the put-back is stored, not deduplicated
 	reconnects := nc.Stats().Reconnects
 
 	var next []event
@@ -234,9 +306,19 @@ func afterALostPredecessor(t *testing.T, hooks ingest.TestHooks, n int) []string
 		next = append(next, ev(v))
 		e.publish(next[len(next)-1])
 	}
+	if letter {
+		bad := e.msg(ev(1))
+		bad.Subject = e.subj.In("worker-a.1", 4, "other")
+		bad.Header.Del(wire.HeaderMsgID)
+		e.publishMsg(bad)
+	}
 	for _, x := range next {
 		require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, x.id).Verdict)
 	}
 	require.Equal(t, reconnects, nc.Stats().Reconnects, "no reconnect told the lane")
-	return e.logVersions(4, "lost")
+	if letter {
+		require.Eventually(t, func() bool { return len(e.streamMsgs(wire.StreamDLQ, "")) > 0 }, 20*time.Second,
+			10*time.Millisecond, "the invalid event's dead letter")
+	}
+	return e.logVersions(4, "lost"), len(e.streamMsgs(wire.StreamDLQ, ""))
 }

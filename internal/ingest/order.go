@@ -138,6 +138,10 @@ type plannedCopy struct {
 	known  bool
 	stored bool
 	seq    uint64
+	// letter is a dead letter's index among the batch's (cb.out after its
+	// log copies). A letter stored once is left out of a plan made again,
+	// as is a log copy of a version LEDGER_LOG holds.
+	letter int
 }
 
 // planCopies orders the copies to publish: before (the versions LEDGER_LOG
@@ -165,7 +169,7 @@ func planCopies(l *lane, before []*fence.Committed, looked map[string]storedCopy
 	}
 	heads := map[string]head{}
 	add := func(c *fence.Committed, m *nats.Msg) {
-		p := plannedCopy{msg: m, task: c.Task, version: c.Version, after: -1}
+		p := plannedCopy{msg: m, task: c.Task, version: c.Version, after: -1, letter: -1}
 		h, inPlan := heads[c.Task]
 		switch {
 		case inPlan && c.Version == h.version+1:
@@ -173,16 +177,18 @@ func planCopies(l *lane, before []*fence.Committed, looked map[string]storedCopy
 				p.after = h.i
 			}
 		case inPlan && c.Version <= h.version:
-			// An old version again (a duplicate's copy): it names none.
-			plan = append(plan, p)
-			return
+			return // the same version twice in the plan
 		case !inPlan:
 			base, ok := looked[c.Task]
 			if !ok {
 				base, ok = l.stored[c.Task]
 			}
 			if ok && c.Version <= base.version {
-				plan = append(plan, p)
+				// An old version again (a duplicate's copy, a re-send):
+				// LEDGER_LOG holds it, before the later one this lane
+				// stored or found. Stored again, past the duplicate
+				// window, it would be the task's last copy and the
+				// next version's expectation would refuse every new one.
 				return
 			}
 			if ok && c.Version == base.version+1 && base.seq > 0 {
@@ -200,7 +206,9 @@ func planCopies(l *lane, before []*fence.Committed, looked map[string]storedCopy
 			add(cb.logged[i], m)
 			continue
 		}
-		plan = append(plan, plannedCopy{msg: m, after: -1})
+		if k := i - len(cb.logged); !cb.letterStored(k) {
+			plan = append(plan, plannedCopy{msg: m, after: -1, letter: k})
+		}
 	}
 	return plan
 }

@@ -154,6 +154,14 @@ type committedBatch struct {
 	logged  []*fence.Committed // the events whose copies out begins with, in commit order
 	out     []*nats.Msg
 	started time.Time
+	// lettersStored marks the dead letters (out after its log copies)
+	// stored so far; a letter without a Nats-Msg-Id would be stored twice.
+	lettersStored []bool
+}
+
+// letterStored reports whether the batch's k-th dead letter is stored.
+func (cb *committedBatch) letterStored(k int) bool {
+	return k < len(cb.lettersStored) && cb.lettersStored[k]
 }
 
 // commit gives every message of the batch its outcome. The order of a
@@ -422,31 +430,42 @@ func (s *Service) appendWithRetry(ctx context.Context, claims *fence.Claims, eve
 // the server may have lost copies it had acked.
 func (s *Service) storeCopies(ctx context.Context, l *lane, cb *committedBatch) bool {
 	expect := s.cfg.hooks == nil || !s.cfg.hooks.noLogExpectations
+	delay := s.cfg.RetryMin
 	for refused := 0; ; {
 		plan, ok := s.withPreceding(ctx, l, cb)
 		if !ok {
 			return false
 		}
-		stored, again, wrongLast := s.publishCopies(ctx, l, plan, expect)
+		stored, again, wrongLast := s.publishCopies(ctx, l, cb, plan, expect)
 		if !again {
 			return stored
 		}
-		if wrongLast {
-			// A put-back deduplicated against a copy the stream lost would
-			// be refused for ever: after a few rounds the copies go without
-			// expectations, in order still, as before a loss could be seen.
-			if refused++; refused == logRefusalsMax {
-				s.log.Warn("LEDGER_LOG keeps refusing log copies for their predecessors; storing them without the check",
-					slog.Int("rounds", refused))
-				expect = false
+		if !wrongLast {
+			continue
+		}
+		// The first refusal is looked up again at once. A lookup can be
+		// answered by a replica behind the leader (LEDGER_LOG allows
+		// direct gets), so the next ones wait, longer each time. A put-back
+		// deduplicated against a copy the stream lost would be refused for
+		// ever: after logRefusalsMax rounds the copies go without the check,
+		// in order still, as before a loss could be seen.
+		if refused++; refused == logRefusalsMax {
+			s.log.Warn("LEDGER_LOG keeps refusing log copies for their predecessors; storing them without the check",
+				slog.Int("rounds", refused))
+			expect = false
+		}
+		if refused > 1 {
+			if !s.sleep(ctx, delay) {
+				return false
 			}
+			delay = min(delay*2, s.cfg.RetryMax)
 		}
 	}
 }
 
 // logRefusalsMax is how many rounds of one batch's copies may be refused
 // for a predecessor the stream lacks before they go without the check.
-const logRefusalsMax = 3
+const logRefusalsMax = 5
 
 // withPreceding is the batch's copies after the earlier ones LEDGER_LOG
 // lacks (precedingCopies), retried until they are known.
@@ -477,7 +496,8 @@ func (s *Service) withPreceding(ctx context.Context, l *lane, cb *committedBatch
 // published again. again reports that NATS reconnected meanwhile, or that
 // the stream refused a copy's expectation (wrongLast; the lane forgot its
 // task): the caller starts over.
-func (s *Service) publishCopies(ctx context.Context, l *lane, plan []plannedCopy, expect bool) (stored, again, wrongLast bool) {
+func (s *Service) publishCopies(ctx context.Context, l *lane, cb *committedBatch, plan []plannedCopy, expect bool) (
+	stored, again, wrongLast bool) {
 	delay := s.cfg.RetryMin
 	for attempt := 1; ; {
 		var round []int
@@ -505,16 +525,23 @@ func (s *Service) publishCopies(ctx context.Context, l *lane, plan []plannedCopy
 			return false, false, false
 		}
 		for k, i := range round {
-			plan[i].stored, plan[i].seq = set.outcome(k)
+			p := &plan[i]
+			p.stored, p.seq = set.outcome(k)
+			if p.stored && p.letter >= 0 {
+				if cb.lettersStored == nil {
+					cb.lettersStored = make([]bool, len(cb.out)-len(cb.logged))
+				}
+				cb.lettersStored[p.letter] = true
+			}
 		}
 		if len(failed) == 0 {
+			delay = s.cfg.RetryMin
 			continue // the next round: copies whose predecessors are stored now
 		}
+		inFlight := true
 		for _, f := range failed {
-			if !errors.Is(f.err, errWrongLastSeq) {
-				continue
-			}
-			wrongLast = true
+			wrongLast = wrongLast || errors.Is(f.err, errWrongLastSeq)
+			inFlight = inFlight && errors.Is(f.err, errInFlight)
 		}
 		if wrongLast {
 			l.remember(plan)
@@ -527,6 +554,14 @@ func (s *Service) publishCopies(ctx context.Context, l *lane, plan []plannedCopy
 				}
 			}
 			return false, true, true
+		}
+		if inFlight {
+			// A clustered stream checks an expectation only once the
+			// subject's last message is applied; it will be in a moment.
+			if !s.sleep(ctx, time.Millisecond) {
+				return false, false, false
+			}
+			continue
 		}
 		for i, f := range failed {
 			if isTooLarge(f.err) && f.msg.Header.Get(wire.HeaderVerdict) != "" {
