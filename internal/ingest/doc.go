@@ -42,6 +42,17 @@
 //     TestGenerationIsNeverGrantedTwiceAfterTheDatabaseForgets, switch
 //     TestHooks.NoWitness.
 //
+// LEDGER_LOG holds a task's copies in version order (order.go). A lane
+// stores a version only after the one before: its own earlier copy, or
+// one it looked up and put back from PostgreSQL. Each copy names the
+// stream sequence of the copy before it, so a stream that lost that one
+// without a reconnect (an R3 replica with a lost tail leading) refuses it
+// and the lane puts the lost versions back first. Tests:
+// TestACopyWhosePredecessorTheStreamLostWaitsForItsPutBack (switch
+// TestHooks.NoLogExpectations),
+// TestALaterVersionInTheBatchIsNotStoredPastARefusedCopy (switch
+// TestHooks.ChainCopies off).
+//
 // A batch message carries several events of one partition (batch.go).
 // Each is decided as the single-event message it stands for, and the
 // message is acked once every event in it is. Tests:
