@@ -209,9 +209,9 @@ type hooks struct {
 	// noLogExpectations publishes log copies without the sequence of the
 	// copy before them (order.go, planCopies).
 	noLogExpectations bool
-	// chainCopies chains a task's copies in a batch on any LEDGER_LOG, not
-	// only a replicated one.
-	chainCopies bool
+	// oneRound publishes all of a batch's copies at once, a task's later
+	// versions beside its first (order.go, planCopies).
+	oneRound bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

@@ -51,7 +51,7 @@
 // TestACopyWhosePredecessorTheStreamLostWaitsForItsPutBack (switch
 // TestHooks.NoLogExpectations),
 // TestALaterVersionInTheBatchIsNotStoredPastARefusedCopy (switch
-// TestHooks.ChainCopies off).
+// TestHooks.OneRound).
 //
 // A batch message carries several events of one partition (batch.go).
 // Each is decided as the single-event message it stands for, and the

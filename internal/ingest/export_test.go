@@ -38,9 +38,9 @@ type TestHooks struct {
 	// NoLogExpectations publishes log copies without the sequence of the
 	// copy before them.
 	NoLogExpectations bool
-	// ChainCopies publishes a task's later versions in a batch after the
-	// copy before is stored, on an R1 LEDGER_LOG too.
-	ChainCopies bool
+	// OneRound publishes all of a batch's copies at once, a task's later
+	// versions beside its first.
+	OneRound bool
 }
 
 // WithTestHooks returns cfg with the given test seams.
@@ -49,7 +49,7 @@ func WithTestHooks(cfg Config, h TestHooks) Config {
 		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy, noWitness: h.NoWitness,
 		noMemoryCheck: h.NoMemoryCheck, noBatchDecode: h.NoBatchDecode, noBatchGapCheck: h.NoBatchGapCheck,
 		batchAckOnReceive: h.BatchAckOnReceive, staleAcks: h.StaleAcks,
-		noLogExpectations: h.NoLogExpectations, chainCopies: h.ChainCopies}
+		noLogExpectations: h.NoLogExpectations, oneRound: h.OneRound}
 	return cfg
 }
 

@@ -181,14 +181,13 @@ func TestACopyWhosePredecessorTheStreamLostWaitsForItsPutBack(t *testing.T) {
 	require.Equal(t, []string{"1", "2", "3"}, got)
 }
 
-// The same loss with two new versions in one batch: on a replicated
-// LEDGER_LOG the later one waits for the ack of the one before and names
-// its sequence, so nothing is stored past the refused one. Switch:
-// ChainCopies off (both published at once, as on one server): LEDGER_LOG
-// holds version 4 before the put-back of 2.
+// The same loss with two new versions in one batch: the later one goes in
+// a second round, once the first is stored, so nothing is stored past the
+// refused one. Switch: TestHooks.OneRound (both at once): LEDGER_LOG holds
+// 1, 4, 3.
 func TestALaterVersionInTheBatchIsNotStoredPastARefusedCopy(t *testing.T) {
 	t.Parallel()
-	got, _ := afterALostPredecessor(t, ingest.TestHooks{ChainCopies: true}, 2, false)
+	got, _ := afterALostPredecessor(t, ingest.TestHooks{}, 2, false)
 	require.Equal(t, []string{"1", "2", "3", "4"}, got)
 }
 
@@ -199,7 +198,7 @@ func TestALaterVersionInTheBatchIsNotStoredPastARefusedCopy(t *testing.T) {
 // Switch: committedBatch.letterStored always false: LEDGER_DLQ holds 2.
 func TestARefusedLogCopyStoresTheBatchsDeadLettersOnce(t *testing.T) {
 	t.Parallel()
-	got, letters := afterALostPredecessor(t, ingest.TestHooks{ChainCopies: true}, 1, true)
+	got, letters := afterALostPredecessor(t, ingest.TestHooks{}, 1, true)
 	require.Equal(t, []string{"1", "2", "3"}, got)
 	require.Equal(t, 1, letters, "the letter is stored once")
 }
@@ -207,18 +206,19 @@ func TestARefusedLogCopyStoresTheBatchsDeadLettersOnce(t *testing.T) {
 // A worker re-sends version 2 past LEDGER_LOG's duplicate window, in one
 // batch with versions 5 and 6. The lane knows LEDGER_LOG holds version 4,
 // so the old version's copy is not stored again: as the task's last copy
-// it would make the stream refuse version 5, and on one server version 6
-// (sent in the same round) would be stored before it. The review of the
+// it would make the stream refuse version 5, and the lane would put back
+// 3 and 4 again (or, in one round, store 6 before 5). The review of the
 // expectations found it. Switch: in planCopies publish an old version's
-// copy (the first rule): LEDGER_LOG holds 1, 2, 3, 4, 2, 6, 5.
+// copy (the first rule): LEDGER_LOG holds 1, 2, 3, 4, 2, 3, 4, 5, 6 (the
+// review saw 1, 2, 3, 4, 2, 6, 5 in one round).
 func TestAnOldReSendBesideNewVersionsIsNotStoredAgain(t *testing.T) {
 	t.Parallel()
-	for _, chain := range []bool{false, true} {
-		t.Run(fmt.Sprintf("chain=%v", chain), func(t *testing.T) {
+	for _, oneRound := range []bool{false, true} {
+		t.Run(fmt.Sprintf("oneRound=%v", oneRound), func(t *testing.T) {
 			t.Parallel()
 			e := newBareEnv(t)
 			cfg := ingest.WithTestHooks(ingest.Config{AckWait: 5 * time.Second, StopTimeout: time.Second,
-				LogTailWindow: -1, Lanes: 1, BatchWait: 300 * time.Millisecond}, ingest.TestHooks{ChainCopies: chain})
+				LogTailWindow: -1, Lanes: 1, BatchWait: 300 * time.Millisecond}, ingest.TestHooks{OneRound: oneRound})
 			first, _ := e.startIngestOn(cfg, e.store)
 			rc := e.receipts("worker-a.1")
 			l := e.acquire(4, "worker-a.1", 120000)

@@ -475,7 +475,7 @@ func (s *Service) withPreceding(ctx context.Context, l *lane, cb *committedBatch
 		s.forgetStored(l)
 		before, looked, err := s.precedingCopies(ctx, l, cb.logged)
 		if err == nil {
-			return planCopies(l, before, looked, cb, s.logCopy, s.chainCopies), true
+			return planCopies(l, before, looked, cb, s.logCopy, s.cfg.hooks != nil && s.cfg.hooks.oneRound), true
 		}
 		if ctx.Err() != nil {
 			return nil, false
@@ -491,8 +491,7 @@ func (s *Service) withPreceding(ctx context.Context, l *lane, cb *committedBatch
 }
 
 // publishCopies stores plan in rounds: each round publishes every copy not
-// stored yet whose predecessor in the plan is stored, with that
-// predecessor's sequence as its expectation. Copies that failed are
+// stored yet whose task's first copy in the plan is stored. Copies that failed are
 // published again. again reports that NATS reconnected meanwhile, or that
 // the stream refused a copy's expectation (wrongLast; the lane forgot its
 // task): the caller starts over.
@@ -507,7 +506,7 @@ func (s *Service) publishCopies(ctx context.Context, l *lane, cb *committedBatch
 				continue
 			}
 			if p.task != "" {
-				setExpectation(p, plan, expect)
+				setExpectation(p, expect)
 			}
 			round = append(round, i)
 		}
@@ -592,18 +591,14 @@ func (s *Service) publishCopies(ctx context.Context, l *lane, cb *committedBatch
 }
 
 // setExpectation sets or clears a log copy's
-// Nats-Expected-Last-Subject-Sequence (planCopies).
-func setExpectation(p *plannedCopy, plan []plannedCopy, expect bool) {
-	seq, ok := p.expect, p.known
-	if p.after >= 0 {
-		seq = plan[p.after].seq
-		ok = seq > 0
-	}
-	if !expect || !ok {
+// Nats-Expected-Last-Subject-Sequence (planCopies): only a task's first
+// copy in the plan carries one.
+func setExpectation(p *plannedCopy, expect bool) {
+	if !expect || p.after >= 0 || !p.known {
 		p.msg.Header.Del(jetstream.ExpectedLastSubjSeqHeader)
 		return
 	}
-	p.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(seq, 10)}
+	p.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(p.expect, 10)}
 }
 
 // sleep waits for d, or until the service stops working (false). The

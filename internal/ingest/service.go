@@ -42,27 +42,23 @@ type Service struct {
 	subjects wire.Subjects
 	metrics  *metrics
 
-	lanes     []*lane
-	held      *heldSet
-	claims    *claims
-	witness   *witness
-	memory    memory
-	inStream  jetstream.Stream
-	logStream jetstream.Stream
-	// chainCopies publishes a task's later versions in a batch only once
-	// the copy before is stored (order.go, planCopies): on a replicated
-	// LEDGER_LOG, whose replicas can lose a tail without a reconnect.
-	chainCopies bool
-	parked      *parkedCount
-	stopping    chan struct{} // closed when Stop begins
-	stopOnce    sync.Once
-	wg          sync.WaitGroup
-	workCtx     context.Context
-	cancelWork  context.CancelFunc
-	letterMax   int // the largest dead letter the server and LEDGER_DLQ take
-	letters     *quota.Shared
-	svc         micro.Service
-	copies      *copier
+	lanes      []*lane
+	held       *heldSet
+	claims     *claims
+	witness    *witness
+	memory     memory
+	inStream   jetstream.Stream
+	logStream  jetstream.Stream
+	parked     *parkedCount
+	stopping   chan struct{} // closed when Stop begins
+	stopOnce   sync.Once
+	wg         sync.WaitGroup
+	workCtx    context.Context
+	cancelWork context.CancelFunc
+	letterMax  int // the largest dead letter the server and LEDGER_DLQ take
+	letters    *quota.Shared
+	svc        micro.Service
+	copies     *copier
 	// copyJS publishes the tail check's copies on the copier's connection.
 	copyJS jetstream.JetStream
 }
@@ -122,7 +118,6 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.logStream, err = s.js.Stream(ctx, wire.StreamLog); err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", wire.StreamLog, err)
 	}
-	s.chainCopies = s.logStream.CachedInfo().Config.Replicas > 1 || (s.cfg.hooks != nil && s.cfg.hooks.chainCopies)
 	dlq, err := s.js.Stream(ctx, wire.StreamDLQ)
 	if err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", wire.StreamDLQ, err)
