@@ -6,7 +6,8 @@
 // needs nothing but nats.go, ulid and the contract's codec (pkg/wire).
 //
 //	holder := "reports.pod-7" // <principal>.<instance>
-//	nc, err := nats.Connect(url, worker.InboxOption(holder)) // and the principal's credentials
+//	nc, err := nats.Connect(url, worker.InboxOption(holder), // and the principal's credentials
+//		nats.MaxReconnects(-1)) // for ever: a closed connection strands its events
 //	c, err := worker.New(nc, worker.Config{Holder: holder}) // asks the service for the partition count
 //	defer c.Close()
 //	lease, err := c.Acquire(ctx, c.PartitionOf("report-7")) // AcquireWait to stand by instead

@@ -24,6 +24,7 @@ import {
   type TaskHead,
 } from "./wire.js";
 import { Reader } from "./reader.js";
+import { natsOptions } from "./nats.js";
 
 /** Logger receives the client's warnings and notes; default: warnings to console.warn. */
 export interface Logger {
@@ -56,7 +57,10 @@ export interface ConnectOptions {
   holder: string;
   /** NATS servers; default "127.0.0.1:4222". */
   servers?: string | string[];
-  /** More options of the NATS connection (credentials, TLS); its inboxPrefix is always _INBOX.<principal>. */
+  /**
+   * More options of the NATS connections (credentials, TLS); their inboxPrefix is always _INBOX.<principal>.
+   * maxReconnectAttempts defaults to -1, for ever: a client that gave up would strand its events (natsOptions).
+   */
   nats?: Partial<NodeConnectionOptions>;
   /** Subject prefix; default "ledger". */
   prefix?: string;
@@ -137,11 +141,13 @@ function validate(c: Config): void {
  * _INBOX.<principal>, the only inbox the principal may read), subscribes to
  * the holder's receipts before anything is sent, and, with partitions 0 (the
  * default), asks the lease service for the deployment's partition count.
+ * Both connections reconnect for ever unless opts.nats.maxReconnectAttempts
+ * says otherwise, so an event waits out any outage for its verdict.
  */
 export async function connect(opts: ConnectOptions): Promise<Client> {
   const cfg = withDefaults(opts);
   validate(cfg);
-  const options = { servers: opts.servers ?? "127.0.0.1:4222", ...opts.nats, inboxPrefix: inboxPrefix(cfg.holder) };
+  const options = { ...natsOptions(opts.servers, opts.nats), inboxPrefix: inboxPrefix(cfg.holder) };
   // Two connections: events, their acks and receipts on one; the lease
   // service on the other, so a renewal never queues behind a window of
   // events in a socket's buffers, in either direction.

@@ -15,6 +15,7 @@ export {
   BATCH_MAX_BYTES_DEFAULT,
 } from "./client.js";
 export { Lease, Pending, safetyMarginMs, type PubAck, type PublishOptions } from "./lease.js";
+export { MAX_RECONNECT_ATTEMPTS_DEFAULT } from "./nats.js";
 export { Reader, connectReader, type ReaderOptions, type WatchOptions } from "./reader.js";
 export { LedgerError, ServiceError, RejectedError, type ErrorCode } from "./errors.js";
 export { contentToken, ulid, ulidTime, validEventId } from "./ulid.js";

@@ -2,6 +2,7 @@ import { connect as natsConnect } from "@nats-io/transport-node";
 import type { NatsConnection, NodeConnectionOptions, Subscription } from "@nats-io/transport-node";
 
 import { LedgerError } from "./errors.js";
+import { natsOptions } from "./nats.js";
 import { BUCKET_TASKS, validTask, type Projection } from "./wire.js";
 
 /** WatchOptions end a watch. */
@@ -107,11 +108,13 @@ export interface ReaderOptions {
   nats?: Partial<NodeConnectionOptions>;
 }
 
-/** connectReader opens a NATS connection for reading projections, closed by Reader.close(). */
+/**
+ * connectReader opens a NATS connection for reading projections, closed by Reader.close().
+ * It reconnects for ever unless opts.nats.maxReconnectAttempts says otherwise, as connect's do.
+ */
 export async function connectReader(opts: ReaderOptions = {}): Promise<Reader> {
   const nc = await natsConnect({
-    servers: opts.servers ?? "127.0.0.1:4222",
-    ...opts.nats,
+    ...natsOptions(opts.servers, opts.nats),
     ...(opts.inboxPrefix ? { inboxPrefix: opts.inboxPrefix } : {}),
   });
   return new Reader(nc, true);

@@ -9,6 +9,8 @@ export interface FaultProxy {
   url: string;
   /** dropped counts the connections cut() dropped: proof that a cut reached the client. */
   readonly dropped: number;
+  /** refused counts the connections refused while cut: each is one reconnect attempt of a client. */
+  readonly refused: number;
   cut(): void;
   restore(): void;
   close(): Promise<void>;
@@ -19,9 +21,13 @@ export async function startProxy(target: string): Promise<FaultProxy> {
   const pairs = new Set<[net.Socket, net.Socket]>();
   let isCut = false;
   let dropped = 0;
+  let refused = 0;
   const server = net.createServer((down) => {
     down.on("error", () => {});
-    if (isCut) return void down.destroy();
+    if (isCut) {
+      refused++;
+      return void down.destroy();
+    }
     const up = net.connect(Number(to.port), to.hostname);
     up.on("error", () => {});
     const pair: [net.Socket, net.Socket] = [down, up];
@@ -51,6 +57,9 @@ export async function startProxy(target: string): Promise<FaultProxy> {
     url: `nats://127.0.0.1:${port}`,
     get dropped() {
       return dropped;
+    },
+    get refused() {
+      return refused;
     },
     cut,
     restore() {

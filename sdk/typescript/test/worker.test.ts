@@ -373,6 +373,47 @@ describe("receipts", () => {
     }
   });
 
+  // An outage longer than nats.js's 10 reconnect attempts: the client keeps
+  // trying (the SDK's maxReconnectAttempts -1), and an event published before
+  // it gets its verdict after it. The ingest is paused so the verdict cannot
+  // come before the cut. reconnectTimeWait 50 ms makes 10 attempts quick.
+  // Switch: nats.js's default, maxReconnectAttempts: 10 in natsOptions (src/nats.ts):
+  // both connections close after 20 refused dials and the event has no verdict in 10 s.
+  test("a client outlives an outage longer than 10 reconnect attempts, and its event gets its verdict", async () => {
+    const proxy = await startProxy(ledger.natsUrl);
+    const c = await client("reports.r6", {
+      servers: proxy.url,
+      ttlMs: 60_000,
+      receiptTimeoutMs: 3_600_000,
+      nats: { reconnectTimeWait: 50, ignoreClusterUpdates: true },
+    });
+    const task = "report-long-outage";
+    const lease = await c.acquire(c.partitionOf(task), timeout(5000));
+    const nc = await natsConnect({ servers: ledger.natsUrl });
+    try {
+      const resume = await pauseIngest(nc, lease.partition);
+      const p = await lease.publishJSON(task, "completed", { step: 1 });
+      assert.ok(await p.pubAck());
+      proxy.cut();
+      assert.ok(proxy.dropped > 0, "the cut reached the client");
+      // 10 attempts of each of the two connections, then more: or the connections closed.
+      const attempts = 2 * 10 + 4;
+      const pastTen = async () => proxy.refused >= attempts || (c.nc.isClosed() && c.ctl.isClosed());
+      await untilTrue(pastTen, 15_000, `${attempts} reconnect attempts refused`);
+      proxy.restore();
+      await resume();
+      const r = await p.wait(timeout(10_000));
+      assert.equal(r.verdict, "committed");
+      assert.equal(r.event_id, p.id);
+      assert.ok(!c.nc.isClosed() && !c.ctl.isClosed(), "both connections are open");
+      await leaseServiceBack(c, task);
+      await lease.release(timeout(5000));
+    } finally {
+      await nc.close();
+      await proxy.close();
+    }
+  });
+
   test("a refused version needs a resync", async () => {
     const c = await client("reports.r2");
     const task = "report-resync";
