@@ -212,6 +212,9 @@ type hooks struct {
 	// chainCopies chains a task's copies in a batch on any LEDGER_LOG, not
 	// only a replicated one.
 	chainCopies bool
+	// noLookupBatches refuses a batch of verdict lookups as an ingest
+	// older than it does (leases.go).
+	noLookupBatches bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
