@@ -1,6 +1,6 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { connect as natsConnect } from "@nats-io/transport-node";
+import { connect as natsConnect, headers, type Msg } from "@nats-io/transport-node";
 
 import { connect, type Client, type Pending } from "../src/index.js";
 import { startLedger, type DevLedger } from "./ledger.js";
@@ -77,5 +77,83 @@ test("hundreds of lost receipts are looked up in a few requests, none refused", 
     assert.ok(requests <= n / 20, `${lookups} lookups took ${requests} requests`);
   } finally {
     await spy.close();
+  }
+});
+
+/**
+ * fakeOldLedger serves a lease service under prefix as a ledger older than the
+ * batch form of lookups does: "lookups" is an unknown field, and each single
+ * lookup answers committed with seq 7. A stream takes the prefix's events, so
+ * publishes are acknowledged; nothing judges them, so no receipt comes.
+ */
+async function fakeOldLedger(prefix: string): Promise<{ counts: () => { batches: number; singles: number }; close: () => Promise<void> }> {
+  const nc = await natsConnect({ servers: ledger.natsUrl });
+  const stream = `${prefix.toUpperCase()}_IN`;
+  const created = (await nc.request(`$JS.API.STREAM.CREATE.${stream}`, JSON.stringify({ name: stream, subjects: [`${prefix}.in.>`], storage: "memory" }), { timeout: 5000 })).json<{ error?: unknown }>();
+  assert.equal(created.error, undefined);
+  let batches = 0;
+  let singles = 0;
+  const grant = (m: Msg) => {
+    const r = m.json<{ partition: number }>();
+    const holder = m.subject.split(".").slice(-2).join(".");
+    m.respond(JSON.stringify({ partition: r.partition, holder, generation: 1, expires_at: new Date(Date.now() + 3_600_000).toISOString(), ttl_ms: 3000 }));
+  };
+  nc.subscribe(`${prefix}.lease.acquire.>`, { callback: (_err, m) => grant(m) });
+  nc.subscribe(`${prefix}.lease.renew.>`, { callback: (_err, m) => grant(m) });
+  const head = (task: string) => ({ task, partition: null, version: 0, seq: 0, type: null, owner: null, kind: null });
+  nc.subscribe(`${prefix}.task.head`, {
+    callback: (_err, m) => {
+      const r = m.json<{ task?: string; tasks?: string[]; event_id?: string; lookups?: unknown[] }>();
+      if (r.lookups) {
+        batches++;
+        const h = headers();
+        h.set("Nats-Service-Error", 'bad request: unknown field "lookups"');
+        h.set("Nats-Service-Error-Code", "400");
+        m.respond(JSON.stringify({ error: "invalid", message: 'bad request: unknown field "lookups"' }), { headers: h });
+      } else if (r.tasks) {
+        m.respond(JSON.stringify({ heads: r.tasks.map(head) }));
+      } else if (r.event_id) {
+        singles++;
+        m.respond(JSON.stringify({ ...head(r.task!), event: { event_id: r.event_id, verdict: "committed", reason: "", seq: 7 } }));
+      } else {
+        m.respond(JSON.stringify(head(r.task!)));
+      }
+    },
+  });
+  await nc.flush();
+  return {
+    counts: () => ({ batches, singles }),
+    async close() {
+      await nc.request(`$JS.API.STREAM.DELETE.${stream}`, "", { timeout: 5000 });
+      await nc.close();
+    },
+  };
+}
+
+// Against a ledger older than the batch form of lookups, the first batch is
+// refused as an unknown field, and the client asks for each event alone from
+// then on: every event learns its verdict.
+// The Go twin: TestWorkerFallsBackToSingleLookupsOnAnIngestWithoutBatches.
+// Switch: unknownBatch (src/client.ts) returning false: no verdict comes.
+test("against a ledger without the batch form, lookups go one by one", { timeout: 30_000 }, async () => {
+  const prefix = "oldledger";
+  const fake = await fakeOldLedger(prefix);
+  try {
+    const c = await connect({ holder: "old.1", servers: ledger.natsUrl, prefix, partitions: 16, logger: quiet, receiptTimeoutMs: 300, batchMax: 1 });
+    clients.push(c);
+    const lease = await c.acquire(3, { signal: AbortSignal.timeout(5000) });
+    const n = 50;
+    const ps: Pending[] = [];
+    for (let i = 0; i < n; i++) ps.push(await lease.publishJSON(`old-${i}`, "step", { i }));
+    for (const p of ps) {
+      const r = await p.wait({ signal: AbortSignal.timeout(20_000) });
+      assert.equal(r.verdict, "committed");
+      assert.equal(r.seq, 7);
+    }
+    const { batches, singles } = fake.counts();
+    assert.ok(batches >= 1, "the client never tried a batch");
+    assert.ok(singles >= n, `${singles} single lookups for ${n} events`);
+  } finally {
+    await fake.close();
   }
 });
