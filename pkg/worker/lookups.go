@@ -83,12 +83,14 @@ func (b *lookupBatcher) run() {
 }
 
 // take is how many waiting calls the next request carries: at most
-// LookupBatchMax, and as many as fit maxLookupBytes (at least one). A
-// payload grows at most twofold as a JSON string.
+// LookupBatchMax, and as many as fit maxLookupBytes and the server's
+// max_payload (at least one). A payload grows at most twofold as a JSON
+// string, and the other members of a lookup take at most 512 bytes.
 func (b *lookupBatcher) take() int {
-	size := 0
+	limit := min(maxLookupBytes, int(b.c.nc.MaxPayload()))
+	size := 16
 	for i, call := range b.wait {
-		if size += 2*len(call.p.in.Payload) + 256; i == b.c.cfg.LookupBatchMax || (i > 0 && size > maxLookupBytes) {
+		if size += 2*len(call.p.in.Payload) + 512; i == b.c.cfg.LookupBatchMax || (i > 0 && size > limit) {
 			return i
 		}
 	}

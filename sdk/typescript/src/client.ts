@@ -837,13 +837,14 @@ class LookupBatcher {
     this.#busy = false;
   }
 
-  /** take is how many waiting lookups the next request carries: at most lookupBatchMax, as many as fit MAX_LOOKUP_BYTES, at least one. */
+  /** take is how many waiting lookups the next request carries: at most lookupBatchMax, as many as fit MAX_LOOKUP_BYTES and the server's max_payload, at least one. */
   #take(): number {
-    let size = 0;
+    const limit = Math.min(MAX_LOOKUP_BYTES, (this.c.ctl.info?.max_payload ?? MAX_LOOKUP_BYTES));
+    let size = 16;
     for (let i = 0; i < this.#wait.length; i++) {
-      // A payload grows at most twofold as a JSON string.
-      size += 2 * this.#wait[i]!.p.payload.length + 256;
-      if (i === this.c.cfg.lookupBatchMax || (i > 0 && size > MAX_LOOKUP_BYTES)) return i;
+      // A payload grows at most twofold as a JSON string; a lookup's other members take at most 512 bytes.
+      size += 2 * this.#wait[i]!.p.payload.length + 512;
+      if (i === this.c.cfg.lookupBatchMax || (i > 0 && size > limit)) return i;
     }
     return this.#wait.length;
   }
