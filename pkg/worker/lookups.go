@@ -97,8 +97,23 @@ func (b *lookupBatcher) take() int {
 	return len(b.wait)
 }
 
-// ask sends one request for calls and settles each.
+// ask sends one request for calls and settles each; against a ledger
+// without the batch form it asks for each alone.
 func (b *lookupBatcher) ask(calls []*lookupCall) {
+	if !b.single.Load() && b.batch(calls) {
+		return
+	}
+	for _, call := range calls {
+		call.reply, call.err = b.one(b.c.ctx, call.p)
+		close(call.done)
+	}
+}
+
+// batch sends calls in one request and settles them, unless the ledger
+// refused the batch as invalid: then it returns false, and each is asked
+// alone. An older ledger refuses a batch for its size before it reads a
+// field, and a newer one so isolates the lookup it refuses.
+func (b *lookupBatcher) batch(calls []*lookupCall) bool {
 	req := wire.TaskHeadRequest{Lookups: make([]wire.VerdictLookup, len(calls))}
 	for i, call := range calls {
 		req.Lookups[i] = lookupOf(call.p)
@@ -110,12 +125,8 @@ func (b *lookupBatcher) ask(calls []*lookupCall) {
 		b.c.log.Info("the ledger answers no batch of verdict lookups (an older ledger); asking for each event alone",
 			slog.String("error", err.Error()))
 	}
-	if b.single.Load() {
-		for _, call := range calls {
-			call.reply, call.err = b.one(b.c.ctx, call.p)
-			close(call.done)
-		}
-		return
+	if errors.Is(err, ErrInvalid) {
+		return false
 	}
 	if err == nil && len(r.Heads) != len(calls) {
 		err = fmt.Errorf("%w: %d answers to %d lookups", ErrUnavailable, len(r.Heads), len(calls))
@@ -131,6 +142,7 @@ func (b *lookupBatcher) ask(calls []*lookupCall) {
 		}
 		close(call.done)
 	}
+	return true
 }
 
 // one asks for p's verdict alone, in a lookup's single form.

@@ -806,35 +806,46 @@ class LookupBatcher {
   async #run(): Promise<void> {
     while (this.#wait.length > 0) {
       const calls = this.#wait.splice(0, this.#take());
-      let r: { heads: LookupReply[] };
-      try {
-        r = (await this.c.request(this.c.subjects.taskHead(), { lookups: calls.map((x) => lookupOf(x.p)) })) as { heads: LookupReply[] };
-        this.#note(undefined, calls.length);
-      } catch (err) {
-        this.#note(err, calls.length);
-        if (unknownBatch(err) && !this.#single) {
-          this.#single = true;
-          this.c.log.info("the ledger answers no batch of verdict lookups (an older ledger); asking for each event alone", { error: String(err) });
-        }
-        if (!this.#single) {
-          for (const call of calls) call.reject(err);
-          continue;
-        }
+      if (this.#single || !(await this.#batch(calls))) {
+        // Against a ledger without the batch form, or a batch refused as invalid: each alone.
         for (const call of calls) this.#one(call.p).then(call.resolve, call.reject);
-        continue;
       }
-      if (!Array.isArray(r.heads) || r.heads.length !== calls.length) {
-        const err = new LedgerError("UNAVAILABLE", `ledger: ${r.heads?.length} answers to ${calls.length} lookups`);
-        for (const call of calls) call.reject(err);
-        continue;
-      }
-      calls.forEach((call, i) => {
-        const h = r.heads[i]!;
-        if (h.task !== call.p.task) call.reject(new LedgerError("UNAVAILABLE", `ledger: verdict of event ${call.p.id}: the service answered for task ${h.task}`));
-        else call.resolve(h);
-      });
     }
     this.#busy = false;
+  }
+
+  /**
+   * batch sends calls in one request and settles them, unless the ledger refused the
+   * batch as invalid: then it returns false, and each is asked alone. An older ledger
+   * refuses a batch for its size before it reads a field, and a newer one so isolates
+   * the lookup it refuses.
+   */
+  async #batch(calls: { p: Pending; resolve: (r: LookupReply) => void; reject: (e: unknown) => void }[]): Promise<boolean> {
+    let r: { heads: LookupReply[] };
+    try {
+      r = (await this.c.request(this.c.subjects.taskHead(), { lookups: calls.map((x) => lookupOf(x.p)) })) as { heads: LookupReply[] };
+      this.#note(undefined, calls.length);
+    } catch (err) {
+      this.#note(err, calls.length);
+      if (unknownBatch(err) && !this.#single) {
+        this.#single = true;
+        this.c.log.info("the ledger answers no batch of verdict lookups (an older ledger); asking for each event alone", { error: String(err) });
+      }
+      if (err instanceof ServiceError && err.error === "invalid") return false;
+      for (const call of calls) call.reject(err);
+      return true;
+    }
+    if (!Array.isArray(r.heads) || r.heads.length !== calls.length) {
+      const err = new LedgerError("UNAVAILABLE", `ledger: ${r.heads?.length} answers to ${calls.length} lookups`);
+      for (const call of calls) call.reject(err);
+      return true;
+    }
+    calls.forEach((call, i) => {
+      const h = r.heads[i]!;
+      if (h.task !== call.p.task) call.reject(new LedgerError("UNAVAILABLE", `ledger: verdict of event ${call.p.id}: the service answered for task ${h.task}`));
+      else call.resolve(h);
+    });
+    return true;
   }
 
   /** take is how many waiting lookups the next request carries: at most lookupBatchMax, as many as fit MAX_LOOKUP_BYTES and the server's max_payload, at least one. */
