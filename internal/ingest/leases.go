@@ -364,8 +364,12 @@ func decodeTaskHeadRequest(data []byte, maxPayload int) (wire.TaskHeadRequest, e
 	}
 	if tasks, ok := lists.strings["tasks"]; ok {
 		// A batch of heads: a worker starting on many tasks at once.
-		if _, single := m["task"]; single || m["event_id"] != "" {
-			return r, fmt.Errorf("%w: tasks goes without task and event_id", errBadRequest)
+		_, single := m["task"]
+		_, hasVersion := m["version"]
+		_, hasType := m["type"]
+		_, hasPayload := m["payload"]
+		if single || m["event_id"] != "" || hasVersion || hasType || hasPayload {
+			return r, fmt.Errorf("%w: tasks goes without task, event_id and content", errBadRequest)
 		}
 		if len(tasks) == 0 || len(tasks) > fence.MaxTaskHeads {
 			return r, fmt.Errorf("%w: tasks must list 1..%d task ids, not %d", errBadRequest, fence.MaxTaskHeads, len(tasks))

@@ -65,6 +65,7 @@ var requestCases = []struct {
 	{"heads: a nested list", "task_head", `{"tasks":[["a"]]}`, false},
 	{"heads: a number in the list", "task_head", `{"tasks":["a",1]}`, false},
 	{"heads: with a task too", "task_head", `{"task":"a","tasks":["b"]}`, false},
+	{"heads: with content", "task_head", `{"tasks":["b"],"version":1}`, false},
 	{"heads: with an event id", "task_head", `{"tasks":["b"],"event_id":"` + validULID + `"}`, false},
 	{"heads: 1001 tasks", "task_head", `{"tasks":["` + strings.TrimSuffix(strings.Repeat(`t","`, 1001), `","`) + `"]}`, false},
 	{"tasks as a string", "task_head", `{"tasks":"a"}`, false},
