@@ -212,6 +212,9 @@ type hooks struct {
 	// oneRound publishes all of a batch's copies at once, a task's later
 	// versions beside its first (order.go, planCopies).
 	oneRound bool
+	// noLookupBatches refuses a batch of verdict lookups as an ingest
+	// older than it does (leases.go).
+	noLookupBatches bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

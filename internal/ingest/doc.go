@@ -61,6 +61,13 @@
 // (switch TestHooks.BatchAckOnReceive),
 // TestEarlierBatchOfThePartitionDelaysTheGap (switch noBatchGapCheck).
 //
+// A task head request may list up to 1000 verdict lookups (leases.go). It
+// counts once against the principal's fair share and costs one database
+// round trip; each lookup is answered as it is alone. Tests: the fence's
+// TestVerdictOfAnEventIsWhatTheLedgerRecorded, FuzzVerdictLookups, and
+// TestWorkerFallsBackToSingleLookupsOnAnIngestWithoutBatches
+// (TestHooks.NoLookupBatches plays an older ingest).
+//
 // Hostile input is bounded, so no single message or principal can stop the
 // service for anyone else. Headers over wire.MaxHeaderBytes are invalid,
 // and a dead letter always fits LEDGER_DLQ. A version more than MaxAhead

@@ -41,6 +41,9 @@ type TestHooks struct {
 	// OneRound publishes all of a batch's copies at once, a task's later
 	// versions beside its first.
 	OneRound bool
+	// NoLookupBatches refuses a batch of verdict lookups as an ingest
+	// older than the batch form does: invalid, unknown field "lookups".
+	NoLookupBatches bool
 }
 
 // WithTestHooks returns cfg with the given test seams.
@@ -49,7 +52,8 @@ func WithTestHooks(cfg Config, h TestHooks) Config {
 		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy, noWitness: h.NoWitness,
 		noMemoryCheck: h.NoMemoryCheck, noBatchDecode: h.NoBatchDecode, noBatchGapCheck: h.NoBatchGapCheck,
 		batchAckOnReceive: h.BatchAckOnReceive, staleAcks: h.StaleAcks,
-		noLogExpectations: h.NoLogExpectations, oneRound: h.OneRound}
+		noLogExpectations: h.NoLogExpectations, oneRound: h.OneRound,
+		noLookupBatches: h.NoLookupBatches}
 	return cfg
 }
 

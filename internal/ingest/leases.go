@@ -55,6 +55,9 @@ type leaseService struct {
 	// Config.MaxLeaseTTL; 0 sets no cap.
 	maxLeases int
 	maxTTL    time.Duration
+	// noLookupBatches answers a batch of lookups as an ingest older than
+	// it does (a test seam: TestHooks.NoLookupBatches).
+	noLookupBatches bool
 }
 
 // outage logs a run of unavailable answers once per cause, and once more
@@ -116,7 +119,7 @@ func (o *outage) served(log *slog.Logger) {
 func startLeaseService(ctx context.Context, nc *nats.Conn, store *fence.Store, cfg Config, log *slog.Logger, m *metrics, w *witness, view *leaseView) (micro.Service, error) {
 	ls := &leaseService{nc: nc, fair: newFairQueue(cfg), store: store, subjects: wire.Subjects{Prefix: cfg.Prefix}, log: log,
 		ctx: ctx, metrics: m, witness: w, view: view, maxPayload: store.MaxPayload(),
-		maxLeases: cfg.MaxLeasesPerPrincipal, maxTTL: cfg.MaxLeaseTTL}
+		maxLeases: cfg.MaxLeasesPerPrincipal, maxTTL: cfg.MaxLeaseTTL, noLookupBatches: cfg.hooks != nil && cfg.hooks.noLookupBatches}
 	for range cfg.LeaseWorkers {
 		go ls.work(ctx)
 	}
@@ -249,19 +252,37 @@ const maxTaskHeadsBody = fence.MaxTaskHeads*(wire.MaxIDLen+3) + 64
 // twice its size), and the other members.
 func maxLookupBody(maxPayload int) int { return max(maxTaskHeadsBody, 2*maxPayload+maxRequestBody) }
 
+// maxLookupsBody bounds a batch of lookups: NATS's default max_payload, or
+// one lookup's bound if larger. A client splits a larger batch; the NATS
+// server's own max_payload may bound it lower.
+func maxLookupsBody(maxPayload int) int { return max(1<<20, maxLookupBody(maxPayload)) }
+
 // Kinds of request body members.
 const (
 	memberInt = iota + 1
 	memberString
 	memberStringList // an array of strings, no deeper
+	memberLookupList // an array of flat objects of lookupMembers
 )
 
 var (
 	leaseMembers = map[string]int{"partition": memberInt, "holder": memberString, "generation": memberInt,
 		"ttl_ms": memberInt, "request_id": memberString}
 	taskHeadMembers = map[string]int{"task": memberString, "event_id": memberString, "tasks": memberStringList,
+		"version": memberInt, "type": memberString, "payload": memberString, "lookups": memberLookupList}
+	// lookupMembers are the members of one lookup of a batch: a single
+	// lookup's, so one rule reads both.
+	lookupMembers = map[string]int{"task": memberString, "event_id": memberString,
 		"version": memberInt, "type": memberString, "payload": memberString}
 )
+
+// flatLists are the array members of a request body.
+type flatLists struct {
+	strings map[string][]string
+	// lookups is the lookups member, each a flat object's members.
+	lookups []map[string]string
+	has     map[string]bool
+}
 
 // decodeLeaseRequest decodes and checks the body of an acquire, renew,
 // release or get request (op); holder is the holder its subject names
@@ -324,38 +345,31 @@ func decodeLeaseRequest(op, holder string, data []byte) (wire.LeaseRequest, erro
 }
 
 // decodeTaskHeadRequest decodes and checks the body of a task head request:
-// a valid task id and, optionally, an event id (a ULID).
+// a valid task id and, optionally, an event id (a ULID) with the event's
+// content; or a list of tasks; or a list of lookups.
 func decodeTaskHeadRequest(data []byte, maxPayload int) (wire.TaskHeadRequest, error) {
 	var r wire.TaskHeadRequest
-	m, lists, err := decodeFlatObject(data, taskHeadMembers, maxLookupBody(maxPayload))
+	m, lists, err := decodeFlatObject(data, taskHeadMembers, maxLookupsBody(maxPayload))
 	if err != nil {
 		return r, err
 	}
-	_, hasVersion := m["version"]
-	_, hasType := m["type"]
-	payload, hasPayload := m["payload"]
-	if hasVersion || hasType || hasPayload {
-		// The event's content, for its verdict (contract v3).
-		if m["event_id"] == "" || !hasVersion || !hasType || !hasPayload {
-			return r, fmt.Errorf("%w: version, type and payload go together, with event_id", errBadRequest)
-		}
-		if r.Version, err = wire.ParseInt(m["version"]); err != nil || r.Version < 1 {
-			return r, fmt.Errorf("%w: version %s is not an integer of at least 1", errBadRequest, quoteShort(m["version"]))
-		}
-		if r.Type = m["type"]; !wire.ValidType(r.Type) {
-			return r, fmt.Errorf("%w: type %s is not 1..64 of [A-Za-z0-9_.:-]", errBadRequest, quoteShort(r.Type))
-		}
-		if len(payload) > maxPayload {
-			return r, fmt.Errorf("%w: payload of %d bytes is larger than %d", errBadRequest, len(payload), maxPayload)
-		}
-		r.Payload = &payload
-	} else if len(data) > maxTaskHeadsBody {
+	if lists.has["lookups"] {
+		return decodeLookups(m, lists, maxPayload)
+	}
+	if len(data) > maxLookupBody(maxPayload) {
+		return r, fmt.Errorf("%w: body of %d bytes is larger than %d", errBadRequest, len(data), maxLookupBody(maxPayload))
+	}
+	if _, hasContent := m["payload"]; !hasContent && len(data) > maxTaskHeadsBody {
 		return r, fmt.Errorf("%w: body of %d bytes is larger than %d", errBadRequest, len(data), maxTaskHeadsBody)
 	}
-	if tasks, ok := lists["tasks"]; ok {
+	if tasks, ok := lists.strings["tasks"]; ok {
 		// A batch of heads: a worker starting on many tasks at once.
-		if _, single := m["task"]; single || m["event_id"] != "" {
-			return r, fmt.Errorf("%w: tasks goes without task and event_id", errBadRequest)
+		_, single := m["task"]
+		_, hasVersion := m["version"]
+		_, hasType := m["type"]
+		_, hasPayload := m["payload"]
+		if single || m["event_id"] != "" || hasVersion || hasType || hasPayload {
+			return r, fmt.Errorf("%w: tasks goes without task, event_id and content", errBadRequest)
 		}
 		if len(tasks) == 0 || len(tasks) > fence.MaxTaskHeads {
 			return r, fmt.Errorf("%w: tasks must list 1..%d task ids, not %d", errBadRequest, fence.MaxTaskHeads, len(tasks))
@@ -368,17 +382,72 @@ func decodeTaskHeadRequest(data []byte, maxPayload int) (wire.TaskHeadRequest, e
 		r.Tasks = tasks
 		return r, nil
 	}
-	r.Task = m["task"]
-	if !wire.ValidID(r.Task) {
-		return r, fmt.Errorf("%w: task %s is not 1..128 of [A-Za-z0-9_-]", errBadRequest, quoteShort(r.Task))
+	l, err := decodeLookup(m, maxPayload, false)
+	if err != nil {
+		return r, err
 	}
-	if id, ok := m["event_id"]; ok {
-		if !wire.ValidEventID(id) {
-			return r, fmt.Errorf("%w: event_id %s is not a ULID", errBadRequest, quoteShort(id))
+	r.Task, r.EventID, r.Version, r.Type, r.Payload = l.Task, l.EventID, l.Version, l.Type, l.Payload
+	return r, nil
+}
+
+// decodeLookups checks a batch of lookups: each by a single lookup's rule,
+// with its event id required. The list goes alone.
+func decodeLookups(m map[string]string, lists flatLists, maxPayload int) (wire.TaskHeadRequest, error) {
+	var r wire.TaskHeadRequest
+	if len(m) > 0 || lists.has["tasks"] {
+		return r, fmt.Errorf("%w: lookups goes alone, each lookup with its own task and event_id", errBadRequest)
+	}
+	if len(lists.lookups) == 0 {
+		return r, fmt.Errorf("%w: lookups must list 1..%d lookups, not 0", errBadRequest, fence.MaxLookups)
+	}
+	r.Lookups = make([]wire.VerdictLookup, len(lists.lookups))
+	for i, lm := range lists.lookups {
+		l, err := decodeLookup(lm, maxPayload, true)
+		if err != nil {
+			return wire.TaskHeadRequest{}, fmt.Errorf("lookup %d: %w", i, err)
 		}
-		r.EventID = id
+		r.Lookups[i] = l
 	}
 	return r, nil
+}
+
+// decodeLookup checks a task, an event id (required if needID) and the
+// event's content: the members of a single lookup, or of one in a batch.
+func decodeLookup(m map[string]string, maxPayload int, needID bool) (wire.VerdictLookup, error) {
+	var l wire.VerdictLookup
+	_, hasVersion := m["version"]
+	_, hasType := m["type"]
+	payload, hasPayload := m["payload"]
+	if hasVersion || hasType || hasPayload {
+		// The event's content, for its verdict (contract v3).
+		if m["event_id"] == "" || !hasVersion || !hasType || !hasPayload {
+			return l, fmt.Errorf("%w: version, type and payload go together, with event_id", errBadRequest)
+		}
+		var err error
+		if l.Version, err = wire.ParseInt(m["version"]); err != nil || l.Version < 1 {
+			return l, fmt.Errorf("%w: version %s is not an integer of at least 1", errBadRequest, quoteShort(m["version"]))
+		}
+		if l.Type = m["type"]; !wire.ValidType(l.Type) {
+			return l, fmt.Errorf("%w: type %s is not 1..64 of [A-Za-z0-9_.:-]", errBadRequest, quoteShort(l.Type))
+		}
+		if len(payload) > maxPayload {
+			return l, fmt.Errorf("%w: payload of %d bytes is larger than %d", errBadRequest, len(payload), maxPayload)
+		}
+		l.Payload = &payload
+	}
+	l.Task = m["task"]
+	if !wire.ValidID(l.Task) {
+		return l, fmt.Errorf("%w: task %s is not 1..128 of [A-Za-z0-9_-]", errBadRequest, quoteShort(l.Task))
+	}
+	id, ok := m["event_id"]
+	switch {
+	case !ok && needID:
+		return l, fmt.Errorf("%w: a lookup needs its event_id", errBadRequest)
+	case ok && !wire.ValidEventID(id):
+		return l, fmt.Errorf("%w: event_id %s is not a ULID", errBadRequest, quoteShort(id))
+	}
+	l.EventID = id
+	return l, nil
 }
 
 // decodeFlatObject reads data as exactly one JSON object whose members are
@@ -387,80 +456,119 @@ func decodeTaskHeadRequest(data []byte, maxPayload int) (wire.TaskHeadRequest, e
 // unescaped, integers as their literal. It is stricter than encoding/json
 // on purpose: a repeated name, or one cased differently, could be read one
 // way by a proxy or another client and another way here; and a nested
-// value is refused at its first bracket, so no depth costs anything.
-func decodeFlatObject(data []byte, members map[string]int, maxBody int) (map[string]string, map[string][]string, error) {
+// value is refused at its first bracket, so no depth costs anything. The
+// one nesting allowed is a list of lookups, each a flat object.
+func decodeFlatObject(data []byte, members map[string]int, maxBody int) (map[string]string, flatLists, error) {
+	var lists flatLists
 	if len(data) > maxBody {
-		return nil, nil, fmt.Errorf("%w: body of %d bytes is larger than %d", errBadRequest, len(data), maxBody)
+		return nil, lists, fmt.Errorf("%w: body of %d bytes is larger than %d", errBadRequest, len(data), maxBody)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, nil, fmt.Errorf("%w: body is not a JSON object", errBadRequest)
+		return nil, lists, fmt.Errorf("%w: body is not a JSON object", errBadRequest)
 	}
-	var lists map[string][]string
+	out, err := readMembers(dec, members, &lists)
+	if err != nil {
+		return nil, lists, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, lists, fmt.Errorf("%w: data after the JSON object", errBadRequest)
+	}
+	return out, lists, nil
+}
+
+// readMembers reads the rest of an object (its '{' read) as
+// decodeFlatObject does; lists takes its array members, and is nil inside
+// a lookup, where none is allowed.
+func readMembers(dec *json.Decoder, members map[string]int, lists *flatLists) (map[string]string, error) {
 	out := make(map[string]string, len(members))
 	seen := make(map[string]bool, len(members))
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: body is not a JSON object: %v", errBadRequest, err)
+			return nil, fmt.Errorf("%w: body is not a JSON object: %v", errBadRequest, err)
 		}
 		name, _ := t.(string) // inside an object, Token yields names here
 		kind, known := members[name]
 		switch {
 		case !known:
-			return nil, nil, fmt.Errorf("%w: unknown field %s", errBadRequest, quoteShort(name))
+			return nil, fmt.Errorf("%w: unknown field %s", errBadRequest, quoteShort(name))
 		case seen[name]:
-			return nil, nil, fmt.Errorf("%w: field %s appears twice", errBadRequest, name)
+			return nil, fmt.Errorf("%w: field %s appears twice", errBadRequest, name)
 		}
 		seen[name] = true
 		v, err := dec.Token()
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: value of %s is not JSON: %v", errBadRequest, name, err)
+			return nil, fmt.Errorf("%w: value of %s is not JSON: %v", errBadRequest, name, err)
 		}
-		if v == json.Delim('[') && kind == memberStringList {
-			list, err := readStringList(dec, name)
-			if err != nil {
-				return nil, nil, err
+		if v == json.Delim('[') && (kind == memberStringList || kind == memberLookupList) {
+			if err := readList(dec, name, kind, lists); err != nil {
+				return nil, err
 			}
-			if lists == nil {
-				lists = map[string][]string{}
-			}
-			lists[name] = list
 			continue
 		}
 		switch v := v.(type) {
 		case nil:
 		case string:
 			if kind != memberString {
-				if kind == memberStringList {
-					return nil, nil, fmt.Errorf("%w: %s must be an array of strings", errBadRequest, name)
-				}
-				return nil, nil, fmt.Errorf("%w: %s must be an integer", errBadRequest, name)
+				return nil, fmt.Errorf("%w: %s must be %s", errBadRequest, name, kindNames[kind])
 			}
 			out[name] = v
 		case json.Number:
 			if kind != memberInt {
-				return nil, nil, fmt.Errorf("%w: %s must be a string", errBadRequest, name)
+				return nil, fmt.Errorf("%w: %s must be %s", errBadRequest, name, kindNames[kind])
 			}
 			// Every integer member is checked, used or not, so what is
 			// accepted reads the same to any JSON decoder that fits int64.
 			if _, err := strconv.ParseInt(v.String(), 10, 64); err != nil {
-				return nil, nil, fmt.Errorf("%w: %s %s is not a 64-bit integer", errBadRequest, name, quoteShort(v.String()))
+				return nil, fmt.Errorf("%w: %s %s is not a 64-bit integer", errBadRequest, name, quoteShort(v.String()))
 			}
 			out[name] = v.String()
 		default: // a bool, or the start of an object or array
-			return nil, nil, fmt.Errorf("%w: %s must be %s", errBadRequest, name,
-				map[int]string{memberInt: "an integer", memberString: "a string", memberStringList: "an array of strings"}[kind])
+			return nil, fmt.Errorf("%w: %s must be %s", errBadRequest, name, kindNames[kind])
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, nil, fmt.Errorf("%w: body is not a JSON object: %v", errBadRequest, err)
+		return nil, fmt.Errorf("%w: body is not a JSON object: %v", errBadRequest, err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, nil, fmt.Errorf("%w: data after the JSON object", errBadRequest)
+	return out, nil
+}
+
+var kindNames = map[int]string{memberInt: "an integer", memberString: "a string",
+	memberStringList: "an array of strings", memberLookupList: "an array of lookups"}
+
+// readList reads the rest of an array member (its '[' read) into lists.
+func readList(dec *json.Decoder, name string, kind int, lists *flatLists) error {
+	if lists.has == nil {
+		lists.has = map[string]bool{}
 	}
-	return out, lists, nil
+	lists.has[name] = true
+	if kind == memberStringList {
+		list, err := readStringList(dec, name)
+		if lists.strings == nil {
+			lists.strings = map[string][]string{}
+		}
+		lists.strings[name] = list
+		return err
+	}
+	for dec.More() {
+		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+			return fmt.Errorf("%w: %s must be an array of objects", errBadRequest, name)
+		}
+		if len(lists.lookups) == fence.MaxLookups {
+			return fmt.Errorf("%w: %s must list 1..%d lookups, not more", errBadRequest, name, fence.MaxLookups)
+		}
+		m, err := readMembers(dec, lookupMembers, nil)
+		if err != nil {
+			return fmt.Errorf("lookup %d: %w", len(lists.lookups), err)
+		}
+		lists.lookups = append(lists.lookups, m)
+	}
+	if _, err := dec.Token(); err != nil { // the closing bracket
+		return fmt.Errorf("%w: value of %s is not JSON: %v", errBadRequest, name, err)
+	}
+	return nil
 }
 
 // readStringList reads the rest of an array of strings (its '[' read): a
@@ -667,6 +775,9 @@ func (ls *leaseService) taskHead(ctx context.Context, _ string, data []byte) (an
 	if err != nil {
 		return nil, err
 	}
+	if len(r.Lookups) > 0 {
+		return ls.lookups(ctx, r.Lookups)
+	}
 	if len(r.Tasks) > 0 {
 		heads, err := ls.store.TaskHeads(ctx, r.Tasks)
 		if err != nil {
@@ -695,9 +806,41 @@ func (ls *leaseService) taskHead(ctx context.Context, _ string, data []byte) (an
 	if err != nil {
 		return nil, err
 	}
-	out := wire.TaskHeadEventReply{TaskHeadReply: reply}
+	return eventReply(reply, rec, found), nil
+}
+
+// eventReply is a lookup's answer: the task's head, and the verdict
+// recorded for the event if found.
+func eventReply(head wire.TaskHeadReply, rec fence.Recorded, found bool) wire.TaskHeadEventReply {
+	out := wire.TaskHeadEventReply{TaskHeadReply: head}
 	if found {
 		out.Event = &wire.EventVerdict{EventID: rec.EventID, Verdict: rec.Verdict, Reason: rec.Reason, Seq: rec.Seq}
+	}
+	return out
+}
+
+// lookups answers a batch of verdict lookups in one round trip to the
+// database: after a loss a worker has thousands to ask, and one request
+// each would be refused busy by the principal's fair share.
+func (ls *leaseService) lookups(ctx context.Context, asked []wire.VerdictLookup) (any, error) {
+	if ls.noLookupBatches {
+		// What an ingest older than the batch form answers.
+		return nil, fmt.Errorf("%w: unknown field %s", errBadRequest, quoteShort("lookups"))
+	}
+	lookups := make([]fence.Lookup, len(asked))
+	for i, l := range asked {
+		lookups[i] = fence.Lookup{Task: l.Task, EventID: l.EventID}
+		if l.Payload != nil {
+			lookups[i].Content = &fence.Content{Version: l.Version, Type: l.Type, Payload: []byte(*l.Payload)}
+		}
+	}
+	looked, err := ls.store.VerdictsFor(ctx, lookups)
+	if err != nil {
+		return nil, err
+	}
+	out := wire.TaskHeadEventsReply{Heads: make([]wire.TaskHeadEventReply, len(looked))}
+	for i, l := range looked {
+		out.Heads[i] = eventReply(headReply(l.Head), l.Recorded, l.Found)
 	}
 	return out, nil
 }

@@ -65,9 +65,27 @@ var requestCases = []struct {
 	{"heads: a nested list", "task_head", `{"tasks":[["a"]]}`, false},
 	{"heads: a number in the list", "task_head", `{"tasks":["a",1]}`, false},
 	{"heads: with a task too", "task_head", `{"task":"a","tasks":["b"]}`, false},
+	{"heads: with content", "task_head", `{"tasks":["b"],"version":1}`, false},
 	{"heads: with an event id", "task_head", `{"tasks":["b"],"event_id":"` + validULID + `"}`, false},
 	{"heads: 1001 tasks", "task_head", `{"tasks":["` + strings.TrimSuffix(strings.Repeat(`t","`, 1001), `","`) + `"]}`, false},
 	{"tasks as a string", "task_head", `{"tasks":"a"}`, false},
+	{"lookups of two events", "task_head", `{"lookups":[{"task":"a","event_id":"` + validULID + `","version":2,"type":"t","payload":"{}"},{"task":"b","event_id":"` + validULID + `"}]}`, true},
+	{"lookups: a payload of 200 KiB", "task_head", `{"lookups":[{"task":"a","event_id":"` + validULID + `","version":2,"type":"t","payload":"` + strings.Repeat("a", 200<<10) + `"}]}`, true},
+	{"lookups: an empty list", "task_head", `{"lookups":[]}`, false},
+	{"lookups: one without an event id", "task_head", `{"lookups":[{"task":"a"}]}`, false},
+	{"lookups: content without its type", "task_head", `{"lookups":[{"task":"a","event_id":"` + validULID + `","version":2,"payload":"1"}]}`, false},
+	{"lookups: a bad task", "task_head", `{"lookups":[{"task":"a b","event_id":"` + validULID + `"}]}`, false},
+	{"lookups: an unknown member", "task_head", `{"lookups":[{"task":"a","event_id":"` + validULID + `","tasks":["a"]}]}`, false},
+	{"lookups: a repeated member", "task_head", `{"lookups":[{"task":"a","task":"b","event_id":"` + validULID + `"}]}`, false},
+	{"lookups: a nested value", "task_head", `{"lookups":[{"task":{"a":1},"event_id":"` + validULID + `"}]}`, false},
+	{"lookups: a string in the list", "task_head", `{"lookups":["a"]}`, false},
+	{"lookups: a list in the list", "task_head", `{"lookups":[[]]}`, false},
+	{"lookups: with a task too", "task_head", `{"task":"a","lookups":[{"task":"a","event_id":"` + validULID + `"}]}`, false},
+	{"lookups: with tasks too", "task_head", `{"tasks":["a"],"lookups":[{"task":"a","event_id":"` + validULID + `"}]}`, false},
+	{"lookups as an object", "task_head", `{"lookups":{"task":"a"}}`, false},
+	{"lookups: 1001 of them", "task_head", `{"lookups":[` + strings.TrimSuffix(strings.Repeat(`{"task":"a","event_id":"`+validULID+`"},`, 1001), ",") + `]}`, false},
+	{"lookups: 1000 of them", "task_head", `{"lookups":[` + strings.TrimSuffix(strings.Repeat(`{"task":"a","event_id":"`+validULID+`"},`, 1000), ",") + `]}`, true},
+	{"lookups: a body over 1 MiB", "task_head", `{"lookups":[{"task":"a","event_id":"` + validULID + `"}]` + strings.Repeat(" ", 1<<20) + `}`, false},
 	{"spaces, escapes, null for absent", "acquire", " {\n\"partition\" : 3 , \"hol\\u0064er\":\"worker-a.1\", \"ttl_ms\":null}\n", true},
 	{"negative zero", "get", `{"partition":-0}`, true},
 
@@ -227,6 +245,61 @@ func checkTaskHeadRequest(t *testing.T, body []byte, r wire.TaskHeadRequest) {
 		}
 		return
 	}
+	if len(r.Lookups) > 0 {
+		require.Empty(t, r.Task)
+		require.Empty(t, r.Tasks)
+		require.LessOrEqual(t, len(r.Lookups), 1000)
+		for _, l := range r.Lookups {
+			require.True(t, wire.ValidID(l.Task))
+			require.True(t, wire.ValidEventID(l.EventID))
+			if l.Payload != nil {
+				require.GreaterOrEqual(t, l.Version, int64(1))
+				require.True(t, wire.ValidType(l.Type))
+			} else {
+				require.Zero(t, l.Version)
+				require.Empty(t, l.Type)
+			}
+		}
+		return
+	}
 	require.True(t, wire.ValidID(r.Task))
 	require.True(t, r.EventID == "" || wire.ValidEventID(r.EventID))
+}
+
+// FuzzVerdictLookups feeds any batch of lookups to the task head decoder,
+// from seeds of the batch form: it must never panic, refuse with a short
+// bad request, and accept only lookups a single lookup would accept, read
+// as encoding/json reads them and accepted again once re-encoded.
+func FuzzVerdictLookups(f *testing.F) {
+	for _, tc := range requestCases {
+		if strings.Contains(tc.name, "lookups") && len(tc.body) < 4<<10 {
+			f.Add([]byte(tc.body))
+		}
+	}
+	f.Add([]byte(`{"lookups":[{"task":"a","event_id":"` + validULID + `","version":1,"type":"t","payload":null}]}`))
+	f.Add([]byte(`{"lookups":[{"task":"a","event_id":"` + validULID + `"},{"task":"a","event_id":"` + validULID + `","version":9,"type":"t.x","payload":"\u0000"}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := decodeTaskHeadRequest(body, wire.MaxPayloadDefault)
+		if err != nil {
+			if !errors.Is(err, errBadRequest) {
+				t.Fatalf("refused %q without a bad request error: %v", body, err)
+			}
+			if len(err.Error()) > 200 {
+				t.Fatalf("refusal of %d bytes is %d bytes long", len(body), len(err.Error()))
+			}
+			return
+		}
+		checkTaskHeadRequest(t, body, got)
+		for _, l := range got.Lookups {
+			single, err := json.Marshal(wire.TaskHeadRequest{Task: l.Task, EventID: l.EventID, Version: l.Version, Type: l.Type, Payload: l.Payload})
+			require.NoError(t, err)
+			_, err = decodeTaskHeadRequest(single, wire.MaxPayloadDefault)
+			require.NoError(t, err, "a lookup of the batch is refused alone: %s", single)
+		}
+		again, err := json.Marshal(got)
+		require.NoError(t, err)
+		back, err := decodeTaskHeadRequest(again, wire.MaxPayloadDefault)
+		require.NoError(t, err, "re-encoded %s is refused", again)
+		require.Equal(t, got, back)
+	})
 }

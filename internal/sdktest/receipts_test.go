@@ -266,20 +266,30 @@ func TestVerdictLookupsRepeatOneAtATimeWhileTheLedgerHasNone(t *testing.T) {
 	lookups, err := svc.QueueSubscribe(wire.Subjects{}.TaskHead(), "slow", func(m *nats.Msg) {
 		var req wire.TaskHeadRequest
 		require.NoError(t, json.Unmarshal(m.Data, &req))
-		if req.EventID == "" {
+		if req.EventID == "" && len(req.Lookups) == 0 {
 			return // the fake lease service answers head requests
 		}
+		n := max(1, len(req.Lookups))
 		mu.Lock()
-		inFlight++
-		asked++
+		inFlight += n
+		asked += n
 		most = max(most, inFlight)
 		mu.Unlock()
 		go func() {
 			time.Sleep(answerAfter)
 			mu.Lock()
-			inFlight--
+			inFlight -= n
 			mu.Unlock()
-			b, _ := json.Marshal(wire.TaskHeadEventReply{TaskHeadReply: wire.TaskHeadReply{Task: req.Task}})
+			var b []byte
+			if len(req.Lookups) == 0 {
+				b, _ = json.Marshal(wire.TaskHeadEventReply{TaskHeadReply: wire.TaskHeadReply{Task: req.Task}})
+			} else {
+				var r wire.TaskHeadEventsReply
+				for _, l := range req.Lookups {
+					r.Heads = append(r.Heads, wire.TaskHeadEventReply{TaskHeadReply: wire.TaskHeadReply{Task: l.Task}})
+				}
+				b, _ = json.Marshal(r)
+			}
 			_ = m.Respond(b)
 		}()
 	})

@@ -290,8 +290,13 @@ func TestArchivedVersionsStayTaken(t *testing.T) {
 			t.Parallel()
 			r := newArchiveRig(t)
 			ctx := context.Background()
+			var archived fence.Event
 			for v := int64(1); v <= 3; v++ {
-				require.Equal(t, wire.VerdictCommitted, appendOne(t, r.s, ev(r.leases[0], "old", v, "step")).Verdict)
+				e := ev(r.leases[0], "old", v, "step")
+				require.Equal(t, wire.VerdictCommitted, appendOne(t, r.s, e).Verdict)
+				if v == 1 {
+					archived = e
+				}
 			}
 			fill(t, r, 250)
 			_, err := r.s.Archive(ctx, fence.ArchiveOptions{Dir: r.dir, BeforeSeq: 201})
@@ -301,6 +306,11 @@ func TestArchivedVersionsStayTaken(t *testing.T) {
 			require.NoError(t, err)
 			require.EqualValues(t, 3, h.Version)
 			require.EqualValues(t, 3, h.Archived, "versions 1..3 are archived")
+			// A lookup of an archived row, by id alone and with content,
+			// answers in a batch as alone.
+			content := &fence.Content{Version: 1, Type: "step", Payload: archived.Payload}
+			lookedUpAsAlone(t, r.s, []fence.Lookup{{Task: "old", EventID: archived.ID},
+				{Task: "old", EventID: archived.ID, Content: content}})
 
 			s := r.s
 			if control {
@@ -358,6 +368,8 @@ func TestArchivedIDNeverCommitsAgain(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, found)
 			require.Equal(t, wire.ReasonBeforeHorizon, rec.Reason, "the lookup answers what an append gets")
+			looked := lookedUpAsAlone(t, r.s, []fence.Lookup{{Task: "elsewhere", EventID: first.ID}})
+			require.Equal(t, wire.ReasonBeforeHorizon, looked[0].Recorded.Reason)
 			require.Zero(t, countRows(t, r.db, `SELECT count(*) FROM ledger.events WHERE event_id = $1`, first.ID))
 		})
 	}

@@ -99,3 +99,116 @@ func samePayload(sent, stored []byte) bool {
 	eq, err := canonjson.Equal(sent, stored)
 	return err == nil && eq
 }
+
+// Lookup is one verdict lookup of a batch (VerdictsFor): event EventID of
+// Task, with its content as sent, or nil to answer for the id alone.
+type Lookup struct {
+	Task, EventID string
+	Content       *Content
+}
+
+// Looked is the answer to one Lookup: the task's head and the verdict
+// recorded for the event, if Found.
+type Looked struct {
+	Head     Head
+	Recorded Recorded
+	Found    bool
+}
+
+// MaxLookups is the most lookups one VerdictsFor call may ask for.
+const MaxLookups = MaxTaskHeads
+
+// VerdictsFor answers lookups, in order, each as TaskHead and VerdictFor
+// answer it alone, in one round trip to the database: after a loss a
+// worker has thousands of events to look up, and one statement for all
+// costs the database about what one lookup does.
+func (s *Store) VerdictsFor(ctx context.Context, lookups []Lookup) ([]Looked, error) {
+	if len(lookups) > MaxLookups {
+		return nil, leaseErr(ErrInvalid, nil, "%d lookups asked for at once; at most %d", len(lookups), MaxLookups)
+	}
+	out := make([]Looked, len(lookups))
+	tasks, ids := make([]string, len(lookups)), make([]string, len(lookups))
+	for i, l := range lookups {
+		switch {
+		case !wire.ValidID(l.Task):
+			return nil, leaseErr(ErrInvalid, nil, "task id %.40q is not 1..128 of [A-Za-z0-9_-]", l.Task)
+		case !wire.ValidEventID(l.EventID):
+			return nil, leaseErr(ErrInvalid, nil, "event id %.40q is not a ULID", l.EventID)
+		}
+		tasks[i], ids[i] = l.Task, l.EventID
+		out[i] = Looked{Head: Head{Task: l.Task}, Recorded: Recorded{EventID: l.EventID}}
+	}
+	if len(lookups) == 0 {
+		return out, nil
+	}
+	pb := &pgx.Batch{}
+	pb.Queue(sqlTaskHeads, tasks)
+	pb.Queue(sqlEventVerdicts, ids, tasks, string(wire.VerdictInvalid), wire.ReasonBeforeHorizon)
+	br := s.pool.SendBatch(ctx, pb)
+	defer br.Close()
+	if err := scanHeads(br, out); err != nil {
+		return nil, err
+	}
+	if err := scanVerdicts(br, lookups, out); err != nil {
+		return nil, err
+	}
+	return out, br.Close()
+}
+
+// scanHeads reads sqlTaskHeads' rows into out's heads.
+func scanHeads(br pgx.BatchResults, out []Looked) error {
+	rows, _ := br.Query()
+	var ord int64
+	var h Head
+	_, err := pgx.ForEachRow(rows, []any{&ord, &h.Partition, &h.Version, &h.Seq, &h.Type, &h.Owner, &h.Kind}, func() error {
+		if ord < 1 || ord > int64(len(out)) {
+			return fmt.Errorf("a head for position %d of %d", ord, len(out))
+		}
+		h.Task, h.Known = out[ord-1].Head.Task, true
+		out[ord-1].Head = h
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("fence: heads of %d lookups: %w", len(out), err)
+	}
+	return nil
+}
+
+// scanVerdicts reads sqlEventVerdicts' rows into out and judges each
+// committed one's content as VerdictFor does.
+func scanVerdicts(br pgx.BatchResults, lookups []Lookup, out []Looked) error {
+	rows, _ := br.Query()
+	var (
+		ord          int64
+		verdict      string
+		rec          Recorded
+		version      *int64
+		typ, payload *string
+	)
+	_, err := pgx.ForEachRow(rows, []any{&ord, &verdict, &rec.Reason, &rec.Seq, &version, &typ, &payload}, func() error {
+		if ord < 1 || ord > int64(len(out)) {
+			return fmt.Errorf("a verdict for position %d of %d", ord, len(out))
+		}
+		rec.EventID, rec.Verdict = lookups[ord-1].EventID, wire.Verdict(verdict)
+		out[ord-1].Recorded, out[ord-1].Found = judged(rec, lookups[ord-1].Content, version, typ, payload), true
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("fence: verdicts of %d lookups: %w", len(out), err)
+	}
+	return nil
+}
+
+// judged is rec as a lookup with content c answers it: VerdictFor's rule
+// on the committed row's content (nil: the row is archived).
+func judged(rec Recorded, c *Content, version *int64, typ, payload *string) Recorded {
+	switch {
+	case c == nil || rec.Verdict != wire.VerdictCommitted:
+		return rec
+	case version == nil || typ == nil || payload == nil:
+		return Recorded{EventID: rec.EventID, Verdict: wire.VerdictConflict, Reason: wire.ReasonArchived}
+	case *version != c.Version || *typ != c.Type || !samePayload(c.Payload, []byte(*payload)):
+		return Recorded{EventID: rec.EventID, Verdict: wire.VerdictConflict, Reason: wire.ReasonEventIDReused}
+	}
+	return rec
+}

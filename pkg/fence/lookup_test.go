@@ -86,6 +86,29 @@ func TestVerdictOfAnEventIsWhatTheLedgerRecorded(t *testing.T) {
 			require.Equal(t, tc.want, got, tc.name)
 		}
 	}
+
+	// A batch answers each lookup as it is answered alone, in the order
+	// asked, content compared or not, and a repeated lookup twice.
+	// Switch: judged (lookup.go) not comparing content: lookup 1 differs.
+	start := committed.Committed
+	same := &fence.Content{Version: 1, Type: "start", Payload: []byte(` { "by":"worker-a.2", "v":1 }`)}
+	other := &fence.Content{Version: 1, Type: "start", Payload: []byte(`{"v":2}`)}
+	lookups := []fence.Lookup{
+		{Task: "job", EventID: start.EventID, Content: same},
+		{Task: "job", EventID: start.EventID, Content: other},
+		{Task: "job", EventID: start.EventID},
+		{Task: "other-job", EventID: reused.ID, Content: same},
+		{Task: "job", EventID: stale.ID, Content: same},
+		{Task: "job", EventID: conflict.ID},
+		{Task: "job", EventID: gap.ID},
+		{Task: "job", EventID: pending.ID},
+		{Task: "third-job", EventID: start.EventID},
+		{Task: "never-seen", EventID: newID()},
+		{Task: "job", EventID: start.EventID, Content: same},
+	}
+	batch := lookedUpAsAlone(t, s, lookups)
+	require.Equal(t, wire.VerdictCommitted, batch[0].Recorded.Verdict)
+	require.Equal(t, wire.ReasonEventIDReused, batch[1].Recorded.Reason)
 }
 
 func TestVerdictRefusesMalformedIDs(t *testing.T) {
@@ -102,4 +125,23 @@ func TestVerdictRefusesMalformedIDs(t *testing.T) {
 		require.ErrorIs(t, err, fence.ErrInvalid, "%q %q", tc.task, tc.id)
 		require.Less(t, len(err.Error()), 200)
 	}
+}
+
+// lookedUpAsAlone asks VerdictsFor for lookups, checks that each answer is
+// what TaskHead and VerdictFor answer for it alone, and returns them.
+func lookedUpAsAlone(t *testing.T, s *fence.Store, lookups []fence.Lookup) []fence.Looked {
+	t.Helper()
+	ctx := context.Background()
+	batch, err := s.VerdictsFor(ctx, lookups)
+	require.NoError(t, err)
+	require.Len(t, batch, len(lookups))
+	for i, l := range lookups {
+		rec, found, err := s.VerdictFor(ctx, l.Task, l.EventID, l.Content)
+		require.NoError(t, err)
+		head, err := s.TaskHead(ctx, l.Task)
+		require.NoError(t, err)
+		head.Archived = 0 // VerdictsFor leaves it out: a lookup's reply does not carry it
+		require.Equal(t, fence.Looked{Head: head, Recorded: rec, Found: found}, batch[i], "lookup %d: %+v", i, l)
+	}
+	return batch
 }

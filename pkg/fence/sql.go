@@ -447,3 +447,32 @@ SET archived_at = clock_timestamp(), rows = $2, file = $3, sha256 = $4, bytes = 
     first_committed_at = $6, last_committed_at = $7
 WHERE lo = $1`
 )
+
+// sqlEventVerdicts is sqlEventVerdict for many lookups in one statement:
+// ($1[i], $2[i]) is the i-th (event id, task), answered by its position.
+// The lateral subquery is sqlEventVerdict's, so each lookup is judged by
+// the same rule; a committed hot row comes with its content, which
+// VerdictsFor compares with what the publisher sent (no content: the row
+// is archived). Lookups without a verdict have no row.
+const sqlEventVerdicts = `
+SELECT l.ord, v.verdict, v.reason, v.seq, e.version, e.type, e.payload::text
+FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS l(event_id, task_id, ord)
+CROSS JOIN LATERAL (
+    SELECT verdict, reason, seq FROM (
+        SELECT 'committed' AS verdict, '' AS reason, x.seq, 0 AS rank
+        FROM ledger.event_ids x JOIN ledger.events e ON e.seq = x.seq
+        WHERE x.event_id = l.event_id AND e.task_id = l.task_id
+        UNION ALL
+        (SELECT r.verdict, r.reason, 0, 1 FROM ledger.rejections r
+         WHERE r.event_id = l.event_id AND r.task_id = l.task_id ORDER BY r.id LIMIT 1)
+        UNION ALL
+        SELECT 'committed', '', x.seq, 2
+        FROM ledger.event_ids x JOIN ledger.heads h ON h.task_id = l.task_id AND x.seq BETWEEN h.first_seq AND h.seq
+        WHERE x.event_id = l.event_id AND NOT EXISTS (SELECT FROM ledger.events e WHERE e.seq = x.seq)
+        UNION ALL
+        SELECT $3::text, $4::text, 0, 3 FROM ledger.horizon z
+        WHERE upper(left(l.event_id, 10)) < z.id_floor
+          AND NOT EXISTS (SELECT FROM ledger.event_ids x WHERE x.event_id = l.event_id)
+    ) w ORDER BY rank LIMIT 1
+) v
+LEFT JOIN ledger.events e ON v.verdict = 'committed' AND e.seq = v.seq`

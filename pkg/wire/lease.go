@@ -112,6 +112,26 @@ type TaskHeadRequest struct {
 	// once (this implementation's addition); the reply is a
 	// TaskHeadsReply.
 	Tasks []string `json:"tasks,omitempty"`
+	// Lookups, instead of Task, asks for the verdicts of up to 1000
+	// events at once (this implementation's addition); the reply is a
+	// TaskHeadEventsReply.
+	Lookups []VerdictLookup `json:"lookups,omitempty"`
+}
+
+// VerdictLookup is one verdict lookup of a batch: the members a single
+// lookup's TaskHeadRequest carries, with the same rules.
+type VerdictLookup struct {
+	Task    string  `json:"task"`
+	EventID string  `json:"event_id"`
+	Version int64   `json:"version,omitempty"`
+	Type    string  `json:"type,omitempty"`
+	Payload *string `json:"payload,omitempty"`
+}
+
+// TaskHeadEventsReply is the reply of ledger.task.head to a request with
+// lookups: for each, in the order asked, what the lookup alone answers.
+type TaskHeadEventsReply struct {
+	Heads []TaskHeadEventReply `json:"heads"`
 }
 
 // TaskHeadsReply is the reply of ledger.task.head to a request with tasks:

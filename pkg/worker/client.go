@@ -34,6 +34,9 @@ type Client struct {
 	sub  *nats.Subscription
 	// heads asks for the heads of new tasks, many in one request.
 	heads *headBatcher
+	// lookups asks for the verdicts of events without a receipt, many in
+	// one request.
+	lookups *lookupBatcher
 
 	// closedCh is closed by Close; waits on receipts and acks end there.
 	closedCh chan struct{}
@@ -90,6 +93,7 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		acking: map[string]*Pending{}, batches: map[string][]*Pending{}}
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.heads = &headBatcher{c: c}
+	c.lookups = &lookupBatcher{c: c}
 	if cfg.Partitions == 0 {
 		n, err := c.askPartitions()
 		if err != nil {
@@ -437,18 +441,14 @@ func copyMsg(m *nats.Msg, suffix string) *nats.Msg {
 }
 
 // verdictOf asks <prefix>.task.head for the verdict the ledger recorded for
-// p, and returns it as the receipt it stands for. The ledger records
+// p, with other events' lookups (lookups.go), and returns it as the
+// receipt it stands for. The ledger records
 // committed, stale, conflict and gap; for an event it has not judged yet,
 // or whose verdict leaves no record under its id (invalid; a duplicate of
 // identical content under another id), it answers null and found is false.
 func (c *Client) verdictOf(p *Pending) (r wire.Receipt, found bool, err error) {
-	var reply wire.TaskHeadEventReply
-	// The content goes along, so that the ledger answers committed only
-	// for what it stored under the id.
-	payload := string(p.in.Payload)
-	req := wire.TaskHeadRequest{Task: p.task, EventID: p.id, Version: p.version,
-		Type: p.in.Type, Payload: &payload}
-	if err := c.request(c.ctx, c.subj.TaskHead(), req, &reply); err != nil {
+	reply, err := c.lookups.lookup(c.ctx, p)
+	if err != nil {
 		return r, false, fmt.Errorf("worker: verdict of event %s: %w", p.id, err)
 	}
 	return p.lookedUp(reply.Event)

@@ -36,6 +36,9 @@ const (
 	// BatchMaxBytesDefault bounds a batch message's body: 512 KiB, half
 	// the server's default max_payload.
 	BatchMaxBytesDefault = 512 << 10
+	// LookupBatchMaxDefault is the most verdict lookups in one request:
+	// 1000, the ledger's limit.
+	LookupBatchMaxDefault = 1000
 )
 
 // Config configures a Client. Only Holder is required.
@@ -104,6 +107,13 @@ type Config struct {
 	// BatchMaxBytes bounds a batch message's body, which must stay within
 	// the server's max_payload; default 512 KiB. A larger event goes alone.
 	BatchMaxBytes int
+	// LookupBatchMax is the most verdict lookups (see ReceiptTimeout) sent
+	// in one request, 1..1000; default 1000. Lookups that come due while
+	// a request is in flight go together in the next one, so a burst
+	// costs the principal's share of the lease service a few requests,
+	// not one per event. 1 asks for each event alone, as does a client
+	// whose ledger does not know the batch form.
+	LookupBatchMax int
 	// Logger receives the client's warnings (failed renewals, lost
 	// leases); default slog.Default().
 	Logger *slog.Logger
@@ -123,6 +133,7 @@ func (c Config) WithDefaults() Config {
 	c.BatchMax = cmp.Or(c.BatchMax, BatchMaxDefault)
 	c.BatchLinger = cmp.Or(c.BatchLinger, BatchLingerDefault)
 	c.BatchMaxBytes = cmp.Or(c.BatchMaxBytes, BatchMaxBytesDefault)
+	c.LookupBatchMax = cmp.Or(c.LookupBatchMax, LookupBatchMaxDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
@@ -149,6 +160,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: batch max must be 1..%d, got %d", wire.MaxBatch, c.BatchMax)
 	case c.BatchLinger < 0 || c.BatchMaxBytes < 1:
 		return fmt.Errorf("worker: batch linger must not be negative and batch max bytes positive")
+	case c.LookupBatchMax < 1 || c.LookupBatchMax > LookupBatchMaxDefault:
+		return fmt.Errorf("worker: lookup batch max must be 1..%d, got %d", LookupBatchMaxDefault, c.LookupBatchMax)
 	case c.MaxPayload < 1:
 		return fmt.Errorf("worker: max payload must be at least 1 byte, got %d", c.MaxPayload)
 	}

@@ -76,6 +76,10 @@
 //     TestEventLostFromLedgerInIsPublishedAgainAndCommitted,
 //     TestEventLostAfterItsLeaseEndedIsJudgedStale,
 //     TestEventLostFromLedgerInIsPublishedAgainOnReconnect.
+//   - Lookups due together go in one request, up to Config.LookupBatchMax;
+//     a ledger without the batch form is asked event by event (lookups.go).
+//     Tests: TestThousandsOfLookupsGoInFewRequestsAndNoneIsRefused,
+//     TestWorkerFallsBackToSingleLookupsOnAnIngestWithoutBatches.
 //   - A lease's events published within Config.BatchLinger leave in one
 //     batch message, each kept to its own verdict; a batch whose publish
 //     fails is sent again event by event, and a LEDGER_IN without batch

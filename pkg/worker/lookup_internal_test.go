@@ -1,7 +1,11 @@
 package worker
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
 	"testing"
 
 	"github.com/flowness/ledger/pkg/wire"
@@ -51,4 +55,41 @@ func FuzzVerdictReply(f *testing.F) {
 			t.Fatalf("receipt %+v, want %+v", r, want)
 		}
 	})
+}
+
+// A run of busy refusals of verdict lookups is logged once, at Warn, and
+// its end once, at Info, with how many lookups were refused: not one line
+// per event.
+// Switch: refusalRun.note logging every refusal (100 Warn lines).
+func TestRefusedLookupsAreLoggedOncePerRun(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	var run refusalRun
+	busy := newServiceError(wire.ErrorReply{Error: wire.ErrCodeBusy, Message: "over its share"})
+	for range 2 {
+		for range 100 {
+			run.note(log, fmt.Errorf("worker: verdict: %w", busy), 10)
+		}
+		run.note(log, nil, 10)
+	}
+	var levels []string
+	refused := 0
+	for _, line := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+		var rec struct {
+			Level   string
+			Refused int
+		}
+		if err := json.Unmarshal(line, &rec); err != nil {
+			t.Fatalf("log line %s: %v", line, err)
+		}
+		levels = append(levels, rec.Level)
+		refused += rec.Refused
+	}
+	if want := []string{"WARN", "INFO", "WARN", "INFO"}; !slices.Equal(levels, want) {
+		t.Fatalf("logged at %v, want %v", levels, want)
+	}
+	if refused != 2000 {
+		t.Fatalf("logged %d lookups refused, want 2000", refused)
+	}
 }

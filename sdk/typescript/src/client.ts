@@ -50,6 +50,7 @@ export const RECEIPT_TIMEOUT_MS_DEFAULT = 10_000;
 export const BATCH_MAX_DEFAULT = 256;
 export const BATCH_LINGER_MS_DEFAULT = 1;
 export const BATCH_MAX_BYTES_DEFAULT = 512 << 10;
+export const LOOKUP_BATCH_MAX_DEFAULT = 1000;
 
 /** ConnectOptions configure a Client. Only holder is required. */
 export interface ConnectOptions {
@@ -88,6 +89,8 @@ export interface ConnectOptions {
   batchLingerMs?: number;
   /** Bounds a batch message's body, which must stay within the server's max_payload; default 512 KiB. A larger event goes alone. */
   batchMaxBytes?: number;
+  /** The most verdict lookups in one request, 1..1000; default 1000. Lookups that come due while one is in flight go together in the next, so a burst costs the principal's share of the lease service a few requests. 1 asks for each event alone, as does a client whose ledger does not know the batch form. */
+  lookupBatchMax?: number;
   logger?: Logger;
 }
 
@@ -111,6 +114,7 @@ function withDefaults(o: ConnectOptions): Config {
     batchMax: o.batchMax ?? BATCH_MAX_DEFAULT,
     batchLingerMs: o.batchLingerMs ?? BATCH_LINGER_MS_DEFAULT,
     batchMaxBytes: o.batchMaxBytes ?? BATCH_MAX_BYTES_DEFAULT,
+    lookupBatchMax: o.lookupBatchMax ?? LOOKUP_BATCH_MAX_DEFAULT,
     logger: o.logger ?? defaultLogger,
   };
 }
@@ -131,6 +135,9 @@ function validate(c: Config): void {
     if (!pos(c[k])) throw bad(`${k} must be a positive integer, got ${c[k]}`);
   }
   if (!pos(c.batchMax) || c.batchMax > MAX_BATCH) throw bad(`batchMax must be 1..${MAX_BATCH}, got ${c.batchMax}`);
+  if (!pos(c.lookupBatchMax) || c.lookupBatchMax > LOOKUP_BATCH_MAX_DEFAULT) {
+    throw bad(`lookupBatchMax must be 1..${LOOKUP_BATCH_MAX_DEFAULT}, got ${c.lookupBatchMax}`);
+  }
   if (!(c.batchLingerMs >= 0 && Number.isFinite(c.batchLingerMs)) || !pos(c.batchMaxBytes)) {
     throw bad(`batchLingerMs must not be negative and batchMaxBytes must be a positive integer`);
   }
@@ -196,6 +203,7 @@ export class Client {
   #noBatches = false;
   #sweeper?: NodeJS.Timeout;
   #heads: HeadBatcher;
+  #lookups: LookupBatcher;
   /** reconnects counts the events' connection's reconnects to NATS: the copies' token suffix. */
   #reconnects = 0;
   #connected = true;
@@ -214,6 +222,7 @@ export class Client {
     this.ackPrefix = `${inboxPrefix(cfg.holder)}.${nuid.next()}`;
     this.reader = new Reader(nc);
     this.#heads = new HeadBatcher(this);
+    this.#lookups = new LookupBatcher(this);
   }
 
   /** start subscribes to receipts and acks and learns the partition count. */
@@ -578,12 +587,7 @@ export class Client {
   async #lookUpVerdict(p: Pending): Promise<void> {
     p.lookingUp = true;
     try {
-      // The content goes along, so that the ledger answers committed only for what it stored under the id.
-      const content = { version: p.version, type: p.type, payload: textDecoder.decode(p.payload) };
-      const reply = (await this.request(this.subjects.taskHead(), { task: p.task, event_id: p.id, ...content })) as TaskHead & {
-        event: EventVerdict | null;
-      };
-      const ev = reply.event;
+      const ev = (await this.#lookups.lookup(p)).event;
       if (ev && ev.event_id === p.id && ["committed", "stale", "conflict", "gap", "invalid", "duplicate"].includes(ev.verdict)) {
         const l = p.lease;
         const settled = this.settle({
@@ -771,6 +775,135 @@ class HeadBatcher {
     }
     this.#busy = false;
   }
+}
+
+/** LookupReply is the ledger's answer to one verdict lookup: the task's head and the event's recorded verdict, or null. */
+type LookupReply = TaskHead & { event: EventVerdict | null };
+
+/** MAX_LOOKUP_BYTES bounds a batch of lookups' body: the ledger's limit, NATS's default max_payload. */
+const MAX_LOOKUP_BYTES = 1 << 20;
+
+/**
+ * LookupBatcher asks for the verdicts of events whose receipt did not come,
+ * many in one request, as HeadBatcher does for heads. After a loss thousands of
+ * events wait at once; one request each was refused busy by the principal's
+ * fair share of the lease service. Against a ledger older than the batch form
+ * (it answers invalid, unknown field "lookups") it asks one event at a time.
+ */
+class LookupBatcher {
+  #wait: { p: Pending; resolve: (r: LookupReply) => void; reject: (e: unknown) => void }[] = [];
+  #busy = false;
+  #single = false;
+  #refused = 0;
+  #refusedSince = 0;
+  constructor(private readonly c: Client) {}
+
+  lookup(p: Pending): Promise<LookupReply> {
+    if (this.c.cfg.lookupBatchMax === 1 || this.#single) return this.#one(p);
+    return new Promise((resolve, reject) => {
+      this.#wait.push({ p, resolve, reject });
+      if (!this.#busy) {
+        this.#busy = true;
+        void this.#run();
+      }
+    });
+  }
+
+  async #run(): Promise<void> {
+    while (this.#wait.length > 0) {
+      const calls = this.#wait.splice(0, this.#take());
+      if (this.#single || !(await this.#batch(calls))) {
+        // Against a ledger without the batch form, or a batch refused as invalid: each alone.
+        for (const call of calls) this.#one(call.p).then(call.resolve, call.reject);
+      }
+    }
+    this.#busy = false;
+  }
+
+  /**
+   * batch sends calls in one request and settles them, unless the ledger refused the
+   * batch as invalid: then it returns false, and each is asked alone. An older ledger
+   * refuses a batch for its size before it reads a field, and a newer one so isolates
+   * the lookup it refuses.
+   */
+  async #batch(calls: { p: Pending; resolve: (r: LookupReply) => void; reject: (e: unknown) => void }[]): Promise<boolean> {
+    let r: { heads: LookupReply[] };
+    try {
+      r = (await this.c.request(this.c.subjects.taskHead(), { lookups: calls.map((x) => lookupOf(x.p)) })) as { heads: LookupReply[] };
+      this.#note(undefined, calls.length);
+    } catch (err) {
+      this.#note(err, calls.length);
+      if (unknownBatch(err) && !this.#single) {
+        this.#single = true;
+        this.c.log.info("the ledger answers no batch of verdict lookups (an older ledger); asking for each event alone", { error: String(err) });
+      }
+      if (err instanceof ServiceError && err.error === "invalid") return false;
+      for (const call of calls) call.reject(err);
+      return true;
+    }
+    if (!Array.isArray(r.heads) || r.heads.length !== calls.length) {
+      const err = new LedgerError("UNAVAILABLE", `ledger: ${r.heads?.length} answers to ${calls.length} lookups`);
+      for (const call of calls) call.reject(err);
+      return true;
+    }
+    calls.forEach((call, i) => {
+      const h = r.heads[i]!;
+      if (h.task !== call.p.task) call.reject(new LedgerError("UNAVAILABLE", `ledger: verdict of event ${call.p.id}: the service answered for task ${h.task}`));
+      else call.resolve(h);
+    });
+    return true;
+  }
+
+  /** take is how many waiting lookups the next request carries: at most lookupBatchMax, as many as fit MAX_LOOKUP_BYTES and the server's max_payload, at least one. */
+  #take(): number {
+    const limit = Math.min(MAX_LOOKUP_BYTES, (this.c.ctl.info?.max_payload ?? MAX_LOOKUP_BYTES));
+    let size = 16;
+    for (let i = 0; i < this.#wait.length; i++) {
+      // A payload grows at most twofold as a JSON string; a lookup's other members take at most 512 bytes.
+      size += 2 * this.#wait[i]!.p.payload.length + 512;
+      if (i === this.c.cfg.lookupBatchMax || (i > 0 && size > limit)) return i;
+    }
+    return this.#wait.length;
+  }
+
+  /** one asks for p's verdict alone, in a lookup's single form. */
+  async #one(p: Pending): Promise<LookupReply> {
+    try {
+      const r = (await this.c.request(this.c.subjects.taskHead(), lookupOf(p))) as LookupReply;
+      this.#note(undefined, 1);
+      return r;
+    } catch (err) {
+      this.#note(err, 1);
+      throw err;
+    }
+  }
+
+  /** note logs busy and rate_limited refusals once per run of them, with a count, and the run's end once. */
+  #note(err: unknown, n: number): void {
+    if (err instanceof ServiceError && (err.error === "busy" || err.error === "rate_limited")) {
+      if (this.#refused === 0) {
+        this.#refusedSince = performance.now();
+        this.c.log.warn("the lease service refuses verdict lookups: this principal is over its share; asking again later", {
+          lookups: n,
+          error: String(err),
+        });
+      }
+      this.#refused += n;
+    } else if (err === undefined && this.#refused > 0) {
+      this.c.log.info("verdict lookups served again", { refused: this.#refused, after_ms: Math.round(performance.now() - this.#refusedSince) });
+      this.#refused = 0;
+    }
+  }
+}
+
+/** lookupOf is p's verdict lookup. The content goes along, so that the ledger answers committed only for what it stored under the id. */
+function lookupOf(p: Pending): { task: string; event_id: string; version: number; type: string; payload: string } {
+  return { task: p.task, event_id: p.id, version: p.version, type: p.type, payload: textDecoder.decode(p.payload) };
+}
+
+/** unknownBatch tells a ledger's refusal of the batch form itself: an ingest older than it reads "lookups" as an unknown field. */
+function unknownBatch(err: unknown): boolean {
+  return err instanceof ServiceError && err.error === "invalid" && /unknown field/.test(err.message) && err.message.includes('"lookups"');
 }
 
 /** BATCH_MSG_ID_PREFIX starts a batch's Nats-Msg-Id, and the last token of its ack subject. */
