@@ -25,8 +25,8 @@ import (
 // in front of them. A task is its principal's, so its events keep their
 // order within that principal's stream.
 //
-// The inboxes are listed again on every beat, so the stream of a principal
-// added later gets its consumers within a beat.
+// The inboxes are looked at again on every beat, so the stream of a
+// principal added later gets its consumers within a beat.
 
 // inboxSet is the inbox streams this process consumes, by name.
 type inboxSet struct {
@@ -35,8 +35,6 @@ type inboxSet struct {
 	// order is each inbox's place among them, sorted by name, replaced
 	// whole on a change: laneOf reads it for every message.
 	order atomic.Pointer[map[string]int]
-	// failing: the last listing failed (logged once per streak).
-	failing bool
 }
 
 // names lists the inboxes, sorted.
@@ -68,22 +66,18 @@ func (b *inboxSet) stream(name string) jetstream.Stream {
 }
 
 // listInboxes reads which inbox streams exist now and returns those added
-// and removed since the last listing. A listing refused (a credential
-// written before inboxes per principal may not list streams) falls back to
-// LEDGER_IN by name.
+// and removed since the last listing. While LEDGER_IN exists it is the only
+// inbox (no principal's inbox can hold its subjects beside it), and no
+// listing is asked for: a credential written before inboxes per principal
+// may not list streams.
 func (s *Service) listInboxes(ctx context.Context) (added, removed []string, err error) {
-	names, err := streams.Inboxes(ctx, s.js, s.cfg.Prefix)
-	if err != nil {
-		if _, e := s.js.Stream(ctx, wire.StreamIn); e != nil {
-			return nil, nil, errors.Join(err, e)
+	names := []string{wire.StreamIn}
+	if _, err := s.js.Stream(ctx, wire.StreamIn); errors.Is(err, jetstream.ErrStreamNotFound) {
+		if names, err = streams.Inboxes(ctx, s.js, s.cfg.Prefix); err != nil {
+			return nil, nil, err
 		}
-		if !s.inboxes.failing {
-			s.log.Warn("cannot list the inbox streams; consuming LEDGER_IN alone", slog.String("error", err.Error()))
-		}
-		s.inboxes.failing = true
-		names = []string{wire.StreamIn}
-	} else {
-		s.inboxes.failing = false
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("stream %s: %w", wire.StreamIn, err)
 	}
 	if len(names) == 0 {
 		return nil, nil, errors.New("no inbox stream (LEDGER_IN or LEDGER_IN_<principal>) exists")
@@ -131,7 +125,11 @@ func (s *Service) listInboxes(ctx context.Context) (added, removed []string, err
 // syncInboxes lists the inboxes again and gives every owned partition a
 // consumer on each new one; those of a removed inbox stop. Under beatMu.
 func (s *Service) syncInboxes(ctx context.Context) {
-	added, removed, err := s.listInboxes(ctx)
+	// Bounded like the beat's own calls: a slow listing must not keep the
+	// claims from being renewed.
+	lctx, cancel := context.WithTimeout(ctx, s.cfg.ClaimTTL/3)
+	added, removed, err := s.listInboxes(lctx)
+	cancel()
 	if err != nil {
 		s.log.Warn("listing the inbox streams failed; trying again", slog.String("error", err.Error()))
 	}
