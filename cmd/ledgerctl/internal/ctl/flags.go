@@ -7,6 +7,9 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowness/ledger/pkg/wire"
+	"github.com/flowness/ledger/streams"
 )
 
 // stream opens one of the ledger's streams; a missing one is explained.
@@ -22,6 +25,22 @@ func stream(ctx context.Context, js jetstream.JetStream, name string) (jetstream
 	}
 	return s, nil
 }
+
+// inboxes are the streams that hold workers' events: LEDGER_IN, or each
+// principal's own LEDGER_IN_<principal> (streams.Inboxes). A credential
+// that may not list streams gets LEDGER_IN.
+func inboxes(ctx context.Context, js jetstream.JetStream, prefix string) []string {
+	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	defer cancel()
+	names, err := streams.Inboxes(ctx, js, prefix)
+	if err != nil || len(names) == 0 {
+		return []string{wire.StreamIn}
+	}
+	return names
+}
+
+// isInbox reports whether name is one of the inbox streams.
+func isInbox(name string) bool { _, ok := wire.InboxPrincipal(name); return ok }
 
 // listFlag is a repeatable flag of values, each a value or a comma-separated
 // list.
