@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -243,8 +244,11 @@ func TestFloodOfOnePrincipalsInboxLeavesAnothersCommits(t *testing.T) {
 				10*time.Millisecond, "the flood never outran the ingest")
 			// With one shared inbox every commit waits out the backlog: a
 			// flooded window ends after 15 s whatever it holds.
+			n := len(flood)
 			window(&flood, time.Now().Add(15*time.Second))
 			left = max(left, e.streamPending(floodInbox))
+			t.Logf("flooded window: %d commits, slowest %v, the flood's backlog %d", len(flood)-n,
+				slices.Max(flood[n:]), e.streamPending(floodInbox))
 			flooding.Store(false)
 			require.Eventually(t, func() bool { return e.streamPending(floodInbox) == 0 }, 5*time.Minute,
 				50*time.Millisecond, "the flood's backlog is decided")

@@ -27,11 +27,15 @@ func stream(ctx context.Context, js jetstream.JetStream, name string) (jetstream
 }
 
 // inboxes are the streams that hold workers' events: LEDGER_IN, or each
-// principal's own LEDGER_IN_<principal> (streams.Inboxes). A credential
-// that may not list streams gets LEDGER_IN.
+// principal's own LEDGER_IN_<principal> (streams.Inboxes). The streams are
+// listed only when LEDGER_IN is missing, so a credential that may not list
+// them still gets LEDGER_IN at once.
 func inboxes(ctx context.Context, js jetstream.JetStream, prefix string) []string {
 	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
+	if _, err := js.Stream(ctx, wire.StreamIn); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return []string{wire.StreamIn}
+	}
 	names, err := streams.Inboxes(ctx, js, prefix)
 	if err != nil || len(names) == 0 {
 		return []string{wire.StreamIn}
