@@ -31,7 +31,24 @@ type Options struct {
 	// partition's consumer (the ingest sets it). Zero keeps the subjects
 	// LEDGER_IN already has, or <prefix>.in.> for a new stream.
 	Partitions int
+	// Principals, when set, gives each of them an inbox stream of its own,
+	// LEDGER_IN_<principal> (InboxStream), in place of the shared LEDGER_IN,
+	// which must then not exist. An inbox stream that exists is kept and
+	// applied again whether listed or not. Default none: one LEDGER_IN.
+	Principals []string
+	// InboxMaxBytes is the max_bytes of each principal's inbox stream: its
+	// share. Default: what the stream has, or InboxMaxBytesDefault.
+	InboxMaxBytes int64
 }
+
+// InboxMaxBytesDefault is a principal's inbox share when none is given:
+// 256 MiB.
+const InboxMaxBytesDefault = 256 << 20
+
+// ErrSharedInboxInUse is Apply's error when principals are given inboxes of
+// their own while LEDGER_IN still exists: both cannot hold the same
+// subjects (docs/operations.md, "Inboxes per principal").
+var ErrSharedInboxInUse = errors.New("streams: LEDGER_IN exists; drain and delete it before giving principals inboxes of their own")
 
 func (o Options) withDefaults() Options {
 	if o.Prefix == "" {
@@ -80,9 +97,21 @@ func Consumer(stem string, o Options) (jetstream.ConsumerConfig, error) {
 }
 
 // Apply creates or updates the three streams. It is idempotent, so every
-// process may call it at start.
+// process may call it at start. With Principals, each gets its inbox
+// stream (ApplyInboxes) in place of LEDGER_IN. Without, LEDGER_IN is
+// applied unless principals' inboxes already hold its subjects: then it is
+// left out, so services need not know the principals (nor list streams).
 func Apply(ctx context.Context, js jetstream.JetStream, o Options) error {
+	o = o.withDefaults()
+	if len(o.Principals) > 0 {
+		if err := ApplyInboxes(ctx, js, o, o.Principals); err != nil {
+			return err
+		}
+	}
 	for _, name := range []string{wire.StreamIn, wire.StreamLog, wire.StreamDLQ} {
+		if name == wire.StreamIn && len(o.Principals) > 0 {
+			continue
+		}
 		cfg, err := Stream(name, o)
 		if err != nil {
 			return err
@@ -92,12 +121,110 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) error {
 				return err
 			}
 		}
-		if _, err := CreateOrUpdateStream(ctx, js, cfg); err != nil {
+		_, err = CreateOrUpdateStream(ctx, js, cfg)
+		if name == wire.StreamIn && isSubjectOverlap(err) {
+			continue // the principals have inboxes of their own
+		}
+		if err != nil {
 			return fmt.Errorf("streams: apply %s: %w", name, err)
 		}
 	}
 	return nil
 }
+
+// Inboxes lists the streams that hold workers' events: LEDGER_IN, or the
+// principals' own LEDGER_IN_<principal>, sorted. It asks the server for the
+// streams whose subjects meet <prefix>.in.>.
+func Inboxes(ctx context.Context, js jetstream.JetStream, prefix string) ([]string, error) {
+	subj := wire.Subjects{Prefix: Options{Prefix: prefix}.withDefaults().Prefix}
+	names := js.StreamNames(ctx, jetstream.WithStreamListSubject(subj.InAll()))
+	var out []string
+	for n := range names.Name() {
+		if _, ok := wire.InboxPrincipal(n); ok {
+			out = append(out, n)
+		}
+	}
+	if err := names.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
+		return nil, fmt.Errorf("streams: list the inbox streams: %w", err)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Inbox is the definition of principal's inbox stream: LEDGER_IN's, with
+// the principal's subjects only and its own max_bytes.
+func Inbox(principal string, o Options) (jetstream.StreamConfig, error) {
+	if !wire.ValidID(principal) {
+		return jetstream.StreamConfig{}, fmt.Errorf("streams: %q is not a principal", principal)
+	}
+	cfg, err := Stream(wire.StreamIn, o)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Name = wire.InboxStream(principal)
+	cfg.Description = "Inbound events of the principal " + principal +
+		", within its own share; each message gets exactly one verdict from the ingest service."
+	cfg.MaxBytes = InboxMaxBytesDefault
+	if o.InboxMaxBytes != 0 {
+		cfg.MaxBytes = o.InboxMaxBytes
+	}
+	subj := wire.Subjects{Prefix: o.withDefaults().Prefix}
+	cfg.Subjects = []string{subj.InPrincipal(principal)}
+	if o.Partitions > 0 {
+		cfg.Subjects = make([]string, 0, 2*o.Partitions)
+		for p := range o.Partitions {
+			cfg.Subjects = append(cfg.Subjects, subj.InPrincipalPartition(principal, p),
+				subj.InPrincipalBatchPartition(principal, p))
+		}
+	}
+	return cfg, nil
+}
+
+// ApplyInboxes applies the inbox stream of each of principals, and fails
+// with ErrSharedInboxInUse while LEDGER_IN exists. A stream that exists
+// keeps its max_bytes unless o gives one, and its subjects unless o names
+// the partitions.
+func ApplyInboxes(ctx context.Context, js jetstream.JetStream, o Options, principals []string) error {
+	o = o.withDefaults()
+	if _, err := js.Stream(ctx, wire.StreamIn); err == nil {
+		return ErrSharedInboxInUse
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("streams: read %s: %w", wire.StreamIn, err)
+	}
+	for _, p := range principals {
+		po := o
+		st, err := js.Stream(ctx, wire.InboxStream(p))
+		exists := err == nil
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("streams: read %s: %w", wire.InboxStream(p), err)
+		}
+		if exists && o.InboxMaxBytes == 0 {
+			po.InboxMaxBytes = st.CachedInfo().Config.MaxBytes
+		}
+		cfg, err := Inbox(p, po)
+		if err != nil {
+			return err
+		}
+		if exists && o.Partitions == 0 {
+			cfg.Subjects = st.CachedInfo().Config.Subjects
+		}
+		if _, err := CreateOrUpdateStream(ctx, js, cfg); err != nil {
+			return fmt.Errorf("streams: apply %s: %w", cfg.Name, err)
+		}
+	}
+	return nil
+}
+
+// isSubjectOverlap reports whether err is the server refusing a stream
+// whose subjects another stream holds.
+func isSubjectOverlap(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == jsErrStreamSubjectOverlap
+}
+
+// jsErrStreamSubjectOverlap is the server's error code for "subjects
+// overlap with an existing stream" (nats-server JSStreamSubjectOverlapErr).
+const jsErrStreamSubjectOverlap = 10065
 
 // CreateOrUpdateStream creates the stream, and updates it only when it
 // exists with another configuration. The services of an authenticated

@@ -98,3 +98,43 @@ func TestFullInboxRefusesNewEventsAndKeepsTheWaitingOnes(t *testing.T) {
 	require.LessOrEqual(t, info.State.Bytes, uint64(cfg.MaxBytes))
 	require.Equal(t, uint64(1), info.State.FirstSeq, "no waiting event was dropped")
 }
+
+// Each principal given an inbox of its own has a stream of its own, bounded
+// by its share: a full one refuses its principal's next event while
+// another principal's inbox still stores. Applied again without the list
+// (as every service does at start), the inboxes stay and no LEDGER_IN
+// appears beside them; while LEDGER_IN exists, none can be made.
+func TestEachPrincipalsInboxHoldsOnlyItsShare(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := natstest.Start(t).JetStream(t)
+	require.NoError(t, streams.Apply(ctx, js, streams.Options{Partitions: 4}))
+	err := streams.Apply(ctx, js, streams.Options{Partitions: 4, Principals: []string{"billing"}})
+	require.ErrorIs(t, err, streams.ErrSharedInboxInUse)
+	require.NoError(t, js.DeleteStream(ctx, wire.StreamIn))
+
+	opts := streams.Options{Partitions: 4, Principals: []string{"billing", "reports"}, InboxMaxBytes: 64 << 10}
+	require.NoError(t, streams.Apply(ctx, js, opts))
+	require.NoError(t, streams.Apply(ctx, js, streams.Options{Partitions: 4}))
+	names, err := streams.Inboxes(ctx, js, "")
+	require.NoError(t, err)
+	require.Equal(t, []string{"LEDGER_IN_billing", "LEDGER_IN_reports"}, names, "no LEDGER_IN beside them")
+	st, err := js.Stream(ctx, "LEDGER_IN_billing")
+	require.NoError(t, err)
+	require.Equal(t, int64(64<<10), st.CachedInfo().Config.MaxBytes, "the share is kept when applied without one")
+	require.Contains(t, st.CachedInfo().Config.Subjects, "ledger.in.billing.*.3.*")
+	require.Contains(t, st.CachedInfo().Config.Subjects, "ledger.in.billing.*.3")
+
+	subj := wire.Subjects{Prefix: wire.PrefixDefault}
+	body := []byte(strings.Repeat("x", 1024))
+	var refused error
+	for i := 0; i < 200 && refused == nil; i++ {
+		_, refused = js.Publish(ctx, subj.In("billing.x", 1, fmt.Sprintf("t-%d", i)), body)
+	}
+	require.ErrorContains(t, refused, "maximum bytes exceeded", "billing's inbox is full")
+	ack, err := js.Publish(ctx, subj.In("reports.a", 1, "report-1"), body)
+	require.NoError(t, err, "another principal's inbox still stores")
+	require.Equal(t, "LEDGER_IN_reports", ack.Stream)
+	_, err = js.Publish(ctx, subj.In("reports.a", 4, "report-1"), body)
+	require.Error(t, err, "no inbox stores a partition the deployment lacks")
+}

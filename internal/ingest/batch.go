@@ -117,7 +117,7 @@ func (s *Service) routeBatch(m jetstream.Msg, p int) {
 	d, bad := s.subjects.DecodeBatch(m.Subject(), m.Headers(), m.Data())
 	base := inbound{received: time.Now(), part: p}
 	if meta, err := m.Metadata(); err == nil {
-		base.sourceSeq, base.delivered, base.published = meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp
+		base.stream, base.sourceSeq, base.delivered, base.published = meta.Stream, meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp
 	}
 	if bad != nil {
 		in := base
@@ -194,25 +194,23 @@ func decodeBad(in *inbound) {
 	in.result = fence.Result{Verdict: wire.VerdictInvalid, Reason: in.bad.inv.Reason, Detail: in.bad.inv.Detail}
 }
 
-// earlierBatch reports whether LEDGER_IN holds a batch message of in's
-// partition stored before in. Its tasks are not known without reading it,
-// so it counts as "maybe": it delays a gap verdict, never causes one.
+// earlierBatch reports whether an inbox holds a batch message of in's
+// partition stored before in (queuedBefore). Its tasks are not known
+// without reading it, so it counts as "maybe": it delays a gap verdict,
+// never causes one.
 func (s *Service) earlierBatch(ctx context.Context, in *inbound) (bool, error) {
-	first, err := s.inStream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(s.subjects.InBatchPartition(in.event.Partition)))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
-	case err != nil:
-		return true, err
-	}
-	return first.Sequence < in.sourceSeq, nil
+	return s.queuedBefore(ctx, in, s.subjects.InBatchPartition(in.event.Partition))
 }
 
-// firstOfPartition is the sequence of partition p's first message in
-// LEDGER_IN, single event or batch; found is false when it has none.
-func (s *Service) firstOfPartition(ctx context.Context, p int) (seq uint64, found bool, err error) {
-	for _, subject := range []string{s.subjects.InPartition(p), s.subjects.InBatchPartition(p)} {
-		first, err := s.inStream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+// firstOfPartition is the sequence of partition p's first message in the
+// inbox stream, single event or batch; found is false when it has none.
+func (s *Service) firstOfPartition(ctx context.Context, stream string, p int) (seq uint64, found bool, err error) {
+	st := s.inboxes.stream(stream)
+	if st == nil {
+		return 0, false, nil
+	}
+	for _, subject := range s.inboxFilters(stream, p) {
+		first, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}

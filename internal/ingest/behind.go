@@ -7,8 +7,6 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/flowness/ledger/pkg/wire"
 )
 
 // Messages below a consumer's position. LEDGER_IN is a work queue: a
@@ -21,11 +19,11 @@ import (
 // re-send of it is dropped as a duplicate.
 //
 // So after each reconnect (runLogTail) the ingest looks, for each partition
-// it decides, at the partition's first message in LEDGER_IN. One at or
-// below its consumer's ack floor means the consumer is ahead of its
-// stream: the consumer is made again, from the stream's first message. What
-// it delivers again was either decided already (answered duplicate) or is
-// decided now.
+// it decides and each inbox stream, at the partition's first message in
+// the stream. One at or below its consumer's ack floor means the consumer
+// is ahead of its stream: the partition's consumers are made again, from
+// their streams' first messages. What they deliver again was either
+// decided already (answered duplicate) or is decided now.
 
 // restartBehind makes again the consumers of the owned partitions that are
 // ahead of LEDGER_IN, and returns how many.
@@ -54,38 +52,45 @@ func (s *Service) restartBehind(ctx context.Context) (int, error) {
 			slog.Int("partition", p))
 		s.stopPartition(p, true)
 		name := consumerName(p, r.claim.Epoch)
-		if err := s.js.DeleteConsumer(ctx, wire.StreamIn, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return n, fmt.Errorf("delete consumer %s: %w", name, err)
+		for _, stream := range s.inboxes.names() {
+			if err := s.js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return n, fmt.Errorf("delete consumer %s of %s: %w", name, stream, err)
+			}
 		}
-		consume, err := s.consumePartition(ctx, r.claim)
+		consumers, err := s.consumePartition(ctx, r.claim)
 		if err != nil {
 			return n, fmt.Errorf("make consumer %s again: %w", name, err)
 		}
 		s.claims.mu.Lock()
-		s.claims.runs[p] = &partRun{claim: r.claim, consume: consume}
+		s.claims.runs[p] = &partRun{claim: r.claim, consumers: consumers}
 		s.claims.mu.Unlock()
 		n++
 	}
 	return n, nil
 }
 
-// consumerAhead reports whether partition p's first message in LEDGER_IN
-// is at or below its consumer's ack floor.
+// consumerAhead reports whether partition p's first message in an inbox
+// stream is at or below its consumer's ack floor there.
 func (s *Service) consumerAhead(ctx context.Context, p int, r *partRun) (bool, error) {
-	cons, err := s.js.Consumer(ctx, wire.StreamIn, consumerName(p, r.claim.Epoch))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return false, nil
+	for _, stream := range s.inboxes.names() {
+		cons, err := s.js.Consumer(ctx, stream, consumerName(p, r.claim.Epoch))
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("consumer of partition %d on %s: %w", p, stream, err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return false, fmt.Errorf("consumer of partition %d on %s: %w", p, stream, err)
+		}
+		first, found, err := s.firstOfPartition(ctx, stream, p)
+		if err != nil {
+			return false, fmt.Errorf("first message of partition %d in %s: %w", p, stream, err)
+		}
+		if found && first <= info.AckFloor.Stream {
+			return true, nil
+		}
 	}
-	if err != nil {
-		return false, fmt.Errorf("consumer of partition %d: %w", p, err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return false, fmt.Errorf("consumer of partition %d: %w", p, err)
-	}
-	first, found, err := s.firstOfPartition(ctx, p)
-	if err != nil {
-		return false, fmt.Errorf("first message of partition %d: %w", p, err)
-	}
-	return found && first <= info.AckFloor.Stream, nil
+	return false, nil
 }

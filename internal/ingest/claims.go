@@ -16,15 +16,28 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/flowness/ledger/pkg/fence"
-	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/streams"
 )
 
-// partRun is a partition this ingest decides: its claim and the consumer
-// that delivers its events, in LEDGER_IN's order, to this process alone.
+// partRun is a partition this ingest decides: its claim and its consumer
+// on each inbox stream (inboxes.go), each delivering its events, in that
+// stream's order, to this process alone.
 type partRun struct {
-	claim   fence.Claim
-	consume jetstream.ConsumeContext
+	claim     fence.Claim
+	consumers map[string]jetstream.ConsumeContext // by inbox stream; under claims.mu
+}
+
+// stopAll stops every consumer of the run.
+func (r *partRun) stopAll(mu *sync.Mutex) {
+	mu.Lock()
+	ccs := make([]jetstream.ConsumeContext, 0, len(r.consumers))
+	for _, cc := range r.consumers {
+		ccs = append(ccs, cc)
+	}
+	mu.Unlock()
+	for _, cc := range ccs {
+		cc.Stop()
+	}
 }
 
 // claims is this process's share of the partitions. Every ClaimTTL/3 it
@@ -169,6 +182,7 @@ func (s *Service) beat() {
 	if !connected {
 		return
 	}
+	s.syncInboxes(slow)
 	n := s.store.Partitions()
 	share := (n + max(v.Members, 1) - 1) / max(v.Members, 1)
 	mine := c.owned()
@@ -200,7 +214,7 @@ func (s *Service) claim(ctx context.Context, p int) bool {
 	if !ok {
 		return false
 	}
-	consume, err := s.consumePartition(ctx, cl)
+	consumers, err := s.consumePartition(ctx, cl)
 	if err != nil {
 		s.log.Warn("starting a partition's consumer failed; releasing its claim", slog.Int("partition", p),
 			slog.String("error", err.Error()))
@@ -208,7 +222,7 @@ func (s *Service) claim(ctx context.Context, p int) bool {
 		return false
 	}
 	s.claims.mu.Lock()
-	s.claims.runs[p] = &partRun{claim: cl, consume: consume}
+	s.claims.runs[p] = &partRun{claim: cl, consumers: consumers}
 	s.claims.mu.Unlock()
 	s.metrics.claims.Set(float64(len(s.claims.owned())))
 	s.log.Info("deciding partition", slog.Int("partition", p), slog.Int64("epoch", cl.Epoch))
@@ -220,14 +234,35 @@ func (s *Service) claim(ctx context.Context, p int) bool {
 // finds nothing to pull.
 func consumerName(p int, epoch int64) string { return fmt.Sprintf("ingest-%d-%d", p, epoch) }
 
-// consumePartition replaces the partition's consumer with a new one that
-// starts at the oldest message still in LEDGER_IN (acked ones are gone: it
-// is a work queue), so the new owner sees the partition's events in stream
-// order, those a former owner held unacked first.
-func (s *Service) consumePartition(ctx context.Context, cl fence.Claim) (jetstream.ConsumeContext, error) {
+// consumePartition gives the partition a consumer on every inbox stream
+// (consumeInbox); on a failure the ones started are stopped.
+func (s *Service) consumePartition(ctx context.Context, cl fence.Claim) (map[string]jetstream.ConsumeContext, error) {
+	out := map[string]jetstream.ConsumeContext{}
+	for _, stream := range s.inboxes.names() {
+		cc, err := s.consumeInbox(ctx, cl, stream)
+		if err != nil {
+			for _, cc := range out {
+				cc.Stop()
+			}
+			return nil, err
+		}
+		out[stream] = cc
+	}
+	return out, nil
+}
+
+// consumeInbox replaces the partition's consumer on the inbox stream with a
+// new one that starts at the oldest message still in the stream (acked ones
+// are gone: it is a work queue), so the new owner sees the partition's
+// events in stream order, those a former owner held unacked first.
+func (s *Service) consumeInbox(ctx context.Context, cl fence.Claim, stream string) (jetstream.ConsumeContext, error) {
+	st := s.inboxes.stream(stream)
+	if st == nil {
+		return nil, fmt.Errorf("no inbox stream %s", stream)
+	}
 	name := consumerName(cl.Partition, cl.Epoch)
 	prefix := fmt.Sprintf("ingest-%d-", cl.Partition)
-	names := s.inStream.ConsumerNames(ctx)
+	names := st.ConsumerNames(ctx)
 	var stale []string
 	for n := range names.Name() {
 		if n != name && (n == "ingest" || strings.HasPrefix(n, prefix)) {
@@ -235,11 +270,11 @@ func (s *Service) consumePartition(ctx context.Context, cl fence.Claim) (jetstre
 		}
 	}
 	if err := names.Err(); err != nil {
-		return nil, fmt.Errorf("list consumers: %w", err)
+		return nil, fmt.Errorf("list consumers of %s: %w", stream, err)
 	}
 	for _, n := range stale {
-		if err := s.js.DeleteConsumer(ctx, wire.StreamIn, n); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return nil, fmt.Errorf("delete consumer %s: %w", n, err)
+		if err := s.js.DeleteConsumer(ctx, stream, n); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("delete consumer %s of %s: %w", n, stream, err)
 		}
 	}
 	ccfg, err := streams.Consumer("ingest", streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Replicas})
@@ -247,13 +282,12 @@ func (s *Service) consumePartition(ctx context.Context, cl fence.Claim) (jetstre
 		return nil, err
 	}
 	ccfg.Durable, ccfg.Name = name, name
-	// The partition's single events and its batches (docs/contract.md §2).
 	ccfg.FilterSubject = ""
-	ccfg.FilterSubjects = []string{s.subjects.InPartition(cl.Partition), s.subjects.InBatchPartition(cl.Partition)}
+	ccfg.FilterSubjects = s.inboxFilters(stream, cl.Partition)
 	ccfg.AckWait = s.cfg.AckWait
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, wire.StreamIn, ccfg)
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, stream, ccfg)
 	if err != nil {
-		return nil, fmt.Errorf("create consumer %s: %w", name, err)
+		return nil, fmt.Errorf("create consumer %s of %s: %w", name, stream, err)
 	}
 	p := cl.Partition
 	return cons.Consume(func(m jetstream.Msg) { s.route(m, p) },
@@ -263,7 +297,7 @@ func (s *Service) consumePartition(ctx context.Context, cl fence.Claim) (jetstre
 		jetstream.PullExpiry(pullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrConsumerDeleted) {
-				s.log.Warn("consume", slog.Int("partition", p), slog.String("error", err.Error()))
+				s.log.Warn("consume", slog.Int("partition", p), slog.String("stream", stream), slog.String("error", err.Error()))
 			}
 		}))
 }
@@ -282,7 +316,7 @@ func (s *Service) stopPartition(p int, drain bool) {
 	if r == nil {
 		return
 	}
-	r.consume.Stop()
+	r.stopAll(&s.claims.mu)
 	if drain {
 		deadline := time.Now().Add(s.cfg.StopTimeout)
 		for s.held.count(p) > 0 && time.Now().Before(deadline) {

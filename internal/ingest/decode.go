@@ -15,8 +15,10 @@ type inbound struct {
 	// subjectOK is false when the subject itself is unusable; the dead
 	// letter then goes to <prefix>.dlq.invalid.
 	subjectOK bool
-	// sourceSeq is the message's sequence in LEDGER_IN, delivered its
-	// delivery count, published the time JetStream stored it.
+	// stream is the inbox stream that stored the message, sourceSeq its
+	// sequence there, delivered its delivery count, published the time
+	// JetStream stored it.
+	stream    string
 	sourceSeq uint64
 	delivered uint64
 	published time.Time

@@ -1,8 +1,8 @@
 // Package ingest is the ingest service: it takes generation-tagged events
-// from LEDGER_IN, commits them with the fenced append, stores the committed
-// copies in LEDGER_LOG and the rejected ones in LEDGER_DLQ, sends each
-// holder its receipts, and only then acks. It also serves the lease micro
-// service of docs/contract.md §1.
+// from its inboxes, commits them with the fenced append, stores
+// the committed copies in LEDGER_LOG and the rejected ones in LEDGER_DLQ,
+// sends each holder its receipts, and only then acks.
+// It also serves the lease micro service of docs/contract.md §1.
 //
 // Each partition's events are decided by one ingest process at a time
 // (claims.go). It claims the partition in PostgreSQL and consumes it in
@@ -24,7 +24,7 @@
 //   - An event ahead of its head waits in its lane (park.go) and is offered
 //     again when the version before it commits. A gap verdict waits for the
 //     task's earlier messages: it comes only after the event's gap window
-//     (from its arrival in LEDGER_IN) and only if LEDGER_IN holds no earlier
+//     (from its arrival in its inbox) and only if no inbox holds an earlier
 //     message on its subject. Tests:
 //     TestOutOfOrderVersionIsCommittedAfterItsPredecessor,
 //     TestCrashedIngestsPredecessorIsNotTurnedIntoGap.
@@ -76,4 +76,11 @@
 // TestOversizedMessagesGetDeadLettersThatFit,
 // TestGapFloodIsBoundedAndJudgesNothing,
 // TestOnePrincipalsDeadLettersStayWithinItsQuota.
+//
+// With an inbox stream per principal (inboxes.go), one principal's events
+// fill only its own share, and its flood waits in its own stream and
+// lanes, never in front of another principal's events. Tests:
+// TestOnePrincipalsFullInboxLeavesAnotherCommitting,
+// TestFloodOfOnePrincipalsInboxLeavesAnothersCommits (switch: one shared
+// LEDGER_IN), TestEarlierVersionInAnotherPrincipalsInboxDelaysTheGap.
 package ingest

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -315,7 +316,7 @@ func (s *Service) markFinal(ctx context.Context, batch []*inbound, pos []int, no
 	wg.Wait()
 }
 
-// earlierPending reports whether LEDGER_IN holds a message of in's task,
+// earlierPending reports whether an inbox holds a message of in's task,
 // from any holder, that was stored before in, or whether that cannot be
 // told now: a fault is never turned into a verdict.
 func (s *Service) earlierPending(ctx context.Context, in *inbound) bool {
@@ -327,28 +328,51 @@ func (s *Service) earlierPending(ctx context.Context, in *inbound) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
-	// Any holder's: the predecessor may be a previous holder's.
-	first, err := s.inStream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(s.subjects.InTask(in.event.Partition, in.event.Task)))
+	// Any holder's: the predecessor may be a previous holder's. Not even
+	// in itself (another copy of it was acked, or it came in a batch): a
+	// batch may still hold its predecessor.
+	earlier, err := s.queuedBefore(ctx, in, s.subjects.InTask(in.event.Partition, in.event.Task))
 	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		// Not even in itself (another copy of it was acked, or it came
-		// in a batch): a batch may still hold its predecessor.
 	case err != nil:
 		s.log.Warn("cannot tell whether an earlier version is still queued; the gap verdict waits",
 			slog.Uint64("source_seq", in.sourceSeq), slog.String("error", err.Error()))
 		return true
-	case first.Sequence < in.sourceSeq:
+	case earlier:
 		return true
 	}
 	if h := s.cfg.hooks; h != nil && h.noBatchGapCheck {
 		return false
 	}
-	earlier, err := s.earlierBatch(ctx, in)
+	earlier, err = s.earlierBatch(ctx, in)
 	if err != nil {
 		s.log.Warn("cannot tell whether an earlier batch is still queued; the gap verdict waits",
 			slog.Uint64("source_seq", in.sourceSeq), slog.String("error", err.Error()))
 	}
 	return earlier
+}
+
+// queuedBefore reports whether an inbox stream holds a message on filter
+// stored before in: in in's own stream, one of a lower sequence; in
+// another inbox (a principal's own), one stored at an earlier time, as two
+// streams' sequences do not compare.
+func (s *Service) queuedBefore(ctx context.Context, in *inbound, filter string) (bool, error) {
+	own := cmp.Or(in.stream, wire.StreamIn)
+	for _, name := range s.inboxes.names() {
+		st := s.inboxes.stream(name)
+		if st == nil {
+			continue
+		}
+		first, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filter))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			continue
+		case err != nil:
+			return true, fmt.Errorf("%s: %w", name, err)
+		case name == own && first.Sequence < in.sourceSeq, name != own && first.Time.Before(in.published):
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // finish stores the batch's copies, then sends receipts and acks (or, for

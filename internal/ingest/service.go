@@ -47,7 +47,7 @@ type Service struct {
 	claims     *claims
 	witness    *witness
 	memory     memory
-	inStream   jetstream.Stream
+	inboxes    inboxSet
 	logStream  jetstream.Stream
 	parked     *parkedCount
 	stopping   chan struct{} // closed when Stop begins
@@ -112,8 +112,9 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	var err error
-	if s.inStream, err = s.js.Stream(ctx, wire.StreamIn); err != nil {
-		return fmt.Errorf("ingest: stream %s: %w", wire.StreamIn, err)
+	s.inboxes.byName = map[string]jetstream.Stream{}
+	if _, _, err := s.listInboxes(ctx); err != nil {
+		return fmt.Errorf("ingest: inbox streams: %w", err)
 	}
 	if s.logStream, err = s.js.Stream(ctx, wire.StreamLog); err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", wire.StreamLog, err)
@@ -210,7 +211,7 @@ func (s *Service) route(m jetstream.Msg, p int) {
 	}
 	in := &inbound{msg: m, received: time.Now(), part: p}
 	if meta, err := m.Metadata(); err == nil {
-		in.sourceSeq, in.delivered, in.published = meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp
+		in.stream, in.sourceSeq, in.delivered, in.published = meta.Stream, meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp
 	}
 	s.enqueue(in)
 }
@@ -218,7 +219,7 @@ func (s *Service) route(m jetstream.Msg, p int) {
 // enqueue holds in and hands it to its partition's lane; false, and in
 // handed back, when the service is stopping.
 func (s *Service) enqueue(in *inbound) bool {
-	l := s.lanes[in.part%len(s.lanes)]
+	l := s.lanes[s.laneOf(in)]
 	select {
 	case <-s.stopping:
 		_ = in.msg.Nak()
@@ -264,12 +265,20 @@ func (s *Service) Stop() {
 			runs = append(runs, r)
 		}
 		s.claims.mu.Unlock()
+		var ccs []jetstream.ConsumeContext
+		s.claims.mu.Lock()
 		for _, r := range runs {
-			r.consume.Drain()
+			for _, cc := range r.consumers {
+				ccs = append(ccs, cc)
+			}
 		}
-		for _, r := range runs {
+		s.claims.mu.Unlock()
+		for _, cc := range ccs {
+			cc.Drain()
+		}
+		for _, cc := range ccs {
 			select {
-			case <-r.consume.Closed():
+			case <-cc.Closed():
 			case <-deadline.C:
 				deadline.Reset(0)
 			}

@@ -14,9 +14,13 @@ const PrefixDefault = "ledger"
 // Stream, consumer and bucket names are fixed by the contract, whatever the
 // subject prefix.
 const (
-	StreamIn  = "LEDGER_IN"
-	StreamLog = "LEDGER_LOG"
-	StreamDLQ = "LEDGER_DLQ"
+	StreamIn = "LEDGER_IN"
+	// StreamInboxPrefix begins the name of a principal's own inbox,
+	// LEDGER_IN_<principal>, in a deployment that gives each principal a
+	// share of its own (docs/contract.md §2, "Inboxes").
+	StreamInboxPrefix = StreamIn + "_"
+	StreamLog         = "LEDGER_LOG"
+	StreamDLQ         = "LEDGER_DLQ"
 	// BucketTasks is the KV bucket holding one projection per task.
 	BucketTasks = "ledger_tasks"
 	// BucketProjector is the projector's own bookkeeping (which tasks wait
@@ -143,6 +147,37 @@ func (s Subjects) InTask(partition int, task string) string {
 // holder: <prefix>.in.*.*.<partition>.*.
 func (s Subjects) InPartition(partition int) string {
 	return s.p() + ".in.*.*." + strconv.Itoa(partition) + ".*"
+}
+
+// InPrincipalPartition is the filter of one principal's events in
+// partition: <prefix>.in.<principal>.*.<partition>.*. principal "*" is
+// InPartition.
+func (s Subjects) InPrincipalPartition(principal string, partition int) string {
+	return s.p() + ".in." + principal + ".*." + strconv.Itoa(partition) + ".*"
+}
+
+// InPrincipalBatchPartition is the filter of one principal's batches in
+// partition: <prefix>.in.<principal>.*.<partition>.
+func (s Subjects) InPrincipalBatchPartition(principal string, partition int) string {
+	return s.p() + ".in." + principal + ".*." + strconv.Itoa(partition)
+}
+
+// InboxStream is the inbox stream of principal's events:
+// LEDGER_IN_<principal> (docs/contract.md §2, "Inboxes").
+func InboxStream(principal string) string { return StreamInboxPrefix + principal }
+
+// InboxPrincipal is the principal whose events the inbox stream name holds:
+// "*" (every principal's) for LEDGER_IN, the principal for
+// LEDGER_IN_<principal>; ok is false for any other name.
+func InboxPrincipal(stream string) (principal string, ok bool) {
+	if stream == StreamIn {
+		return "*", true
+	}
+	p, ok := strings.CutPrefix(stream, StreamInboxPrefix)
+	if !ok || !ValidID(p) {
+		return "", false
+	}
+	return p, true
 }
 
 // InPrincipal is the filter of every inbound subject of one principal:

@@ -78,6 +78,39 @@ func TestStreamsApplyCreatesTheStreams(t *testing.T) {
 	require.Len(t, r.jsonLines(t), 7)
 }
 
+// streams apply -principals gives each principal an inbox of its own in
+// place of LEDGER_IN. It refuses while LEDGER_IN holds an event (that event
+// waits for its verdict) and deletes it once empty; applied again without
+// the list, LEDGER_IN does not come back, and the inboxes are listed.
+func TestStreamsApplyGivesPrincipalsInboxesOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	ns := natstest.Start(t)
+	js := ns.JetStream(t)
+	ctx := context.Background()
+	run(t, "-nats-url", ns.URL(), "streams", "apply").ok(t)
+	_, err := js.Publish(ctx, "ledger.in.reports.a.1.report-1", nil)
+	require.NoError(t, err)
+	r := run(t, "-nats-url", ns.URL(), "streams", "apply", "-principals", "reports,billing")
+	require.NotEqual(t, 0, r.code)
+	assert.Contains(t, r.stderr, "LEDGER_IN holds 1 events without a verdict")
+	in, err := js.Stream(ctx, wire.StreamIn)
+	require.NoError(t, err)
+	require.NoError(t, in.Purge(ctx))
+
+	run(t, "-nats-url", ns.URL(), "streams", "apply", "-principals", "reports,billing", "-inbox-max-bytes", "1048576").ok(t)
+	run(t, "-nats-url", ns.URL(), "streams", "apply").ok(t)
+	_, err = js.Stream(ctx, wire.StreamIn)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+	lines := run(t, "-nats-url", ns.URL(), "streams", "list", "-json").ok(t).jsonLines(t)
+	require.Len(t, lines, 8, "two inboxes, the log, the dead letters and four buckets")
+	assert.Equal(t, "LEDGER_IN_billing", lines[0]["stream"])
+	assert.Equal(t, "LEDGER_IN_reports", lines[1]["stream"])
+	assert.EqualValues(t, 1<<20, lines[1]["max_bytes"])
+	ack, err := js.Publish(ctx, "ledger.in.reports.a.1.report-1", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "LEDGER_IN_reports", ack.Stream)
+}
+
 func TestLeasesListHolderGenerationAndTimeLeft(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)

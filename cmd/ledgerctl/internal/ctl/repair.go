@@ -108,7 +108,7 @@ func (d *verifyDeps) republish(ctx context.Context, fd finding) (int, error) {
 
 // consumerAction is what the operator does about a consumer verify found.
 func consumerAction(fd finding) string {
-	if fd.Stream == "LEDGER_IN" {
+	if isInbox(fd.Stream) {
 		return "restart the ingest that holds this partition's claim: it remakes its consumer from the stream's first message"
 	}
 	return "stop the projectors, delete this consumer, start them: it is made again from the log's start (duplicates are ignored)"

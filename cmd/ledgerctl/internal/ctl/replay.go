@@ -115,7 +115,7 @@ Dead letters of <prefix>.dlq.invalid (unusable subject) cannot be replayed.`, st
 	if err != nil {
 		return err
 	}
-	in, err := stream(ctx, js, wire.StreamIn)
+	in, err := stream(ctx, js, inboxes(ctx, js, f.Prefix)[0]) // every inbox has LEDGER_IN's window
 	if err != nil {
 		return err
 	}
@@ -250,11 +250,12 @@ func replayOne(ctx context.Context, js jetstream.JetStream, subj wire.Subjects, 
 	switch {
 	case err != nil:
 		r.Result, r.Detail = replayFailed, fmt.Sprintf("publish to %s: %v", m.Subject, err)
-	case ack.Stream != wire.StreamIn:
-		r.Result, r.Detail = replayFailed, fmt.Sprintf("%s is stored by stream %s, not %s", m.Subject, ack.Stream, wire.StreamIn)
+	case !isInbox(ack.Stream):
+		r.Result, r.Detail = replayFailed, fmt.Sprintf("%s is stored by stream %s, not an inbox (%s or %s<principal>)",
+			m.Subject, ack.Stream, wire.StreamIn, wire.StreamInboxPrefix)
 	case ack.Duplicate:
 		r.Result = replayDeduplicated
-		r.Detail = fmt.Sprintf("LEDGER_IN already had Nats-Msg-Id %s within its duplicate window and dropped this copy", r.submittedID())
+		r.Detail = fmt.Sprintf("%s already had Nats-Msg-Id %s within its duplicate window and dropped this copy", ack.Stream, r.submittedID())
 	default:
 		r.Result, r.InSeq = replaySubmitted, ack.Sequence
 	}

@@ -18,7 +18,7 @@ import (
 )
 
 var streamsCommands = map[string]Command{
-	"apply": {StreamsApply, "[-replicas N] [-tasks-max-bytes N] [-marks-max-bytes N]",
+	"apply": {StreamsApply, "[-replicas N] [-tasks-max-bytes N] [-marks-max-bytes N] [-principals a,b -inbox-max-bytes N]",
 		"create or update the ledger's streams and buckets"},
 	"list": {StreamsList, "", "every stream and bucket of the ledger, whichever account holds it, with its consumers"},
 }
@@ -64,27 +64,44 @@ func ledgerStreams(prefix string) (names, optional []string, err error) {
 // of an authenticated deployment may not update a stream or bucket, so a
 // changed setting is applied here.
 func StreamsApply(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl streams apply", "[-replicas N] [-tasks-max-bytes N] [-marks-max-bytes N]",
+	f := NewFlags("ledgerctl streams apply", "[-replicas N] [-tasks-max-bytes N] [-marks-max-bytes N] [-principals a,b -inbox-max-bytes N]",
 		"Create or update the streams LEDGER_IN, LEDGER_LOG and LEDGER_DLQ and the buckets from the\n"+
 			"definitions embedded in the binary (streams/*.json), with the subject prefix of -prefix.\n"+
-			"Give the bucket sizes the projector runs with: the services create, never update.", stderr)
+			"Give the bucket sizes the projector runs with: the services create, never update.\n"+
+			"With -principals, each principal gets an inbox of its own, LEDGER_IN_<principal>, in place\n"+
+			"of LEDGER_IN, which must then be empty: it is deleted (docs/operations.md, \"Inboxes per\n"+
+			"principal\"). Run it again with a new principal added; the others' inboxes are kept.", stderr)
 	replicas := f.Int("replicas", 1, "replicas of every stream: 1, or 3 in a cluster (env LEDGER_REPLICAS)")
 	tasksMax := f.Int64("tasks-max-bytes", 0, "max_bytes of ledger_tasks, as the projector's flag: 0 keeps the default (512 MiB), -1 lifts it (env LEDGER_TASKS_MAX_BYTES)")
+	var principals listFlag
+	f.Var(&principals, "principals", "principals to give an inbox of their own, comma-separated (env LEDGER_PRINCIPALS)")
+	inboxMax := f.Int64("inbox-max-bytes", 0, "max_bytes of each principal's inbox: 0 keeps what it has, or 256 MiB for a new one (env LEDGER_INBOX_MAX_BYTES)")
 	marksMax := f.Int64("marks-max-bytes", 0, "max_bytes of ledger_projector, as the projector's flag: 0 keeps the default (32 MiB), -1 lifts it (env LEDGER_MARKS_MAX_BYTES)")
 	// Not connect.EnvInt: it exits the process on a malformed value.
 	for env, flag := range map[string]string{"LEDGER_REPLICAS": "replicas", "LEDGER_TASKS_MAX_BYTES": "tasks-max-bytes",
-		"LEDGER_MARKS_MAX_BYTES": "marks-max-bytes"} {
+		"LEDGER_MARKS_MAX_BYTES": "marks-max-bytes", "LEDGER_INBOX_MAX_BYTES": "inbox-max-bytes"} {
 		if v := connect.Env(env, ""); v != "" {
 			if err := f.Set(flag, v); err != nil {
 				return Usagef("%s=%q is not an integer", env, v)
 			}
 		}
 	}
+	if v := connect.Env("LEDGER_PRINCIPALS", ""); v != "" {
+		_ = principals.Set(v)
+	}
 	if err := f.Parse(args); err != nil {
 		return err
 	}
 	if f.NArg() > 0 {
 		return Usagef("unexpected argument %q", f.Arg(0))
+	}
+	for _, p := range principals {
+		if !wire.ValidID(p) {
+			return Usagef("-principals: %q is not a principal (1..128 of [A-Za-z0-9_-])", p)
+		}
+	}
+	if *inboxMax < 0 {
+		return Usagef("-inbox-max-bytes must not be negative")
 	}
 	if *replicas < 1 || *replicas > 5 {
 		return Usagef("-replicas must be 1..5, got %d", *replicas)
@@ -97,9 +114,14 @@ func StreamsApply(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer nc.Close()
-	opts := streams.Options{Prefix: f.Prefix, Replicas: *replicas}
+	opts := streams.Options{Prefix: f.Prefix, Replicas: *replicas, Principals: principals, InboxMaxBytes: *inboxMax}
 	actx, cancel := context.WithTimeout(ctx, 3*RequestTimeout)
 	defer cancel()
+	if len(principals) > 0 {
+		if err := dropEmptySharedInbox(actx, js); err != nil {
+			return err
+		}
+	}
 	if err := streams.Apply(actx, js, opts); err != nil {
 		return err
 	}
@@ -117,6 +139,32 @@ func StreamsApply(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	}
 	return listStreams(ctx, f, js, stdout)
+}
+
+// dropEmptySharedInbox deletes LEDGER_IN before principals get inboxes of
+// their own, when it holds nothing: a message in it waits for its verdict,
+// so a LEDGER_IN that holds one is an error (stop the workers, let the
+// ingest decide what it holds, and run again).
+func dropEmptySharedInbox(ctx context.Context, js jetstream.JetStream) error {
+	st, err := js.Stream(ctx, wire.StreamIn)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", wire.StreamIn, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", wire.StreamIn, err)
+	}
+	if n := info.State.Msgs; n > 0 {
+		return fmt.Errorf("%s holds %d events without a verdict: stop the workers, let the ingest decide them, and run again "+
+			"(docs/operations.md, \"Inboxes per principal\")", wire.StreamIn, n)
+	}
+	if err := js.DeleteStream(ctx, wire.StreamIn); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("delete the empty %s: %w", wire.StreamIn, err)
+	}
+	return nil
 }
 
 // StreamsList lists every stream and bucket of the ledger ("streams list").
@@ -142,6 +190,8 @@ func listStreams(ctx context.Context, f *Flags, js jetstream.JetStream, stdout i
 	if err != nil {
 		return err
 	}
+	// The inboxes in place of LEDGER_IN: one, or one per principal.
+	names = append(inboxes(ctx, js, f.Prefix), slices.DeleteFunc(names, func(n string) bool { return n == wire.StreamIn })...)
 	var rows []streamRow
 	for _, name := range append(names, optional...) {
 		r, err := describeStream(ctx, js, name)

@@ -267,14 +267,14 @@ func (d *verifyDeps) lastLogged(ctx context.Context, s jetstream.Stream, partiti
 	return c.Version, nil
 }
 
-// consumers finds the consumers of LEDGER_IN and LEDGER_LOG whose position
+// consumers finds the consumers of the inboxes and LEDGER_LOG whose position
 // is past their stream's last sequence (the stream lost its tail, and new
 // messages would get sequences counted as delivered), and the LEDGER_IN
 // consumers with a message at or below their ack floor (a work queue keeps
 // only messages not yet acked: that one is never delivered).
 func (d *verifyDeps) consumers(ctx context.Context, _ verifyOpts) ([]finding, error) {
 	var out []finding
-	for _, name := range []string{wire.StreamIn, wire.StreamLog} {
+	for _, name := range append(inboxes(ctx, d.js, d.subj.Prefix), wire.StreamLog) {
 		s, err := stream(ctx, d.js, name)
 		if err != nil {
 			return nil, err
@@ -290,7 +290,7 @@ func (d *verifyDeps) consumers(ctx context.Context, _ verifyOpts) ([]finding, er
 			switch {
 			case ci.AckFloor.Stream > last || ci.Delivered.Stream > last:
 				f.Problem, f.Have, f.Want = "ahead_of_stream", int64(max(ci.AckFloor.Stream, ci.Delivered.Stream)), int64(last)
-			case name == wire.StreamIn && ci.AckFloor.Stream > 0:
+			case isInbox(name) && ci.AckFloor.Stream > 0:
 				first, err := firstMsg(ctx, s, ci.Config)
 				if err != nil {
 					return nil, fmt.Errorf("consumer %s: %w", ci.Name, err)
