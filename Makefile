@@ -35,7 +35,7 @@ test-ts:
 # fuzz: every fuzz target for FUZZTIME each (default 1m); `make test` runs
 # each for a few seconds.
 FUZZTIME ?= 1m
-FUZZTIME_CI ?= 3s
+FUZZTIME_CI ?= 2s
 fuzz:
 	FUZZTIME=$(FUZZTIME) bash .ci/fuzz
 

@@ -214,7 +214,7 @@ func TestChaosAgainstAnExternalDeployment(t *testing.T) {
 // instead of the server's restart. A node kill is the fault that once made
 // thousands of in-order events `gap` (issue 9); and the run must get past a
 // cluster's start, whose first JetStream requests go unanswered until it
-// has elected its meta leader. Nodes also come back with their stream
+// has elected its meta leader. Each killed node comes back with its stream
 // files' tail cut or a block corrupted (storage loss), which a replica can
 // carry into leading a stream without any client's reconnect: log_order
 // was 60 in a 3-minute run before each log copy named its predecessor's
@@ -224,22 +224,18 @@ func TestChaosAgainstAnExternalDeployment(t *testing.T) {
 func TestChaosOnAClusterBreaksNoPromise(t *testing.T) {
 	bin, _ := build(t)
 	res := runChaos(t, chaos.Options{Bin: bin, Duration: 25 * time.Second, Cluster: true,
-		NATSRestartEvery: 10 * time.Second, StorageLossEvery: 8 * time.Second, Resend: 3 * time.Second,
+		NATSRestartEvery: chaos.Off, StorageLossEvery: 6 * time.Second, Resend: 3 * time.Second,
 		DrainTimeout: 30 * time.Second, KillIngestEvery: chaos.Off, PGRestartEvery: chaos.Off, PGCutEvery: chaos.Off})
 
 	r := res.Report
 	assert.Zero(t, r.Total(), "violations: %v\n%s", r.Counts, res.Summary)
-	var kills, losses int
+	var losses int
 	for _, f := range res.Faults {
-		switch f.Kind {
-		case chaos.FaultNATSKill:
-			kills = f.Count
-		case chaos.FaultNATSLoss:
-			losses = f.Count
+		if f.Kind == chaos.FaultNATSLoss {
+			losses = f.Count // each a node killed and restarted
 		}
 	}
-	assert.Positive(t, kills, "no node was killed: %s", res.Summary)
-	assert.Positive(t, losses, "no node lost storage: %s", res.Summary)
+	assert.Positive(t, losses, "no node was killed and lost storage: %s", res.Summary)
 	assert.Positive(t, r.Commits, res.Summary)
 }
 
