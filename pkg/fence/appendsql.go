@@ -166,11 +166,11 @@ func (s *Store) decide(ctx context.Context, conn *pgxpool.Conn, b *batch, res []
 			// head from the database, look every event up, and decide again.
 			b.fullLookup = true
 			step = txContinue
-		case len(p.rejects) > 0 && !b.exclusive && !s.hooks.sharedRejections:
+		case !b.exclusive && !s.hooks.sharedRejections && p.undoable(res, s.hooks.allRejectionsExclusive):
 			// A rejection is final (doc.go, Finality): no other append may
-			// decide the same events between this reading and the commit.
-			// The shared locks are given up rather than upgraded, so two
-			// such batches queue instead of deadlocking.
+			// commit an event this one rejects between this reading and
+			// the commit. The shared locks are given up rather than
+			// upgraded, so two such batches queue instead of deadlocking.
 			b.exclusive = true
 			step = txRestart
 		default:

@@ -277,6 +277,45 @@ func kindName(snapshot bool) string {
 	return wire.KindEvents
 }
 
+// undoable reports whether a rejection the plan records could be
+// contradicted by another append that commits the same event before this
+// one commits: such a batch must decide under FOR UPDATE lease locks
+// (doc.go, Finality). Under the shared locks (FOR KEY SHARE) no grant,
+// revoke, mode change or renewal of an expired lease can happen, and heads,
+// owners, kinds and committed ids only ever move one way, so most verdicts
+// stand whatever another append does:
+//
+//   - stale/superseded and stale/not_holder: the event commits only under
+//     a lease row of its own holder and generation, and the row's holder
+//     and generation move only by a grant, which waits for the lock.
+//   - invalid/not_owner and invalid/wrong_kind: a task's owner and kind
+//     never change once it has a version.
+//   - conflict: the event's id or (task, version) is committed with other
+//     content, and a committed row stays; a snapshot head only rises.
+//
+// What remains may be undone: a gap (another append can commit the
+// versions before it), no_lease (a first grant inserts the row, which no
+// lock held) and lease_expired (a renewal may still extend the lease the
+// reading found expired: renewals do not wait for shared locks). So a
+// flood of another principal's events on a partition is recorded stale
+// beside its holder's commits, never in front of them.
+func (p plan) undoable(res []Result, all bool) bool {
+	for _, i := range p.rejects {
+		if all {
+			return true
+		}
+		switch r := res[i]; r.Verdict {
+		case wire.VerdictGap:
+			return true
+		case wire.VerdictStale:
+			if r.Reason != wire.ReasonSuperseded && r.Reason != wire.ReasonNotHolder {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // staleReason is the fence as classification sees it; the insert checks the
 // same predicate again against the locked lease row.
 func staleReason(leased bool, l leaseState, e *Event) string {

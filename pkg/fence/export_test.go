@@ -30,6 +30,15 @@ func SharedRejectionLocks(s *Store) *Store {
 	return &c
 }
 
+// AllRejectionsExclusive returns a copy of s that decides every batch that
+// records a rejection under FOR UPDATE lease locks, as before verdicts no
+// other append can undo were recorded under the shared locks.
+func AllRejectionsExclusive(s *Store) *Store {
+	c := *s
+	c.hooks.allRejectionsExclusive = true
+	return &c
+}
+
 // NormalizePayload is normalizePayload, for the fuzz targets.
 func NormalizePayload(p []byte, max int) ([]byte, error) { return normalizePayload(p, max) }
 

@@ -181,3 +181,86 @@ func TestAppendDoesNotBlockRenewButBlocksTakeover(t *testing.T) {
 	require.NoError(t, tookErr)
 	require.Equal(t, l.Generation+1, took.Generation)
 }
+
+// A flood of another principal's events on a partition is judged stale
+// beside the holder's commits, not in front of them: a rejection that no
+// other append can undo (plan.undoable) is recorded under the shared lease
+// locks. The flood's append is paused between its reads and its write
+// while the holder commits and releases: neither waits for it. A grant
+// still does, so the stale verdict stays final: once the flooder holds the
+// partition at the very generation its event names, a copy of the event
+// gets the recorded verdict again and commits nothing. The negative
+// control decides every rejection under FOR UPDATE, as before: the
+// holder's commit waits for the flood's append.
+func TestStaleVerdictsDoNotHoldUpTheHoldersCommits(t *testing.T) {
+	t.Parallel()
+	for _, exclusive := range []bool{false, true} {
+		t.Run(map[bool]string{false: "shared", true: "exclusive_control"}[exclusive], func(t *testing.T) {
+			t.Parallel()
+			s, db := newStore(t, fence.Config{})
+			ctx := context.Background()
+			a, err := s.Acquire(ctx, 0, "reports.a", longTTL)
+			require.NoError(t, err)
+			// The flooder names the generation it will be granted next.
+			flood := ev(fence.Lease{Partition: 0, Holder: "billing.x", Generation: a.Generation + 1}, "bill-1", 1, "x")
+			mine := ev(a, "report-1", 1, "running")
+
+			holder, err := fence.New(db.Pool, fence.Config{}) // the holder's events, decided beside the flood
+			require.NoError(t, err)
+			var committedBeside bool
+			done := make(chan struct{})
+			var r fence.Result
+			var appendErr error
+			var acquired fence.Lease
+			var acquireErr error
+			granted := make(chan struct{})
+			var once sync.Once
+			paused := fence.BeforeWrite(s, func() {
+				once.Do(func() {
+					go func() {
+						defer close(done)
+						var res []fence.Result
+						if res, appendErr = holder.Append(ctx, []fence.Event{mine}); appendErr == nil {
+							r = res[0]
+						}
+					}()
+					if waitDoneOrBlocked(t, db, done) {
+						return // the holder waits; the flood's append goes on
+					}
+					require.NoError(t, appendErr)
+					require.Equal(t, wire.VerdictCommitted, r.Verdict)
+					require.NoError(t, holder.Release(ctx, 0, "reports.a", a.Generation))
+					committedBeside = true
+					go func() {
+						defer close(granted)
+						acquired, acquireErr = holder.Acquire(ctx, 0, "billing.x", longTTL)
+					}()
+					require.True(t, waitDoneOrBlocked(t, db, granted), "a grant must wait for the stale verdict's append")
+				})
+			})
+			if exclusive {
+				paused = fence.AllRejectionsExclusive(paused)
+			}
+			stale := appendOne(t, paused, flood)
+			require.Equal(t, wire.VerdictStale, stale.Verdict)
+			require.Equal(t, wire.ReasonNotHolder, stale.Reason)
+			<-done
+			require.NoError(t, appendErr)
+			require.Equal(t, wire.VerdictCommitted, r.Verdict)
+			if exclusive {
+				require.False(t, committedBeside, "under FOR UPDATE the holder's commit must wait, or the test proves nothing")
+				return
+			}
+			require.True(t, committedBeside, "the holder's commit waited for another principal's stale event")
+
+			<-granted
+			require.NoError(t, acquireErr)
+			require.Equal(t, flood.Generation, acquired.Generation)
+			again := appendOne(t, s, flood)
+			require.Equal(t, wire.VerdictStale, again.Verdict, "the flooder's own grant does not undo the verdict")
+			require.True(t, again.Repeat)
+			require.Equal(t, 0, countRows(t, db, `SELECT count(*) FROM ledger.events WHERE event_id = $1`, flood.ID))
+			require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM ledger.rejections WHERE event_id = $1`, flood.ID))
+		})
+	}
+}

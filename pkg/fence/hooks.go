@@ -13,6 +13,9 @@ type hooks struct {
 	// sharedRejections records rejections under the shared lease locks of
 	// every append, as before finality was enforced.
 	sharedRejections bool
+	// allRejectionsExclusive takes the exclusive lease locks for every
+	// rejection, also those no other append can undo (plan.undoable).
+	allRejectionsExclusive bool
 	// unserialised, headsFromLog and noIDFloor switch off what keeps
 	// versions dense and ids unique across writers and archived history.
 	unserialised, headsFromLog, noIDFloor bool
