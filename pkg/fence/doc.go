@@ -66,11 +66,11 @@
 //   - Finality. Stale, conflict and gap verdicts are written to
 //     ledger.rejections in the batch's own transaction. An event id has one
 //     final verdict; committed wins. A later copy gets the recorded verdict
-//     again (Result.Repeat) and writes nothing. An append that records a
-//     rejection another append could still undo first locks its partitions
-//     FOR UPDATE; the rest stand under the shared locks (plan.undoable).
-//     Tests: TestRecordedRejectionIsFinal; TestConcurrentRejectionAndCommitOfOneEventID,
-//     switch SharedRejectionLocks; TestStaleVerdictsDoNotHoldUpTheHoldersCommits,
+//     again (Result.Repeat) and writes nothing. A rejection that another
+//     append could undo is decided under FOR UPDATE lease locks
+//     (plan.undoable). Tests: TestRecordedRejectionIsFinal;
+//     TestConcurrentRejectionAndCommitOfOneEventID, switch
+//     SharedRejectionLocks; TestStaleVerdictsDoNotHoldUpTheHoldersCommits,
 //     switch AllRejectionsExclusive.
 //   - Bounded payloads. A payload that jsonb cannot store, or would render
 //     much larger than written, is invalid (bad_payload) before any SQL runs
