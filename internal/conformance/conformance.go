@@ -26,7 +26,10 @@
 // throughout the case. Expected values match as a subset: an object names
 // the fields that must be there, with these special strings: "$any" (present),
 // "$absent" (missing, null or false), "$positive" (a number above 0),
-// "$contains:TEXT" (a string containing TEXT). null matches null or missing.
+// "$contains:TEXT" (a string containing TEXT), "$inbox" (the name of a
+// stream that takes workers' events: LEDGER_IN, or a principal's own
+// LEDGER_IN_<principal> where the ledger gives principals inboxes). null
+// matches null or missing.
 package conformance
 
 import (
@@ -145,6 +148,10 @@ func (s Step) PublishBody() ([]byte, error) {
 	return []byte(text), nil
 }
 
+// inboxName is LEDGER_IN or a principal's inbox (docs/operations.md,
+// "Inboxes per principal").
+var inboxName = regexp.MustCompile(`^LEDGER_IN(_[A-Za-z0-9_-]{1,64})?$`)
+
 // Match reports where got (decoded JSON) differs from want, or "" when it
 // matches; path names the place for the message.
 func Match(path string, want, got any) string {
@@ -164,6 +171,11 @@ func Match(path string, want, got any) string {
 		case w == "$positive":
 			if n, ok := got.(float64); !ok || n <= 0 {
 				return fmt.Sprintf("%s: want a positive number, got %v", path, got)
+			}
+			return ""
+		case w == "$inbox":
+			if name, ok := got.(string); !ok || !inboxName.MatchString(name) {
+				return fmt.Sprintf("%s: want LEDGER_IN or LEDGER_IN_<principal>, got %v", path, got)
 			}
 			return ""
 		case strings.HasPrefix(w, "$contains:"):

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/conformance"
@@ -18,6 +19,7 @@ import (
 	"github.com/flowness/ledger/internal/natstest"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/fence"
+	"github.com/flowness/ledger/streams"
 )
 
 // casesDir holds the cases every client runs.
@@ -38,13 +40,36 @@ func TestTheLedgerPassesEveryConformanceCase(t *testing.T) {
 	}
 }
 
+// The same cases against a ledger that gives each of their principals an
+// inbox stream of its own (docs/operations.md, "Inboxes per principal")
+// in place of the one LEDGER_IN: a client sees the same contract.
+// Switch: the cases' acks expecting "LEDGER_IN" where they say "$inbox".
+func TestTheLedgerWithInboxesPassesEveryConformanceCase(t *testing.T) {
+	t.Parallel()
+	cases, err := conformance.Load(casesDir)
+	require.NoError(t, err)
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			run(t, startLedger(t, "conf-a", "conf-b", "conf-c"), c)
+		})
+	}
+}
+
 // startLedger starts a ledger as the cases expect it and returns a
-// connection to it.
-func startLedger(t *testing.T) *nats.Conn {
+// connection to it; with inboxes, those principals have inbox streams of
+// their own and there is no LEDGER_IN.
+func startLedger(t *testing.T, inboxes ...string) *nats.Conn {
 	db := dbtest.New(t)
 	ns := natstest.Start(t)
 	store, err := fence.New(db.Pool, fence.Config{})
 	require.NoError(t, err)
+	if len(inboxes) > 0 {
+		js, err := jetstream.New(ns.Conn(t))
+		require.NoError(t, err)
+		require.NoError(t, streams.Apply(context.Background(), js, streams.Options{
+			Partitions: store.Partitions(), Principals: inboxes}))
+	}
 	in, err := ingest.New(ingest.Config{GapWindow: conformance.GapWindowMillis * time.Millisecond},
 		ingest.Deps{NC: ns.Conn(t), Store: store, Logger: ledgertest.Logger()})
 	require.NoError(t, err)

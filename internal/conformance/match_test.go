@@ -11,7 +11,7 @@ import (
 
 func TestMatchJudgesASubsetWithItsSpecialValues(t *testing.T) {
 	t.Parallel()
-	got := decode(t, `{"verdict":"stale","seq":0,"reason":"superseded","heads":[{"v":1}],"partition":null,"message":"generation 6 was never granted"}`)
+	got := decode(t, `{"verdict":"stale","seq":0,"reason":"superseded","heads":[{"v":1}],"partition":null,"message":"generation 6 was never granted","in":"LEDGER_IN","inbox":"LEDGER_IN_conf-a","log":"LEDGER_LOG"}`)
 	for _, c := range []struct {
 		want string
 		ok   bool
@@ -24,6 +24,9 @@ func TestMatchJudgesASubsetWithItsSpecialValues(t *testing.T) {
 		{`{"missing":"$any"}`, false},
 		{`{"message":"$contains:never granted"}`, true},
 		{`{"message":"$contains:not the current one"}`, false},
+		{`{"in":"$inbox","inbox":"$inbox"}`, true},
+		{`{"log":"$inbox"}`, false},
+		{`{"seq":"$inbox"}`, false},
 		{`{"heads":[{"v":1}]}`, true},
 		{`{"heads":[{"v":1},{"v":2}]}`, false},
 		{`{"seq":0,"heads":[{"v":2}]}`, false},

@@ -42,6 +42,7 @@ export function match(where: string, want: unknown, got: unknown): string {
     if (want === "$any") return got === undefined || got === null ? `${where}: missing` : "";
     if (want === "$absent") return got === undefined || got === null || got === false ? "" : `${where}: want absent, got ${JSON.stringify(got)}`;
     if (want === "$positive") return typeof got === "number" && got > 0 ? "" : `${where}: want a positive number, got ${JSON.stringify(got)}`;
+    if (want === "$inbox") return typeof got === "string" && /^LEDGER_IN(_[A-Za-z0-9_-]{1,64})?$/.test(got) ? "" : `${where}: want LEDGER_IN or LEDGER_IN_<principal>, got ${JSON.stringify(got)}`;
     if (want.startsWith("$contains:")) {
       const text = want.slice("$contains:".length);
       return typeof got === "string" && got.includes(text) ? "" : `${where}: want a string containing ${JSON.stringify(text)}, got ${JSON.stringify(got)}`;
