@@ -92,8 +92,8 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		closedCh: make(chan struct{}), leases: map[int]*Lease{}, pending: map[string]*Pending{},
 		acking: map[string]*Pending{}, batches: map[string][]*Pending{}}
 	c.ctx, c.stop = context.WithCancel(context.Background())
-	c.heads = &headBatcher{c: c}
-	c.lookups = &lookupBatcher{c: c}
+	c.heads = newHeadBatcher(c)
+	c.lookups = newLookupBatcher(c)
 	if cfg.Partitions == 0 {
 		n, err := c.askPartitions()
 		if err != nil {

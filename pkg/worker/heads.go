@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -13,18 +12,21 @@ import (
 const maxHeadsPerRequest = 1000
 
 // headBatcher asks the ledger for task heads on behalf of every publisher
-// of the client, many tasks in one request. A lookup that arrives while a
-// request is in flight waits for the next one, which carries every lookup
-// that arrived meanwhile: an idle client asks at once, a busy one (a
-// worker starting on thousands of fresh tasks) asks once per round trip
-// instead of once per task. Without it, the first event of every task waited
-// for a round trip of its own, and a run over fresh tasks started at a
-// third of its steady rate.
+// of the client, many tasks in one request (coalescer): a worker starting
+// on thousands of fresh tasks asks once per round trip instead of once per
+// task. Without it, the first event of every task waited for a round trip
+// of its own, and a run over fresh tasks started at a third of its steady
+// rate.
 type headBatcher struct {
-	c    *Client
-	mu   sync.Mutex
-	wait []*headCall
-	busy bool // a request is in flight; new calls wait for the next one
+	c *Client
+	q coalescer[*headCall]
+}
+
+func newHeadBatcher(c *Client) *headBatcher {
+	b := &headBatcher{c: c}
+	b.q.take = func(wait []*headCall) int { return min(len(wait), maxHeadsPerRequest) }
+	b.q.ask = b.ask
+	return b
 }
 
 type headCall struct {
@@ -38,39 +40,12 @@ type headCall struct {
 // are waiting; it returns early when ctx ends.
 func (b *headBatcher) lookup(ctx context.Context, task string) (wire.TaskHeadReply, error) {
 	call := &headCall{task: task, done: make(chan struct{})}
-	b.mu.Lock()
-	b.wait = append(b.wait, call)
-	start := !b.busy
-	b.busy = true
-	b.mu.Unlock()
-	if start {
-		go b.run()
-	}
+	b.q.add(call)
 	select {
 	case <-call.done:
 		return call.reply, call.err
 	case <-ctx.Done():
 		return wire.TaskHeadReply{}, fmt.Errorf("worker: head of task %s: %w", task, ctx.Err())
-	}
-}
-
-// run sends requests while lookups wait, then goes idle.
-func (b *headBatcher) run() {
-	for {
-		b.mu.Lock()
-		calls := b.wait
-		if len(calls) > maxHeadsPerRequest {
-			calls, b.wait = calls[:maxHeadsPerRequest], calls[maxHeadsPerRequest:]
-		} else {
-			b.wait = nil
-		}
-		if len(calls) == 0 {
-			b.busy = false
-			b.mu.Unlock()
-			return
-		}
-		b.mu.Unlock()
-		b.ask(calls)
 	}
 }
 

@@ -18,21 +18,25 @@ import (
 const maxLookupBytes = 1 << 20
 
 // lookupBatcher asks the ledger for the verdicts of events whose receipt
-// did not come, many in one request, as headBatcher does for heads. After a
+// did not come, many in one request, as headBatcher does for heads (coalescer). After a
 // loss thousands of events wait at once; one request each was refused busy
 // by the principal's fair share of the lease service, and most events
 // waited several more ReceiptTimeouts. Against a ledger older than the
 // batch form it asks one event at a time, as SDKs before it did.
 type lookupBatcher struct {
-	c    *Client
-	mu   sync.Mutex
-	wait []*lookupCall
-	busy bool // a request is in flight; new calls wait for the next one
+	c *Client
+	q coalescer[*lookupCall]
 	// single is set once the ledger answered that it does not know the
 	// batch form.
 	single atomic.Bool
 	// refusals logs busy and rate_limited refusals once per run of them.
 	refusals refusalRun
+}
+
+func newLookupBatcher(c *Client) *lookupBatcher {
+	b := &lookupBatcher{c: c}
+	b.q.take, b.q.ask = b.take, b.ask
+	return b
 }
 
 type lookupCall struct {
@@ -49,14 +53,7 @@ func (b *lookupBatcher) lookup(ctx context.Context, p *Pending) (wire.TaskHeadEv
 		return b.one(ctx, p)
 	}
 	call := &lookupCall{p: p, done: make(chan struct{})}
-	b.mu.Lock()
-	b.wait = append(b.wait, call)
-	start := !b.busy
-	b.busy = true
-	b.mu.Unlock()
-	if start {
-		go b.run()
-	}
+	b.q.add(call)
 	select {
 	case <-call.done:
 		return call.reply, call.err
@@ -65,36 +62,19 @@ func (b *lookupBatcher) lookup(ctx context.Context, p *Pending) (wire.TaskHeadEv
 	}
 }
 
-// run sends requests while lookups wait, then goes idle.
-func (b *lookupBatcher) run() {
-	for {
-		b.mu.Lock()
-		n := b.take()
-		calls := b.wait[:n:n]
-		b.wait = b.wait[n:]
-		if n == 0 {
-			b.wait, b.busy = nil, false
-			b.mu.Unlock()
-			return
-		}
-		b.mu.Unlock()
-		b.ask(calls)
-	}
-}
-
 // take is how many waiting calls the next request carries: at most
 // LookupBatchMax, and as many as fit maxLookupBytes and the server's
 // max_payload (at least one). A payload grows at most twofold as a JSON
 // string, and the other members of a lookup take at most 512 bytes.
-func (b *lookupBatcher) take() int {
+func (b *lookupBatcher) take(wait []*lookupCall) int {
 	limit := min(maxLookupBytes, int(b.c.nc.MaxPayload()))
 	size := 16
-	for i, call := range b.wait {
+	for i, call := range wait {
 		if size += 2*len(call.p.in.Payload) + 512; i == b.c.cfg.LookupBatchMax || (i > 0 && size > limit) {
 			return i
 		}
 	}
-	return len(b.wait)
+	return len(wait)
 }
 
 // ask sends one request for calls and settles each; against a ledger
