@@ -18,13 +18,15 @@ MODULES := . pkg/wire pkg/worker testkit
 # processes at over 1,000 events/s) go last and alone: beside them, the
 # other packages' timing-bound tests would share two CPUs with them.
 CHAOS_PKG := ./internal/lab/chaos
+# Each stage prints how long it took ("stage: ..."), so a slow CI run says where.
+STAGE = start=$$(date +%s); trap 'echo "stage: $(1) took $$(( $$(date +%s) - start )) s"' EXIT;
 test: vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	@for m in $(MODULES); do (cd $$m && bash $(CURDIR)/.ci/gotest -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/internal/lab/chaos$$')) || exit 1; done
-	bash .ci/gotest -race -count=1 -timeout 9m $(CHAOS_PKG)
-	FUZZTIME=$(FUZZTIME_CI) bash .ci/fuzz
-	$(MAKE) test-ts
+	@$(call STAGE,packages) for m in $(MODULES); do (cd $$m && bash $(CURDIR)/.ci/gotest -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/internal/lab/chaos$$')) || exit 1; done
+	@$(call STAGE,chaos) bash .ci/gotest -race -count=1 -timeout 9m $(CHAOS_PKG)
+	@$(call STAGE,fuzz) FUZZTIME=$(FUZZTIME_CI) bash .ci/fuzz
+	@$(call STAGE,typescript) $(MAKE) test-ts
 
 # test-ts: the TypeScript SDK (sdk/typescript) and its conformance run, against
 # a real ledger it starts with ledgerctl dev. Needs Node 20+ and npm.
