@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -531,5 +532,32 @@ func TestLostRenewalReplyIsRetriedBeforeTheDeadline(t *testing.T) {
 	case <-lease.Lost():
 		t.Fatalf("the lease was lost after one lost renewal reply: %v", context.Cause(lease.Context()))
 	default:
+	}
+}
+
+// A connection that stops reconnecting (nats.go's default: 60 attempts)
+// closes for good after a long outage, and the events still waiting for
+// their verdicts never get them: New says so once, at the warning level.
+// A connection that reconnects for ever is not warned about.
+// Switch: the check in New (no warning, and the first case fails).
+func TestNewWarnsOfAConnectionThatStopsReconnecting(t *testing.T) {
+	t.Parallel()
+	ns := natstest.Start(t)
+	cfg := worker.Config{Holder: "w.1", Partitions: 4}
+	for _, tc := range []struct {
+		name string
+		opt  nats.Option
+		warn int
+	}{
+		{"nats.go's default", nats.MaxReconnects(60), 1},
+		{"no reconnect", nats.NoReconnect(), 1},
+		{"for ever", nats.MaxReconnects(-1), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			cfg.Logger = slog.New(rec)
+			newClient(t, ns.Conn(t, worker.InboxOption(cfg.Holder), tc.opt), cfg)
+			require.Equal(t, tc.warn, rec.count("the NATS connection stops reconnecting", time.Time{}), rec.String())
+		})
 	}
 }

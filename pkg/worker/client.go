@@ -86,6 +86,13 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("worker: the connection's replies must come to %s.>, the only inbox the holder's principal may read: "+
 			"connect with worker.InboxOption(%q)", prefix, cfg.Holder)
 	}
+	if o := nc.Opts; o.MaxReconnect >= 0 || !o.AllowReconnect {
+		// A connection that gives up closes for good, and the events still
+		// waiting for their verdicts never get them (docs/sdk.md).
+		cfg.Logger.Warn("the NATS connection stops reconnecting after a while: events waiting for their verdicts "+
+			"then never get them; connect with nats.MaxReconnects(-1)",
+			slog.Int("max_reconnects", o.MaxReconnect), slog.Bool("allow_reconnect", o.AllowReconnect))
+	}
 	// Client bounds its events per lease itself (MaxInFlight), so
 	// JetStream's own bound is only a backstop and must never stall first.
 	c := &Client{nc: nc, cfg: cfg, subj: wire.Subjects{Prefix: cfg.Prefix}, log: cfg.Logger,
