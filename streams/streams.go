@@ -151,6 +151,39 @@ func Inboxes(ctx context.Context, js jetstream.JetStream, prefix string) ([]stri
 	return out, nil
 }
 
+// PartitionsOf is the partition count the streams of workers' events were
+// made with: that of LEDGER_IN, or else of the first inbox whose subjects
+// are two per partition (Options.Partitions); 0 when none has such
+// subjects. `ledgerctl streams apply` gives it to the inboxes it makes: in
+// an authenticated deployment the ingest may not update them to its own.
+func PartitionsOf(ctx context.Context, js jetstream.JetStream, prefix string) (int, error) {
+	subj := wire.Subjects{Prefix: Options{Prefix: prefix}.withDefaults().Prefix}
+	names, err := Inboxes(ctx, js, prefix)
+	if err != nil {
+		return 0, err
+	}
+	for _, n := range names {
+		st, err := js.Stream(ctx, n)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("streams: read %s: %w", n, err)
+		}
+		have := st.CachedInfo().Config.Subjects
+		principal, _ := wire.InboxPrincipal(n)
+		k := len(have) / 2
+		want := make([]string, 0, len(have))
+		for p := range k {
+			want = append(want, subj.InPrincipalPartition(principal, p), subj.InPrincipalBatchPartition(principal, p))
+		}
+		if k > 0 && len(have)%2 == 0 && slices.Equal(slices.Sorted(slices.Values(have)), slices.Sorted(slices.Values(want))) {
+			return k, nil
+		}
+	}
+	return 0, nil
+}
+
 // Inbox is the definition of principal's inbox stream: LEDGER_IN's, with
 // the principal's subjects only and its own max_bytes.
 func Inbox(principal string, o Options) (jetstream.StreamConfig, error) {

@@ -34,13 +34,19 @@ import (
 // must work end to end, and every attack of the authorization issue, tried
 // from the worker's (or reader's) side, must be refused, by a permissions
 // violation from the server or by the ledger's verdict. docs/security.md
-// names the subtest that refuses each attack.
+// names the subtest that refuses each attack. Operator mode runs with an
+// inbox stream per principal (`ledgerctl auth jwt -inboxes`, `streams apply
+// -principals`), static mode with the one LEDGER_IN: the permissions are
+// the same code in both, so each stack tests one of the two.
+// Switch: leave the inboxes out of the ingest's permissions (roles.go,
+// inStreams returning LEDGER_IN only); in operator mode the ingest is
+// refused its consumers and nothing commits.
 func TestAuthorizedDeployments(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{modeStatic, modeJWT} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			s := startAuthStack(t, mode)
+			s := startAuthStack(t, mode, mode == modeJWT)
 			// Honest flows first: the attacks below look at what they wrote.
 			t.Run("honest_flows_work_end_to_end", s.honestFlows)
 			t.Run("attack_1_events_as_another_principal", s.eventsAsAnother)
@@ -57,6 +63,10 @@ func TestAuthorizedDeployments(t *testing.T) {
 			}
 			// Last: its pull requests take deliveries from the services.
 			t.Run("no_reply_aimed_into_the_ledger", s.noReplyIntoTheLedger)
+			if s.inboxes {
+				// After everything: it stops the ingest.
+				t.Run("ingest_cannot_move_events_between_inboxes", s.noPushBetweenInboxes)
+			}
 		})
 	}
 }
@@ -93,10 +103,10 @@ type workerSide struct {
 	seen              map[string]wire.Receipt
 }
 
-func startAuthStack(t *testing.T, mode string) *authStack {
+func startAuthStack(t *testing.T, mode string, inboxes bool) *authStack {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	d := newAuthDeployment(t, mode)
+	d := newAuthDeployment(t, mode, inboxes)
 	db := dbtest.New(t)
 	s := &authStack{authDeployment: d, root: t, ctx: ctx, db: db, log: ledgertest.Logger()}
 	var err error
@@ -104,6 +114,14 @@ func startAuthStack(t *testing.T, mode string) *authStack {
 	require.NoError(t, err)
 	s.ingestNC = d.connect(t, "ingest", "ingest")
 	s.startIngest(t)
+	if inboxes {
+		// An operator moves the running ledger to inboxes, as
+		// docs/operations.md says: the empty LEDGER_IN, which the ingest
+		// made with its partitions, gives way to an inbox per principal
+		// with the same partitions. The ingest finds them within a beat.
+		runLedgerctl(t, d.ledgerctl, d.env("ledgerctl", "ledgerctl"), "streams", "apply",
+			"-principals", strings.Join(authWorkers, ","))
+	}
 
 	s.projectorNC = d.connect(t, "projector", "projector")
 	proj, err := projector.New(projector.Config{}, projector.Deps{NC: s.projectorNC.Conn,
@@ -306,9 +324,16 @@ func (s *authStack) honestFlows(t *testing.T) {
 	require.NoError(t, err)
 	s.reader.requireNoErrors(t)
 
+	// With inboxes, each principal's events wait in its own stream.
+	aIn, bIn := s.inStreamOf(s.a.principal), s.inStreamOf(s.b.principal)
+	aSeq, bSeq := s.lastSeq(t, aIn), s.lastSeq(t, bIn)
 	first := s.commit(t, s.a, "running", `{"status":"running"}`)
 	require.EqualValues(t, 1, first.Version)
 	s.commit(t, s.b, "running", `{"status":"billing"}`)
+	if s.inboxes {
+		require.Equal(t, aSeq+1, s.lastSeq(t, aIn), "%s stored worker-a's event only", aIn)
+		require.Equal(t, bSeq+1, s.lastSeq(t, bIn), "%s stored worker-b's event only", bIn)
+	}
 
 	// An early version waits at the ingest for the missing one (the ingest
 	// looks into LEDGER_IN for it).
@@ -395,6 +420,10 @@ func (s *authStack) honestFlows(t *testing.T) {
 	require.Contains(t, out, "lonely-"+s.a.task)
 	out = runLedgerctl(t, s.ledgerctl, s.env("ledgerctl", "ledgerctl"), "tail", "-n", "1", "-task", s.a.task)
 	require.Contains(t, out, s.a.task)
+	// verify reads the consumers of every inbox: a stream it may not read
+	// is an error, and it exits 1 on a finding.
+	runLedgerctl(t, s.ledgerctl, append(s.env("ledgerctl", "ledgerctl"), "DATABASE_URL="+loginUser(t, s.db, roleOperator)),
+		"verify", "-kinds", "consumer")
 
 	// Nothing the services did on the way was refused by the server.
 	s.ingestNC.requireNoErrors(t)
@@ -586,7 +615,8 @@ func (s *authStack) replySubjects(t *testing.T) {
 	ap, bp := s.a.lease.Partition(), s.b.lease.Partition()
 	before, ok := s.directGet(t, s.reader, s.a.task)
 	require.True(t, ok)
-	kvSeq, logSeq, inSeq := s.lastSeq(t, "KV_ledger_tasks"), s.lastSeq(t, "LEDGER_LOG"), s.lastSeq(t, "LEDGER_IN")
+	bIn, aIn := s.inStreamOf(s.b.principal), s.inStreamOf(s.a.principal)
+	kvSeq, logSeq, inSeq, aInSeq := s.lastSeq(t, "KV_ledger_tasks"), s.lastSeq(t, "LEDGER_LOG"), s.lastSeq(t, bIn), s.lastSeq(t, aIn)
 	aGen := s.a.lease.Generation()
 
 	// worker-b's own events (stale: a generation it does not hold), each
@@ -618,8 +648,11 @@ func (s *authStack) replySubjects(t *testing.T) {
 	require.NoError(t, err)
 	s.awaitReceipt(t, s.b, id)
 
-	require.Equal(t, inSeq+uint64(len(targets))+1, ack.Sequence, "LEDGER_IN stored only worker-b's own events")
-	require.Equal(t, ack.Sequence, s.lastSeq(t, "LEDGER_IN"))
+	require.Equal(t, inSeq+uint64(len(targets))+1, ack.Sequence, "%s stored only worker-b's own events", bIn)
+	require.Equal(t, ack.Sequence, s.lastSeq(t, bIn))
+	if aIn != bIn {
+		require.Equal(t, aInSeq, s.lastSeq(t, aIn), "a publish ack reached worker-a's inbox")
+	}
 	require.Equal(t, logSeq, s.lastSeq(t, "LEDGER_LOG"), "a publish ack reached the committed log")
 	require.Equal(t, kvSeq, s.lastSeq(t, "KV_ledger_tasks"), "a publish ack reached the projections")
 	after, ok := s.directGet(t, s.reader, s.a.task)
@@ -664,12 +697,24 @@ func (s *authStack) confined(t *testing.T) {
 		require.NoError(t, s.reader.PublishRequest(subj, s.reader.NewRespInbox(), []byte(`{}`)))
 		s.reader.requireDenied(t, subj)
 	}
-	// Neither service can delete or purge a stream of the ledger, nor the
-	// projections (a rebuild builds in a scratch bucket of its own).
+	// Nor may a worker touch its own inbox's stream.
+	for _, st := range s.inStreams() {
+		for _, subj := range []string{"$JS.API.STREAM.PURGE." + st, "$JS.API.STREAM.DELETE." + st, "$JS.API.CONSUMER.CREATE." + st + ".spy"} {
+			require.NoError(t, s.a.conn.PublishRequest(subj, s.a.conn.NewRespInbox(), []byte(`{}`)))
+			s.a.conn.requireDenied(t, subj)
+		}
+	}
+	// Neither service can delete or purge a stream of the ledger, an
+	// inbox included, nor the projections (a rebuild builds in a scratch
+	// bucket of its own).
+	inboxOps := []string{}
+	for _, st := range s.inStreams() {
+		inboxOps = append(inboxOps, "$JS.API.STREAM.DELETE."+st, "$JS.API.STREAM.PURGE."+st, "$JS.API.STREAM.MSG.DELETE."+st)
+	}
 	for name, uc := range map[string]*userConn{"ingest": s.ingestNC, "projector": s.projectorNC} {
-		for _, subj := range []string{"$JS.API.STREAM.DELETE.LEDGER_IN", "$JS.API.STREAM.PURGE.LEDGER_LOG",
+		for _, subj := range append([]string{"$JS.API.STREAM.DELETE.LEDGER_IN", "$JS.API.STREAM.PURGE.LEDGER_LOG",
 			"$JS.API.STREAM.DELETE.LEDGER_DLQ", "$JS.API.STREAM.PURGE.KV_ledger_tasks", "$JS.API.STREAM.DELETE.KV_ledger_tasks",
-			"$JS.API.CONSUMER.DELETE.LEDGER_IN.ingest"} {
+			"$JS.API.CONSUMER.DELETE.LEDGER_IN.ingest"}, inboxOps...) {
 			if name == "ingest" && subj == "$JS.API.CONSUMER.DELETE.LEDGER_IN.ingest" {
 				continue
 			}
@@ -679,8 +724,12 @@ func (s *authStack) confined(t *testing.T) {
 	}
 	// Nor update one: an update could make it republish what it stores.
 	for name, uc := range map[string]*userConn{"ingest": s.ingestNC, "projector": s.projectorNC} {
-		for _, subj := range []string{"$JS.API.STREAM.UPDATE.LEDGER_IN", "$JS.API.STREAM.UPDATE.LEDGER_DLQ",
-			"$JS.API.STREAM.UPDATE.LEDGER_LOG", "$JS.API.STREAM.UPDATE.KV_ledger_tasks", "$JS.API.STREAM.UPDATE.KV_ledger_witness"} {
+		updates := []string{"$JS.API.STREAM.UPDATE.LEDGER_IN", "$JS.API.STREAM.UPDATE.LEDGER_DLQ",
+			"$JS.API.STREAM.UPDATE.LEDGER_LOG", "$JS.API.STREAM.UPDATE.KV_ledger_tasks", "$JS.API.STREAM.UPDATE.KV_ledger_witness"}
+		for _, st := range s.inStreams() {
+			updates = append(updates, "$JS.API.STREAM.UPDATE."+st)
+		}
+		for _, subj := range updates {
 			require.NoError(t, uc.PublishRequest(subj, uc.NewRespInbox(), nil), name)
 			uc.requireDenied(t, subj)
 		}
@@ -691,7 +740,7 @@ func (s *authStack) confined(t *testing.T) {
 	}
 	require.NoError(t, s.ingestNC.Publish("$KV.ledger_tasks.t", []byte(`{}`)))
 	s.ingestNC.requireDenied(t, "$KV.ledger_tasks.t")
-	for _, stream := range []string{"LEDGER_IN", "LEDGER_LOG", "LEDGER_DLQ", "KV_ledger_tasks"} {
+	for _, stream := range append(s.inStreams(), "LEDGER_LOG", "LEDGER_DLQ", "KV_ledger_tasks") {
 		s.lastSeq(t, stream) // still there
 	}
 }
@@ -752,11 +801,13 @@ func (s *authStack) operatorsListAndApply(t *testing.T) {
 		return got
 	}
 	got := listed(runLedgerctl(t, s.ledgerctl, env, "streams", "list", "-json"))
-	for _, name := range []string{"LEDGER_IN", "LEDGER_DLQ", "LEDGER_LOG", "KV_ledger_tasks", "KV_ledger_projector",
-		"KV_ledger_witness", "KV_ledger_leases"} {
+	for _, name := range append(s.inStreams(), "LEDGER_DLQ", "LEDGER_LOG", "KV_ledger_tasks", "KV_ledger_projector",
+		"KV_ledger_witness", "KV_ledger_leases") {
 		require.Contains(t, got, name, "streams list shows every account's streams")
 	}
-	require.NotEmpty(t, got["LEDGER_IN"], "the ingest's consumers")
+	for _, name := range s.inStreams() {
+		require.NotEmpty(t, got[name], "the ingest's consumers on %s", name)
+	}
 	require.NotEmpty(t, got["LEDGER_LOG"], "the projector's consumers")
 
 	// A bucket setting changed: the operator applies it, the projector

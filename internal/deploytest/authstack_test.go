@@ -36,7 +36,11 @@ var (
 // authDeployment is an embedded NATS server running the authorization
 // that the real `ledgerctl auth <mode>` wrote, and the users' secrets.
 type authDeployment struct {
-	mode      string
+	mode string
+	// inboxes: every principal has an inbox stream of its own,
+	// LEDGER_IN_<principal> (`ledgerctl auth -inboxes`, `streams apply
+	// -principals`), in place of LEDGER_IN.
+	inboxes   bool
 	dir       string // what ledgerctl auth wrote
 	ledgerctl string // the binary
 	srv       *natstest.Server
@@ -59,10 +63,11 @@ func runLedgerctl(t testing.TB, bin string, env []string, args ...string) string
 // newAuthDeployment generates a deployment with `ledgerctl auth mode` and
 // starts a server from the generated files: in static mode the generated
 // auth.conf, in operator mode deploy/nats-jwt/server.conf with the
-// generated resolver.conf beside it, as the example's README says.
-func newAuthDeployment(t testing.TB, mode string) *authDeployment {
+// generated resolver.conf beside it, as the example's README says. With
+// inboxes, the principals get inboxes of their own (-inboxes).
+func newAuthDeployment(t testing.TB, mode string, inboxes bool) *authDeployment {
 	t.Helper()
-	d := &authDeployment{mode: mode, ledgerctl: buildBinary(t, "ledgerctl")}
+	d := &authDeployment{mode: mode, inboxes: inboxes, ledgerctl: buildBinary(t, "ledgerctl")}
 	root := t.TempDir()
 	d.dir = filepath.Join(root, "auth")
 	args := []string{"auth", mode, "-out", d.dir}
@@ -71,6 +76,9 @@ func newAuthDeployment(t testing.TB, mode string) *authDeployment {
 	}
 	for _, r := range authReaders {
 		args = append(args, "-reader", r)
+	}
+	if inboxes {
+		args = append(args, "-inboxes")
 	}
 	runLedgerctl(t, d.ledgerctl, nil, args...)
 
@@ -103,6 +111,27 @@ func newAuthDeployment(t testing.TB, mode string) *authDeployment {
 		t.Fatalf("no mode %q", mode)
 	}
 	return d
+}
+
+// inStreams are the streams that hold the workers' events: each
+// principal's inbox, or LEDGER_IN.
+func (d *authDeployment) inStreams() []string {
+	if !d.inboxes {
+		return []string{wire.StreamIn}
+	}
+	var out []string
+	for _, w := range authWorkers {
+		out = append(out, wire.InboxStream(w))
+	}
+	return out
+}
+
+// inStreamOf is the stream that holds principal's events.
+func (d *authDeployment) inStreamOf(principal string) string {
+	if !d.inboxes {
+		return wire.StreamIn
+	}
+	return wire.InboxStream(principal)
 }
 
 // inboxOf is the inbox prefix each user connects with (contract §9;

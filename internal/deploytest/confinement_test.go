@@ -18,13 +18,18 @@ import (
 
 // ledgerStreams are the streams whose subjects no credential but the
 // operators' may write through the server: each is where an answer aimed
-// into the ledger would be stored.
-var ledgerStreams = []string{wire.StreamIn, wire.StreamLog, wire.StreamDLQ}
+// into the ledger would be stored. The workers' events are in LEDGER_IN, or
+// in each principal's inbox.
+func (s *authStack) ledgerStreams() []string {
+	return append(s.inStreams(), wire.StreamLog, wire.StreamDLQ)
+}
 
 // everyStream is every stream and bucket of a ledger, for the JetStream
 // requests a probe sends.
-var everyStream = []string{wire.StreamIn, wire.StreamLog, wire.StreamDLQ, "KV_" + wire.BucketTasks,
-	"KV_" + wire.BucketProjector, "KV_" + wire.BucketWitness, "KV_" + wire.BucketLeases, "KV_" + projector.RebuildBucket}
+func (s *authStack) everyStream() []string {
+	return append(s.ledgerStreams(), "KV_"+wire.BucketTasks, "KV_"+wire.BucketProjector, "KV_"+wire.BucketWitness,
+		"KV_"+wire.BucketLeases, "KV_"+projector.RebuildBucket)
+}
 
 // confinee is one credential the generator writes, the subjects of the
 // ledger it may write by design, and whose subjects it aims at.
@@ -45,8 +50,9 @@ type confinee struct {
 // every direct get and every bucket write, each with the protected
 // subject as its reply; a push consumer delivering there, on every stream
 // it may create consumers on; a pull request answered there; a scratch
-// bucket that republishes there. Nothing may land, in LEDGER_IN,
-// LEDGER_LOG, LEDGER_DLQ, or any principal's receipts or inbox: a worker's
+// bucket that republishes there. Nothing may land, in LEDGER_IN (or each
+// principal's inbox stream), LEDGER_LOG, LEDGER_DLQ, or any principal's
+// receipts or reply inbox: a worker's
 // lease request, lookup or publish ack aimed at another principal's
 // receipts lands in its own account.
 // Switch: put every worker principal in one account again (one
@@ -89,8 +95,8 @@ func (s *authStack) noReplyIntoTheLedger(t *testing.T) {
 			}
 			s.settle(t)
 			after := s.streamSeqs(t)
-			for _, name := range ledgerStreams {
-				if c.owns(wire.Subjects{}.Log(0, "t")) && name != wire.StreamIn {
+			for _, name := range s.ledgerStreams() {
+				if c.owns(wire.Subjects{}.Log(0, "t")) && (name == wire.StreamLog || name == wire.StreamDLQ) {
 					continue // the ingest writes these streams itself
 				}
 				require.Equalf(t, before[name], after[name], "%s made the server store in %s: %s", c.name, name,
@@ -163,7 +169,7 @@ func (s *authStack) aimAt(t *testing.T, c confinee, target string) {
 
 	// JetStream's API and direct gets of every stream, and bucket writes.
 	send("$JS.API.INFO", "")
-	for _, st := range everyStream {
+	for _, st := range s.everyStream() {
 		send("$JS.API.STREAM.INFO."+st, "")
 		send("$JS.API.STREAM.MSG.GET."+st, `{"seq":1}`)
 		send("$JS.API.DIRECT.GET."+st, `{"seq":1}`)
@@ -180,14 +186,14 @@ func (s *authStack) aimAt(t *testing.T, c confinee, target string) {
 	send("$KV."+wire.BucketLeases+".probe-"+s.mode, "")
 
 	// Pull requests of every consumer, answered on target.
-	for _, st := range []string{wire.StreamIn, wire.StreamLog} {
+	for _, st := range append(s.inStreams(), wire.StreamLog) {
 		for _, name := range s.consumerNames(t, st) {
 			send("$JS.API.CONSUMER.MSG.NEXT."+st+"."+name, `{"batch":1,"no_wait":true}`)
 		}
 	}
 
 	// Push consumers delivering to target, on every stream, then gone.
-	for _, st := range everyStream {
+	for _, st := range s.everyStream() {
 		name := "probe-" + strings.ToLower(strings.ReplaceAll(st, "_", "-"))
 		cfg := fmt.Sprintf(`{"stream_name":%q,"config":{"name":%q,"deliver_subject":%q,"ack_policy":"explicit","deliver_policy":"last","inactive_threshold":10000000000}}`, st, name, target)
 		s.request(t, s.admin, "$JS.API.INFO", "") // keeps the order of the probes apparent in a trace
@@ -243,7 +249,7 @@ func (s *authStack) settle(t *testing.T) {
 func (s *authStack) streamSeqs(t *testing.T) map[string]uint64 {
 	t.Helper()
 	out := map[string]uint64{}
-	for _, name := range ledgerStreams {
+	for _, name := range s.ledgerStreams() {
 		out[name] = s.lastSeq(t, name)
 	}
 	return out
@@ -291,7 +297,7 @@ func (s *authStack) consumerNames(t *testing.T, stream string) []string {
 // streams' definitions, the probes' consumers and the scratch bucket.
 func (s *authStack) restore(t *testing.T) {
 	js := s.admin.js(t)
-	for _, st := range everyStream {
+	for _, st := range s.everyStream() {
 		for _, n := range s.consumerNames(t, st) {
 			if strings.HasPrefix(n, "probe-") {
 				require.NoError(t, js.DeleteConsumer(s.ctx, st, n))
@@ -310,4 +316,62 @@ func (s *authStack) restore(t *testing.T) {
 	if err := js.DeleteStream(s.ctx, "KV_"+projector.RebuildBucket); err != nil {
 		require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 	}
+}
+
+// The ingest's credential may create consumers on every inbox stream, and
+// a push consumer delivers in its stream's account, beside the other
+// inboxes, to any subject its creator names: one on worker-b's inbox could
+// deliver worker-b's events onto worker-a's subjects. The server delivers
+// only where someone subscribes (a stream's own subjects do not count), and
+// no user is in LEDGER, which exports the inbox subjects as a service only:
+// nothing lands, with the ingest stopped, its consumers deleted and an
+// operator subscribed to ledger.in.>. The same consumer delivering to a
+// subject that LEDGER exports to a subscriber does deliver, so the
+// consumer is no dud.
+func (s *authStack) noPushBetweenInboxes(t *testing.T) {
+	from, into := s.inStreamOf(s.b.principal), s.inStreamOf(s.a.principal)
+	s.ingest.Stop()
+	for len(s.ingestNC.errs) > 0 { // the refusals of the probes before
+		<-s.ingestNC.errs
+	}
+	js := s.ingestNC.js(t)
+	for _, n := range s.consumerNames(t, from) {
+		require.NoError(t, js.DeleteConsumer(s.ctx, from, n), "the ingest deletes its consumer %s", n)
+	}
+	watch, err := s.admin.SubscribeSync(wire.Subjects{}.InAll())
+	require.NoError(t, err)
+	s.admin.requireNoErrors(t)
+
+	_, m := rawEvent(s.b.holder, s.b.lease.Partition(), s.b.task, s.b.lease.Generation(), 1000, `{"moved":true}`)
+	_, err = s.b.conn.js(t).PublishMsg(s.ctx, m)
+	require.NoError(t, err)
+	before := s.lastSeq(t, into)
+	push := func(name, deliver string) jetstream.Consumer {
+		c, err := js.CreateConsumer(s.ctx, from, jetstream.ConsumerConfig{Name: name, DeliverSubject: deliver,
+			AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy})
+		require.NoError(t, err, "the ingest's credential may create a consumer on an inbox")
+		return c
+	}
+	c := push("probe-move", wire.Subjects{}.In(s.a.holder, s.a.lease.Partition(), s.a.task))
+	s.settle(t)
+	require.Equal(t, before, s.lastSeq(t, into), "the ingest's push consumer moved worker-b's event into %s: %s", into,
+		s.landed(t, into, before, s.lastSeq(t, into)))
+	n, _, err := watch.Pending()
+	require.NoError(t, err)
+	require.Zero(t, n, "the push consumer's delivery reached the operator")
+	info, err := c.Info(s.ctx)
+	require.NoError(t, err)
+	require.False(t, info.PushBound, "someone in LEDGER subscribes to worker-a's subjects")
+
+	// The control: to the operators' inbox, which LEDGER exports to them.
+	require.NoError(t, js.DeleteConsumer(s.ctx, from, "probe-move"))
+	control := inboxOf("ledgerctl", "ledgerctl") + ".probe"
+	got, err := s.admin.SubscribeSync(control)
+	require.NoError(t, err)
+	require.NoError(t, s.admin.Flush())
+	push("probe-control", control)
+	delivered, err := got.NextMsgWithContext(s.ctx)
+	require.NoError(t, err, "a push consumer on %s delivered nothing where someone subscribes", from)
+	require.JSONEq(t, `{"moved":true}`, string(delivered.Data))
+	s.ingestNC.requireNoErrors(t)
 }

@@ -10,9 +10,9 @@ import (
 )
 
 var authCommands = map[string]Command{
-	"static": {AuthStatic, "-out DIR [-worker P]... [-reader R]...",
+	"static": {AuthStatic, "-out DIR [-worker P]... [-reader R]... [-inboxes [-inbox-max-bytes N]]",
 		"write an nkey seed per user and the NATS server's authorization (auth.conf)"},
-	"jwt": {AuthJWT, "-out DIR [-worker P]... [-reader R]...",
+	"jwt": {AuthJWT, "-out DIR [-worker P]... [-reader R]... [-inboxes [-inbox-max-bytes N]]",
 		"write operator mode: keys, account JWTs, credentials and the server's resolver.conf"},
 	"jwt-user": {AuthJWTUser, "-out DIR -role ROLE -name NAME",
 		"mint credentials for one more user with its role's scoped signing key"},
@@ -34,6 +34,8 @@ func authSetup(f *Flags) func() (natsauth.Setup, error) {
 	f.Var(&readers, "reader", "a read side, given once per reader: an account of its own that may only get and follow projections")
 	memMB := f.Int64("max-mem-mb", natsauth.MaxMemDefault>>20, "JetStream memory storage of each account that holds streams, MiB")
 	fileGB := f.Int64("max-file-gb", natsauth.MaxFileDefault>>30, "JetStream file storage of the committed log's account (LEDGER_COMMITTED), GiB")
+	inboxes := f.Bool("inboxes", false, "give every -worker principal an inbox stream of its own, LEDGER_IN_<principal>, as 'ledgerctl streams apply -principals' makes them")
+	inboxMax := f.Int64("inbox-max-bytes", 0, "with -inboxes: the -inbox-max-bytes given to 'ledgerctl streams apply', room reserved per principal; 0 is its default (256 MiB)")
 	return func() (natsauth.Setup, error) {
 		if f.NArg() > 0 {
 			return natsauth.Setup{}, Usagef("unexpected argument %q", f.Arg(0))
@@ -49,18 +51,25 @@ func authSetup(f *Flags) func() (natsauth.Setup, error) {
 				return natsauth.Setup{}, Usagef("name %q: want 1..%d characters of [A-Za-z0-9_-]", n, natsauth.MaxNameLen)
 			}
 		}
+		switch {
+		case *inboxMax < 0 || *inboxMax > natsauth.MaxInboxMaxBytes:
+			return natsauth.Setup{}, Usagef("-inbox-max-bytes must be 0..%d", int64(natsauth.MaxInboxMaxBytes))
+		case *inboxMax != 0 && !*inboxes:
+			return natsauth.Setup{}, Usagef("-inbox-max-bytes needs -inboxes")
+		}
 		l, err := natsauth.NewLayout(f.Prefix)
 		if err != nil {
 			return natsauth.Setup{}, Usagef("%v", err)
 		}
 		return natsauth.Setup{Dir: *out, Layout: l, Workers: workers, Readers: readers,
-			Limits: natsauth.Limits{MaxMem: *memMB << 20, MaxFile: *fileGB << 30}}, nil
+			Limits:  natsauth.Limits{MaxMem: *memMB << 20, MaxFile: *fileGB << 30},
+			Inboxes: *inboxes, InboxMaxBytes: *inboxMax}, nil
 	}
 }
 
 // AuthStatic writes the static configuration ("auth static").
 func AuthStatic(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl auth static", "-out DIR [-worker P]... [-reader R]...",
+	f := NewFlags("ledgerctl auth static", "-out DIR [-worker P]... [-reader R]... [-inboxes [-inbox-max-bytes N]]",
 		"Write one nkey seed per user (<user>.nk, 0600) and auth.conf, the accounts, users and\n"+
 			"permissions of contract §9 for the NATS server to include. Users: ingest, projector,\n"+
 			"ledgerctl (operators), one per worker principal, one per reader. Run it again with the\n"+
@@ -88,7 +97,7 @@ func AuthStatic(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // AuthJWT writes operator mode ("auth jwt").
 func AuthJWT(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl auth jwt", "-out DIR [-worker P]... [-reader R]...",
+	f := NewFlags("ledgerctl auth jwt", "-out DIR [-worker P]... [-reader R]... [-inboxes [-inbox-max-bytes N]]",
 		"Write operator (JWT) mode: an operator, the ledger's accounts and one per worker principal\n"+
 			"and per reader, a scoped signing key per role and account whose template holds the\n"+
 			"role's permissions, credentials (<user>.creds, 0600) for each user that has none, and\n"+

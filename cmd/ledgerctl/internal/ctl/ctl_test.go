@@ -111,6 +111,30 @@ func TestStreamsApplyGivesPrincipalsInboxesOfTheirOwn(t *testing.T) {
 	assert.Equal(t, "LEDGER_IN_reports", ack.Stream)
 }
 
+// An inbox is made with the partition subjects the ingest gives it, since
+// in an authenticated deployment the ingest may not update it: from
+// -partitions, else from the inboxes (or LEDGER_IN) that exist.
+// Switch: leave out streams.PartitionsOf; billing's inbox gets the
+// catch-all subject.
+func TestStreamsApplyGivesInboxesThePartitionSubjects(t *testing.T) {
+	t.Parallel()
+	ns := natstest.Start(t)
+	js := ns.JetStream(t)
+	ctx := context.Background()
+	subjects := func(principal string) []string {
+		st, err := js.Stream(ctx, wire.InboxStream(principal))
+		require.NoError(t, err)
+		return st.CachedInfo().Config.Subjects
+	}
+	run(t, "-nats-url", ns.URL(), "streams", "apply", "-principals", "reports", "-partitions", "2").ok(t)
+	require.ElementsMatch(t, []string{"ledger.in.reports.*.0.*", "ledger.in.reports.*.0", "ledger.in.reports.*.1.*",
+		"ledger.in.reports.*.1"}, subjects("reports"))
+	run(t, "-nats-url", ns.URL(), "streams", "apply", "-principals", "reports,billing").ok(t)
+	require.ElementsMatch(t, []string{"ledger.in.billing.*.0.*", "ledger.in.billing.*.0", "ledger.in.billing.*.1.*",
+		"ledger.in.billing.*.1"}, subjects("billing"))
+	require.Len(t, subjects("reports"), 4, "kept")
+}
+
 func TestLeasesListHolderGenerationAndTimeLeft(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)

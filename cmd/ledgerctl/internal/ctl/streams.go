@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowness/ledger/internal/connect"
+	"github.com/flowness/ledger/internal/ingest"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/streams"
@@ -64,7 +65,7 @@ func ledgerStreams(prefix string) (names, optional []string, err error) {
 // of an authenticated deployment may not update a stream or bucket, so a
 // changed setting is applied here.
 func StreamsApply(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := NewFlags("ledgerctl streams apply", "[-replicas N] [-tasks-max-bytes N] [-marks-max-bytes N] [-principals a,b -inbox-max-bytes N]",
+	f := NewFlags("ledgerctl streams apply", "[-replicas N] [-partitions N] [-tasks-max-bytes N] [-marks-max-bytes N] [-principals a,b -inbox-max-bytes N]",
 		"Create or update the streams LEDGER_IN, LEDGER_LOG and LEDGER_DLQ and the buckets from the\n"+
 			"definitions embedded in the binary (streams/*.json), with the subject prefix of -prefix.\n"+
 			"Give the bucket sizes the projector runs with: the services create, never update.\n"+
@@ -76,10 +77,11 @@ func StreamsApply(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var principals listFlag
 	f.Var(&principals, "principals", "principals to give an inbox of their own, comma-separated (env LEDGER_PRINCIPALS)")
 	inboxMax := f.Int64("inbox-max-bytes", 0, "max_bytes of each principal's inbox: 0 keeps what it has, or 256 MiB for a new one (env LEDGER_INBOX_MAX_BYTES)")
+	partitions := f.Int("partitions", 0, "partition count N of the deployment: LEDGER_IN's and each inbox's subjects, two per partition; 0 keeps the subjects a stream has, and with -principals takes N from LEDGER_IN or an inbox (env LEDGER_PARTITIONS)")
 	marksMax := f.Int64("marks-max-bytes", 0, "max_bytes of ledger_projector, as the projector's flag: 0 keeps the default (32 MiB), -1 lifts it (env LEDGER_MARKS_MAX_BYTES)")
 	// Not connect.EnvInt: it exits the process on a malformed value.
 	for env, flag := range map[string]string{"LEDGER_REPLICAS": "replicas", "LEDGER_TASKS_MAX_BYTES": "tasks-max-bytes",
-		"LEDGER_MARKS_MAX_BYTES": "marks-max-bytes", "LEDGER_INBOX_MAX_BYTES": "inbox-max-bytes"} {
+		"LEDGER_MARKS_MAX_BYTES": "marks-max-bytes", "LEDGER_INBOX_MAX_BYTES": "inbox-max-bytes", "LEDGER_PARTITIONS": "partitions"} {
 		if v := connect.Env(env, ""); v != "" {
 			if err := f.Set(flag, v); err != nil {
 				return Usagef("%s=%q is not an integer", env, v)
@@ -103,6 +105,9 @@ func StreamsApply(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *inboxMax < 0 {
 		return Usagef("-inbox-max-bytes must not be negative")
 	}
+	if *partitions < 0 || *partitions > ingest.MaxPartitions {
+		return Usagef("-partitions must be 0..%d", ingest.MaxPartitions)
+	}
 	if *replicas < 1 || *replicas > 5 {
 		return Usagef("-replicas must be 1..5, got %d", *replicas)
 	}
@@ -114,10 +119,17 @@ func StreamsApply(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer nc.Close()
-	opts := streams.Options{Prefix: f.Prefix, Replicas: *replicas, Principals: principals, InboxMaxBytes: *inboxMax}
+	opts := streams.Options{Prefix: f.Prefix, Replicas: *replicas, Partitions: *partitions, Principals: principals, InboxMaxBytes: *inboxMax}
 	actx, cancel := context.WithTimeout(ctx, 3*RequestTimeout)
 	defer cancel()
 	if len(principals) > 0 {
+		// New inboxes get the subjects the ingest gives LEDGER_IN: in an
+		// authenticated deployment it may create a stream, never update one.
+		if opts.Partitions == 0 {
+			if opts.Partitions, err = streams.PartitionsOf(actx, js, f.Prefix); err != nil {
+				return err
+			}
+		}
 		if err := dropEmptySharedInbox(actx, js); err != nil {
 			return err
 		}

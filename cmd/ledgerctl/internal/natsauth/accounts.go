@@ -13,7 +13,8 @@ import (
 
 // File storage of the accounts that hold no log: room for their streams'
 // and buckets' own bounds (LEDGER_IN 2 GiB, LEDGER_DLQ 1 GiB; ledger_tasks
-// and its rebuild 512 MiB each), with some to spare.
+// and its rebuild 512 MiB each), with some to spare. The principals'
+// inboxes, when on, add their max_bytes each (Setup.InboxMaxBytes).
 const (
 	inboundFile     = 8 << 30
 	projectionsFile = 4 << 30
@@ -59,8 +60,9 @@ type Import struct {
 }
 
 // owners maps each stream and bucket stream to the account that holds it.
+// The principals' inboxes are beside LEDGER_IN, whose subjects they hold.
 func (l Layout) owners() map[string]string {
-	return map[string]string{
+	o := map[string]string{
 		wire.StreamIn:                   AccountLedger,
 		wire.StreamDLQ:                  AccountLedger,
 		"KV_" + wire.BucketWitness:      AccountLedger,
@@ -70,6 +72,10 @@ func (l Layout) owners() map[string]string {
 		"KV_" + l.marksBucket:           AccountProjections,
 		"KV_" + projector.RebuildBucket: AccountProjections,
 	}
+	for _, n := range l.inboxes {
+		o[n] = AccountLedger
+	}
+	return o
 }
 
 // ownerOf is the account that answers a request on subject, or "" when
@@ -228,6 +234,11 @@ func (s Setup) accounts() ([]*Account, error) {
 	lim := s.Limits
 	inbound, projections := lim, lim
 	inbound.MaxFile, projections.MaxFile = inboundFile, projectionsFile
+	// Each principal's inbox is one more stream of its max_bytes, beside
+	// LEDGER_IN's room: an operator moves from one to the other.
+	n := int64(len(s.Layout.inboxes))
+	inbound.MaxFile += n * s.InboxMaxBytes
+	inbound.MaxStreams += n
 	accs := []*Account{
 		{Name: AccountLedger, JetStream: &inbound},
 		{Name: AccountLog, JetStream: &lim},

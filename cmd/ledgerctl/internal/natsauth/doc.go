@@ -33,6 +33,10 @@
 //     anywhere.
 //   - The services' JetStream rights name their own streams, consumers and
 //     buckets, and never delete or purge a stream of the ledger.
+//   - With Setup.Inboxes, each worker principal's inbox LEDGER_IN_<principal>
+//     is named one by one beside LEDGER_IN, with its confinement (a wildcard
+//     would reach every stream of the account), and AccountLedger has room
+//     for each (Setup.InboxMaxBytes).
 //   - Secrets are written 0600. Running a command again reuses every key,
 //     so servers and clients already using them go on working; only
 //     MintUser replaces a credentials file, and the credentials it replaced

@@ -360,3 +360,71 @@ func TestJWTRemintsCredentialsOfAnotherAccount(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ac.Subject, issuer)
 }
+
+// With inboxes, every principal's inbox is named, beside LEDGER_IN, where
+// LEDGER_IN is: the ingest consumes and acks each, the operators reach each
+// through their imports, nobody gets a wildcard over the stream names, and
+// the LEDGER account has room for each inbox's max_bytes. Without, nothing
+// changes. internal/deploytest's operator-mode stack runs on it.
+func TestInboxesAreNamedAndHaveRoom(t *testing.T) {
+	t.Parallel()
+	setup := func(inboxes bool) Setup {
+		s, err := Setup{Dir: t.TempDir(), Layout: layout(t), Workers: []string{"reports", "billing"},
+			Inboxes: inboxes}.normalize()
+		require.NoError(t, err)
+		return s
+	}
+	off, on := setup(false), setup(true)
+	ingestOff, err := off.Layout.Permissions(RoleIngest, RoleIngest)
+	require.NoError(t, err)
+	ingestOn, err := on.Layout.Permissions(RoleIngest, RoleIngest)
+	require.NoError(t, err)
+	for _, subj := range ingestOff.Publish {
+		require.Contains(t, ingestOn.Publish, subj, "inboxes take nothing of LEDGER_IN's away")
+	}
+	for _, inbox := range []string{"LEDGER_IN_reports", "LEDGER_IN_billing"} {
+		for _, subj := range []string{"$JS.API.STREAM.CREATE.", "$JS.API.STREAM.INFO.", "$JS.API.DIRECT.GET.",
+			"$JS.API.CONSUMER.NAMES.", "$JS.ACK."} {
+			want := subj + inbox
+			if subj == "$JS.ACK." {
+				want += ".>"
+			}
+			require.Contains(t, ingestOn.Publish, want)
+			require.NotContains(t, ingestOff.Publish, want)
+		}
+		require.Contains(t, ingestOn.Publish, "$JS.API.CONSUMER.CREATE."+inbox+".*.>")
+		require.Equal(t, AccountLedger, on.Layout.ownerOf("$JS.API.CONSUMER.MSG.NEXT."+inbox+".ingest-0-1"))
+		require.Contains(t, on.Layout.operatorImports(), Import{Subject: "$JS.API.STREAM.*." + inbox, From: AccountLedger, Service: true})
+	}
+	require.Contains(t, ingestOn.Publish, "$JS.API.STREAM.NAMES", "it lists the inboxes")
+	for _, role := range []string{RoleIngest, RoleProjector} {
+		p, err := on.Layout.Permissions(role, role)
+		require.NoError(t, err)
+		for _, subj := range p.Publish {
+			require.NotRegexp(t, `\.(UPDATE|DELETE|PURGE)\.LEDGER_IN`, strings.Replace(subj, "CONSUMER.DELETE", "", 1), role)
+			require.NotContains(t, subj, "LEDGER_IN_*", role)
+			require.NotContains(t, subj, "LEDGER_IN*", role)
+		}
+	}
+
+	ledger := func(s Setup) *Account {
+		accs, err := s.accounts()
+		require.NoError(t, err)
+		i := slices.IndexFunc(accs, func(a *Account) bool { return a.Name == AccountLedger })
+		return accs[i]
+	}
+	require.EqualValues(t, inboundFile, ledger(off).JetStream.MaxFile)
+	require.EqualValues(t, inboundFile+2*(256<<20), ledger(on).JetStream.MaxFile, "256 MiB more per inbox by default")
+	require.EqualValues(t, MaxStreamsDefault+2, ledger(on).JetStream.MaxStreams)
+	big, err := Setup{Dir: t.TempDir(), Layout: layout(t), Workers: []string{"reports"}, Inboxes: true, InboxMaxBytes: 1 << 30}.normalize()
+	require.NoError(t, err)
+	require.EqualValues(t, inboundFile+1<<30, ledger(big).JetStream.MaxFile)
+
+	_, err = Setup{Dir: t.TempDir(), Layout: layout(t), InboxMaxBytes: 1 << 30}.normalize()
+	require.ErrorContains(t, err, "without inboxes")
+	dir := t.TempDir()
+	_, err = Static(Setup{Dir: dir, Layout: layout(t), Workers: []string{"a"}, Inboxes: true})
+	require.NoError(t, err)
+	require.Regexp(t, regexp.MustCompile(`(?m)^#   ledgerctl auth static -worker a -inboxes -inbox-max-bytes 268435456 -out DIR$`),
+		readFile(t, filepath.Join(dir, StaticConfFile)))
+}

@@ -2,6 +2,7 @@ package natsauth
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/flowness/ledger/internal/connect"
 	"github.com/flowness/ledger/internal/projector"
@@ -97,10 +98,12 @@ type Permissions struct {
 	Responses bool
 }
 
-// Layout names the subjects of one ledger: its subject prefix and the
-// names of the buckets.
+// Layout names the subjects of one ledger: its subject prefix, the names
+// of the buckets, and the principals' inbox streams when they have them.
 type Layout struct {
 	prefix, tasksBucket, marksBucket string
+	// inboxes are the streams LEDGER_IN_<principal> (WithInboxes), sorted.
+	inboxes []string
 }
 
 // NewLayout returns the layout of a ledger with subject prefix prefix
@@ -121,6 +124,25 @@ func NewLayout(prefix string) (Layout, error) {
 
 // Prefix is the subject prefix.
 func (l Layout) Prefix() string { return l.prefix }
+
+// WithInboxes returns l with an inbox stream of each of principals,
+// LEDGER_IN_<principal> (docs/operations.md, "Inboxes per principal"):
+// whatever reads and acks LEDGER_IN may do the same on each, by its name.
+// A wildcard would match every stream of the account, not the inboxes only.
+func (l Layout) WithInboxes(principals []string) Layout {
+	l.inboxes = nil
+	for _, p := range principals {
+		l.inboxes = append(l.inboxes, wire.InboxStream(p))
+	}
+	slices.Sort(l.inboxes)
+	l.inboxes = slices.Compact(l.inboxes)
+	return l
+}
+
+// inStreams are the streams that hold workers' events: LEDGER_IN, and the
+// principals' inboxes. LEDGER_IN stays: an ingest looks it up first, and
+// it holds the events until an operator moves to inboxes.
+func (l Layout) inStreams() []string { return append([]string{wire.StreamIn}, l.inboxes...) }
 
 func (l Layout) p(rest string) string { return l.prefix + "." + rest }
 
@@ -154,28 +176,37 @@ func (l Layout) Permissions(role, name string) (Permissions, error) {
 	switch role {
 	case RoleIngest:
 		// Applies the streams and its consumer at start, consumes LEDGER_IN
-		// and acks it, writes the log copies, dead letters and receipts, and
-		// serves the lease micro service. It reads single messages: the
-		// first queued message of a task in LEDGER_IN (is an earlier
-		// version still waiting?) and the last copy of a task in LEDGER_LOG
-		// (did another process store the version before?), by direct get
-		// where the stream allows it.
+		// (and each principal's inbox, with WithInboxes) and acks it, writes
+		// the log copies, dead letters and receipts, and serves the lease
+		// micro service. It reads single messages: the first queued message
+		// of a task in LEDGER_IN or the inbox (is an earlier version still
+		// waiting?) and the last copy of a task in LEDGER_LOG (did another
+		// process store the version before?), by direct get where the
+		// stream allows it. An inbox is confined as LEDGER_IN is: created
+		// when missing, never updated, deleted or purged.
 		kvWitness, kvLeases := "KV_"+wire.BucketWitness, "KV_"+wire.BucketLeases
-		pub := append([]string{"$JS.API.INFO"}, streamAPI(wire.StreamIn, wire.StreamLog, wire.StreamDLQ, kvWitness, kvLeases)...)
-		pub = append(pub, msgGetAPI(wire.StreamIn, wire.StreamLog, kvWitness, kvLeases)...)
+		in := l.inStreams()
+		pub := append([]string{"$JS.API.INFO"}, streamAPI(slices.Concat(in, []string{wire.StreamLog, wire.StreamDLQ, kvWitness, kvLeases})...)...)
+		pub = append(pub, msgGetAPI(slices.Concat(in, []string{wire.StreamLog, kvWitness, kvLeases})...)...)
 		pub = append(pub, "$KV."+wire.BucketWitness+".>", "$KV."+wire.BucketLeases+".>")
-		pub = append(pub,
-			// One consumer per partition, named ingest-<partition>-<epoch>
-			// (a new one per claim), and the shared one of earlier versions
-			// to delete.
-			"$JS.API.CONSUMER.CREATE."+wire.StreamIn+".*",
-			"$JS.API.CONSUMER.CREATE."+wire.StreamIn+".*.>",
-			"$JS.API.CONSUMER.INFO."+wire.StreamIn+".*",
-			"$JS.API.CONSUMER.DELETE."+wire.StreamIn+".*",
-			"$JS.API.CONSUMER.NAMES."+wire.StreamIn,
-			"$JS.API.CONSUMER.MSG.NEXT."+wire.StreamIn+".*",
-			"$JS.ACK."+wire.StreamIn+".>",
-			l.p("log.>"), l.p("dlq.>"), l.p("receipt.>"))
+		if len(l.inboxes) > 0 {
+			// It lists the inbox streams once LEDGER_IN is gone (names only).
+			pub = append(pub, "$JS.API.STREAM.NAMES")
+		}
+		for _, st := range in {
+			pub = append(pub,
+				// One consumer per partition and inbox stream, named
+				// ingest-<partition>-<epoch> (a new one per claim), and the
+				// shared one of earlier versions to delete.
+				"$JS.API.CONSUMER.CREATE."+st+".*",
+				"$JS.API.CONSUMER.CREATE."+st+".*.>",
+				"$JS.API.CONSUMER.INFO."+st+".*",
+				"$JS.API.CONSUMER.DELETE."+st+".*",
+				"$JS.API.CONSUMER.NAMES."+st,
+				"$JS.API.CONSUMER.MSG.NEXT."+st+".*",
+				"$JS.ACK."+st+".>")
+		}
+		pub = append(pub, l.p("log.>"), l.p("dlq.>"), l.p("receipt.>"))
 		sub := []string{
 			l.p("lease.acquire.*.*"), l.p("lease.renew.*.*"), l.p("lease.release.*.*"),
 			l.p("lease.get"), l.p("task.head"),

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+
+	"github.com/flowness/ledger/streams"
 )
 
 // Defaults of Limits: room for the ledger's five streams and buckets and
@@ -56,7 +58,19 @@ type Setup struct {
 	Readers []string
 	// Limits are the LEDGER account's JetStream limits.
 	Limits Limits
+	// Inboxes gives every worker principal the permissions and the room of
+	// an inbox stream of its own, LEDGER_IN_<principal>, as `ledgerctl
+	// streams apply -principals` creates them (docs/operations.md, "Inboxes
+	// per principal"). Default false: LEDGER_IN only.
+	Inboxes bool
+	// InboxMaxBytes is the max_bytes each inbox is given by `streams apply
+	// -inbox-max-bytes`; the LEDGER account's file storage grows by it per
+	// principal. Only with Inboxes; default streams.InboxMaxBytesDefault.
+	InboxMaxBytes int64
 }
+
+// MaxInboxMaxBytes is the largest InboxMaxBytes: 1 TiB.
+const MaxInboxMaxBytes = 1 << 40
 
 // normalize validates s and returns it with sorted, unique names and
 // default limits, so that the same setup always gives the same files.
@@ -77,6 +91,15 @@ func (s Setup) normalize() (Setup, error) {
 	s.Limits = s.Limits.WithDefaults()
 	if s.Limits.MaxMem < 0 || s.Limits.MaxFile < 0 || s.Limits.MaxStreams < 0 || s.Limits.MaxConsumers < 0 {
 		return s, errors.New("JetStream limits must not be negative")
+	}
+	switch {
+	case s.InboxMaxBytes < 0 || s.InboxMaxBytes > MaxInboxMaxBytes:
+		return s, fmt.Errorf("inbox max bytes %d: want 0..%d", s.InboxMaxBytes, int64(MaxInboxMaxBytes))
+	case !s.Inboxes && s.InboxMaxBytes != 0:
+		return s, errors.New("inbox max bytes without inboxes")
+	case s.Inboxes:
+		s.InboxMaxBytes = cmp.Or(s.InboxMaxBytes, streams.InboxMaxBytesDefault)
+		s.Layout = s.Layout.WithInboxes(s.Workers)
 	}
 	return s, nil
 }

@@ -2,6 +2,7 @@ package natsauth
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nkeys"
@@ -99,6 +100,9 @@ func commandLine(sub string, s Setup) string {
 	for _, r := range s.Readers {
 		parts = append(parts, "-reader", r)
 	}
+	if s.Inboxes {
+		parts = append(parts, "-inboxes", "-inbox-max-bytes", strconv.FormatInt(s.InboxMaxBytes, 10))
+	}
 	return strings.Join(parts, " ") + " -out DIR"
 }
 
@@ -117,7 +121,7 @@ func renderStatic(s Setup, us []User, keys []string) ([]byte, error) {
 		return nil, err
 	}
 	for _, acc := range accounts {
-		w.line("# %s", accountNote(acc))
+		w.line("# %s", accountNote(acc, s.Inboxes))
 		w.open("%s: {", quoted(acc.Name))
 		if l := acc.JetStream; l != nil {
 			w.open("jetstream: {")
@@ -191,9 +195,12 @@ func renderStatic(s Setup, us []User, keys []string) ([]byte, error) {
 }
 
 // accountNote says in one line what an account is for.
-func accountNote(a *Account) string {
+func accountNote(a *Account, inboxes bool) string {
 	switch a.Name {
 	case AccountLedger:
+		if inboxes {
+			return "LEDGER_IN, each principal's LEDGER_IN_<principal>, LEDGER_DLQ and the ingest's buckets. No user: reached only through its exports."
+		}
 		return "LEDGER_IN, LEDGER_DLQ and the ingest's buckets. No user: reached only through its exports."
 	case AccountLog:
 		return "LEDGER_LOG. No user: reached only through its exports."
