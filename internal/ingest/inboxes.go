@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -35,7 +37,26 @@ type inboxSet struct {
 	// order is each inbox's place among them, sorted by name, replaced
 	// whole on a change: laneOf reads it for every message.
 	order atomic.Pointer[map[string]int]
+	// failed are the inboxes this process could not read (its credential
+	// may not, or the server did not answer), each tried again after its
+	// backoff, and after the inboxes that could be read.
+	failed map[string]*inboxFailure
 }
+
+// inboxFailure is an inbox's run of failed readings.
+type inboxFailure struct {
+	times int
+	next  time.Time // not tried again before
+}
+
+const (
+	// inboxReadTimeout bounds the reading of one inbox: a request the
+	// credential may not make is never answered.
+	inboxReadTimeout = 2 * time.Second
+	// inboxRetryMax bounds the wait before an inbox that could not be
+	// read is tried again.
+	inboxRetryMax = 15 * time.Second
+)
 
 // names lists the inboxes, sorted.
 func (b *inboxSet) names() []string {
@@ -83,30 +104,33 @@ func (s *Service) listInboxes(ctx context.Context) (added, removed []string, err
 		return nil, nil, errors.New("no inbox stream (LEDGER_IN or LEDGER_IN_<principal>) exists")
 	}
 	have := s.inboxes.names()
-	for _, n := range names {
-		if slices.Contains(have, n) {
-			continue
+	var failures []error
+	for _, n := range s.inboxes.toRead(names, have) {
+		if ctx.Err() != nil {
+			break // the rest on the next listing
 		}
-		if p, _ := wire.InboxPrincipal(n); n != wire.StreamIn {
-			// Its subjects are the deployment's partitions, as LEDGER_IN's
-			// are made at start; a create that matches costs no update.
-			o := streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Replicas, Partitions: s.store.Partitions()}
-			if err := streams.ApplyInboxes(ctx, s.js, o, []string{p}); err != nil {
-				s.log.Warn("applying an inbox stream failed; consuming it as it is", slog.String("stream", n),
-					slog.String("error", err.Error()))
-			}
-		}
-		st, err := s.js.Stream(ctx, n)
+		ictx, cancel := context.WithTimeout(ctx, inboxReadTimeout)
+		st, err := s.readInbox(ictx, n)
+		cancel()
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue // deleted since the listing
 		}
 		if err != nil {
-			return added, removed, fmt.Errorf("stream %s: %w", n, err)
+			// One inbox this process cannot read must not keep it from
+			// the others: they were read first, and it waits its turn.
+			s.inboxes.fail(n, time.Now())
+			failures = append(failures, fmt.Errorf("stream %s: %w", n, err))
+			continue
 		}
 		s.inboxes.mu.Lock()
 		s.inboxes.byName[n] = st
+		delete(s.inboxes.failed, n)
 		s.inboxes.mu.Unlock()
 		added = append(added, n)
+	}
+	err = errors.Join(failures...)
+	if ctx.Err() != nil && len(failures) == 0 && len(added) < len(names)-len(have) {
+		err = fmt.Errorf("listing the inboxes: %w", ctx.Err())
 	}
 	for _, n := range have {
 		if !slices.Contains(names, n) {
@@ -119,7 +143,64 @@ func (s *Service) listInboxes(ctx context.Context) (added, removed []string, err
 	if len(added)+len(removed) > 0 || s.inboxes.order.Load() == nil {
 		s.inboxes.reorder()
 	}
-	return added, removed, nil
+	return added, removed, err
+}
+
+// readInbox applies inbox n (unless it is LEDGER_IN) and reads it.
+func (s *Service) readInbox(ctx context.Context, n string) (jetstream.Stream, error) {
+	if p, _ := wire.InboxPrincipal(n); n != wire.StreamIn {
+		// Its subjects are the deployment's partitions, as LEDGER_IN's
+		// are made at start; a create that matches costs no update.
+		o := streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Replicas, Partitions: s.store.Partitions()}
+		if err := streams.ApplyInboxes(ctx, s.js, o, []string{p}); err != nil {
+			s.log.Warn("applying an inbox stream failed; consuming it as it is", slog.String("stream", n),
+				slog.String("error", err.Error()))
+		}
+	}
+	return s.js.Stream(ctx, n)
+}
+
+// toRead is which of names, not in have, to read now: those that never
+// failed first, then those whose backoff is over, fewest failures first.
+func (b *inboxSet) toRead(names, have []string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	var out []string
+	for _, n := range names {
+		if f := b.failed[n]; !slices.Contains(have, n) && (f == nil || !now.Before(f.next)) {
+			out = append(out, n)
+		}
+	}
+	slices.SortStableFunc(out, func(x, y string) int {
+		return cmp.Compare(b.failures(x), b.failures(y))
+	})
+	return out
+}
+
+func (b *inboxSet) failures(n string) int {
+	if f := b.failed[n]; f != nil {
+		return f.times
+	}
+	return 0
+}
+
+// fail counts a failed reading of inbox n and sets its backoff: a second,
+// doubling up to inboxRetryMax. A server too slow to answer in time backs
+// off a readable inbox too, for seconds at most.
+func (b *inboxSet) fail(n string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failed == nil {
+		b.failed = map[string]*inboxFailure{}
+	}
+	f := b.failed[n]
+	if f == nil {
+		f = &inboxFailure{}
+		b.failed[n] = f
+	}
+	f.times++
+	f.next = now.Add(min(time.Second<<min(f.times-1, 4), inboxRetryMax))
 }
 
 // syncInboxes lists the inboxes again and gives every owned partition a

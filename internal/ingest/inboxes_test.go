@@ -11,10 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowness/ledger/internal/dbtest"
 	"github.com/flowness/ledger/internal/ingest"
+	"github.com/flowness/ledger/internal/ledgertest"
+	"github.com/flowness/ledger/internal/natstest"
+	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
 	"github.com/flowness/ledger/streams"
 )
@@ -293,5 +298,46 @@ func TestAnInboxAddedWhileRunningIsConsumed(t *testing.T) {
 	ack, err := e.js.PublishMsg(context.Background(), e.msg(ev))
 	require.NoError(t, err)
 	require.Equal(t, "LEDGER_IN_billing", ack.Stream)
+	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, ev.id).Verdict)
+}
+
+// An inbox the ingest may not read (its credential was written without
+// that principal, say) does not keep it from the others: the ingest
+// starts, consumes the inboxes it can read, and commits their events; the
+// one it cannot is tried again later. The ingest's user here may not ask
+// anything of LEDGER_IN_aaa, which sorts first.
+// Switch: listInboxes returning at its first failure (the ingest does not
+// start: "ingest: inbox streams: stream LEDGER_IN_aaa: ...").
+func TestAnInboxTheIngestCannotReadLeavesTheOthersConsumed(t *testing.T) {
+	t.Parallel()
+	denied := []string{"$JS.API.STREAM.INFO.LEDGER_IN_aaa", "$JS.API.STREAM.CREATE.LEDGER_IN_aaa",
+		"$JS.API.STREAM.UPDATE.LEDGER_IN_aaa", "$JS.API.CONSUMER.*.LEDGER_IN_aaa.>"}
+	e := &env{t: t, db: dbtest.New(t), ns: natstest.Start(t, natstest.WithOptions(func(o *server.Options) {
+		o.NoAuthUser = "admin"
+		o.Users = []*server.User{{Username: "admin", Password: "admin"},
+			{Username: "ingest", Password: "ingest", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: denied}}}}
+	}))}
+	var err error
+	e.store, err = fence.New(e.db.Pool, fence.Config{})
+	require.NoError(t, err)
+	e.nc, e.js = e.ns.Conn(t), e.ns.JetStream(t)
+	e.withInboxes(1<<20, "aaa", "bbb")
+
+	svc, err := ingest.New(ingest.Config{}, ingest.Deps{NC: e.ns.Conn(t, nats.UserInfo("ingest", "ingest")),
+		Store: e.store, Logger: ledgertest.Logger()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, svc.Start(ctx))
+	t.Cleanup(svc.Stop)
+	e.svc = svc
+
+	rc := e.receipts("bbb.x")
+	l := e.acquire(2, "bbb.x", 60000)
+	ev := event{id: newID(), partition: 2, task: "b-1", holder: "bbb.x", generation: l.Generation, version: 1, typ: "x"}
+	ack, err := e.js.PublishMsg(context.Background(), e.msg(ev))
+	require.NoError(t, err)
+	require.Equal(t, "LEDGER_IN_bbb", ack.Stream)
 	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, ev.id).Verdict)
 }

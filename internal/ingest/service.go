@@ -113,8 +113,11 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	var err error
 	s.inboxes.byName = map[string]jetstream.Stream{}
-	if _, _, err := s.listInboxes(ctx); err != nil {
+	if added, _, err := s.listInboxes(ctx); err != nil && len(added) == 0 {
 		return fmt.Errorf("ingest: inbox streams: %w", err)
+	} else if err != nil {
+		// The others are consumed; each beat tries the rest again.
+		s.log.Warn("some inbox streams cannot be read; consuming the others", slog.String("error", err.Error()))
 	}
 	if s.logStream, err = s.js.Stream(ctx, wire.StreamLog); err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", wire.StreamLog, err)
