@@ -183,6 +183,7 @@ func (s *Service) beat() {
 		return
 	}
 	s.syncInboxes(slow)
+	s.reviveConsumers(slow)
 	n := s.store.Partitions()
 	share := (n + max(v.Members, 1) - 1) / max(v.Members, 1)
 	mine := c.owned()
@@ -296,9 +297,7 @@ func (s *Service) consumeInbox(ctx context.Context, cl fence.Claim, stream strin
 		// dead within about 5 s when its consumer's leader moves.
 		jetstream.PullExpiry(pullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if !errors.Is(err, jetstream.ErrConsumerDeleted) {
-				s.log.Warn("consume", slog.Int("partition", p), slog.String("stream", stream), slog.String("error", err.Error()))
-			}
+			s.consumeErr(consumerKey{partition: p, stream: stream, epoch: cl.Epoch}, err)
 		}))
 }
 

@@ -215,6 +215,8 @@ type hooks struct {
 	// noLookupBatches refuses a batch of verdict lookups as an ingest
 	// older than it does (leases.go).
 	noLookupBatches bool
+	// noRevive leaves a partition's vanished consumer gone (revive.go).
+	noRevive bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

@@ -10,7 +10,10 @@
 // so an ingest that lost the partition commits nothing for it. Tests:
 // TestPartitionsSpreadOverIngestsAndMoveWhenOneStops,
 // TestTwoIngestProcessesProduceTheSameLogAsOne; the fence's own
-// TestWithoutTheClaimCheckALostIngestCommits is the negative control.
+// TestWithoutTheClaimCheckALostIngestCommits is the negative control. A
+// consumer that vanishes from the server is made again on a later beat
+// (revive.go). Test: TestAPartitionsVanishedConsumerIsMadeAgain, switch
+// NoRevive.
 //
 // Faults are never verdicts. The rules that make it so, each with the test
 // that proves it:

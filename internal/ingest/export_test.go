@@ -44,6 +44,9 @@ type TestHooks struct {
 	// NoLookupBatches refuses a batch of verdict lookups as an ingest
 	// older than the batch form does: invalid, unknown field "lookups".
 	NoLookupBatches bool
+	// NoRevive leaves a partition's consumer that vanished from the server
+	// gone: its events in that inbox wait for ever.
+	NoRevive bool
 }
 
 // WithTestHooks returns cfg with the given test seams.
@@ -53,7 +56,7 @@ func WithTestHooks(cfg Config, h TestHooks) Config {
 		noMemoryCheck: h.NoMemoryCheck, noBatchDecode: h.NoBatchDecode, noBatchGapCheck: h.NoBatchGapCheck,
 		batchAckOnReceive: h.BatchAckOnReceive, staleAcks: h.StaleAcks,
 		noLogExpectations: h.NoLogExpectations, oneRound: h.OneRound,
-		noLookupBatches: h.NoLookupBatches}
+		noLookupBatches: h.NoLookupBatches, noRevive: h.NoRevive}
 	return cfg
 }
 

@@ -48,6 +48,7 @@ type Service struct {
 	witness    *witness
 	memory     memory
 	inboxes    inboxSet
+	suspects   suspects
 	logStream  jetstream.Stream
 	parked     *parkedCount
 	stopping   chan struct{} // closed when Stop begins
