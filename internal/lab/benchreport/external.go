@@ -47,6 +47,9 @@ type ExternalOptions struct {
 	// IngestProfile, when set, is the file the ingest writes a CPU profile
 	// of its whole life to (its -cpuprofile flag); default none.
 	IngestProfile string
+	// NATSProfile, when set, is the file the nats-server writes a CPU
+	// profile of its whole life to; default none.
+	NATSProfile string
 	// Progress receives the setup steps and a progress line; default
 	// os.Stderr.
 	Progress io.Writer
@@ -211,6 +214,13 @@ func RunExternal(ctx context.Context, o ExternalOptions) (ExternalReport, error)
 		}
 		o.IngestProfile = abs
 		do.IngestArgs = []string{"-cpuprofile", abs}
+	}
+	if o.NATSProfile != "" {
+		abs, err := filepath.Abs(o.NATSProfile)
+		if err != nil {
+			return ExternalReport{}, fmt.Errorf("benchreport: nats profile: %w", err)
+		}
+		do.NATSProfile = abs
 	}
 	d, err := chaos.StartDeployment(ctx, do)
 	if err != nil {

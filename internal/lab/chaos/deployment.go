@@ -41,6 +41,9 @@ type DeploymentOptions struct {
 	// NATSSyncAlways runs the nodes with sync_interval: always; default
 	// the server's periodic sync (2 min).
 	NATSSyncAlways bool
+	// NATSProfile, when set, is the file the NATS node writes a CPU profile
+	// of its whole life to; default none.
+	NATSProfile string
 }
 
 // Deployment is the ledger as processes, the way it is deployed and with no
@@ -68,7 +71,7 @@ type DeployedProcess struct {
 func StartDeployment(ctx context.Context, o DeploymentOptions) (_ *Deployment, err error) {
 	parts := cmp.Or(o.Partitions, wire.PartitionsDefault)
 	ro := Options{Partitions: parts, Ingests: 1, Bin: o.Bin, Dir: o.Dir, Progress: o.Progress, Cluster: o.Cluster,
-		NATSSyncAlways: o.NATSSyncAlways}.WithDefaults()
+		NATSSyncAlways: o.NATSSyncAlways, NATSProfile: o.NATSProfile}.WithDefaults()
 	replicas := "1"
 	if o.Cluster {
 		replicas = "3"

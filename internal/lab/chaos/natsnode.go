@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/flowness/ledger/internal/admin"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -26,6 +27,9 @@ type NATSNode struct {
 	Cluster string
 	// ClusterPort is the route port on 127.0.0.1 (cluster only).
 	ClusterPort int
+	// CPUProfile, when set, is the file a CPU profile of the node's whole
+	// life is written to as it stops.
+	CPUProfile string
 	// Routes are the route URLs of every node, this one included.
 	Routes string
 	// SyncAlways makes JetStream fsync every write before it acknowledges
@@ -60,6 +64,13 @@ func RunNATS(ctx context.Context, n NATSNode) error {
 		return fmt.Errorf("nats node %s: %w", n.Name, err)
 	}
 	srv.ConfigureLogger()
+	if n.CPUProfile != "" {
+		stop, err := admin.StartCPUProfile(n.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("nats node %s: %w", n.Name, err)
+		}
+		defer stop()
+	}
 	go srv.Start()
 	if !srv.ReadyForConnections(30 * time.Second) {
 		srv.Shutdown()

@@ -143,6 +143,9 @@ type Options struct {
 	Cluster bool
 	// NATSSyncAlways runs the nodes with sync_interval: always.
 	NATSSyncAlways bool
+	// NATSProfile, when set, is the file each NATS node writes a CPU
+	// profile of its whole life to (a cluster's node i to NATSProfile.i).
+	NATSProfile string
 	// Ingests is the number of ingest processes; default 2.
 	Ingests int
 	// Principal is the principal of the writers' holder ids,

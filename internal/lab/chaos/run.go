@@ -459,6 +459,12 @@ func (r *run) startNATS(ctx context.Context) error {
 		if r.o.NATSSyncAlways {
 			args = append(args, "-sync-always")
 		}
+		if f := r.o.NATSProfile; f != "" {
+			if n > 1 {
+				f = fmt.Sprintf("%s.%d", f, i+1)
+			}
+			args = append(args, "-cpuprofile", f)
+		}
 		if r.o.Cluster {
 			args = append(args, "-cluster", "chaos-"+r.id, "-cluster-port", strconv.Itoa(ports[n+i]),
 				"-routes", strings.Join(routes, ","))

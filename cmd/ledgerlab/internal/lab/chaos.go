@@ -251,6 +251,7 @@ func ChaosNATS(ctx context.Context, args []string, _, stderr io.Writer) error {
 	f.IntVar(&n.ClusterPort, "cluster-port", 0, "route port on 127.0.0.1")
 	f.StringVar(&n.Routes, "routes", "", "route URLs of every node, comma separated")
 	f.BoolVar(&n.SyncAlways, "sync-always", false, "fsync every JetStream write before acknowledging it (sync_interval: always)")
+	f.StringVar(&n.CPUProfile, "cpuprofile", "", "write a CPU profile of the node's whole life to this file as it stops")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
