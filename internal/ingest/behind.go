@@ -75,6 +75,9 @@ func (s *Service) consumerAhead(ctx context.Context, p int, r *partRun) (bool, e
 	for _, stream := range s.inboxes.names() {
 		cons, err := s.js.Consumer(ctx, stream, consumerName(p, r.claim.Epoch))
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			// Gone with the server's storage, or with a restart of a
+			// server that kept it in memory: made again on the next beat.
+			s.suspects.note(consumerKey{partition: p, stream: stream, epoch: r.claim.Epoch}, true)
 			continue
 		}
 		if err != nil {

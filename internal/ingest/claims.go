@@ -287,6 +287,14 @@ func (s *Service) consumeInbox(ctx context.Context, cl fence.Claim, stream strin
 	ccfg.FilterSubjects = s.inboxFilters(stream, cl.Partition)
 	ccfg.AckWait = s.cfg.AckWait
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, stream, ccfg)
+	if err != nil && strings.Contains(err.Error(), "storage type can not be updated") {
+		// A consumer of this name kept on disk by an ingest before its
+		// consumers' state was kept in memory: it is this claim's, so it
+		// is made anew.
+		if err = s.js.DeleteConsumer(ctx, stream, name); err == nil || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			cons, err = s.js.CreateOrUpdateConsumer(ctx, stream, ccfg)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s of %s: %w", name, stream, err)
 	}
