@@ -84,6 +84,9 @@
 // fill only its own share, and its flood waits in its own stream and
 // lanes, never in front of another principal's events. Tests:
 // TestOnePrincipalsFullInboxLeavesAnotherCommitting,
-// TestFloodOfOnePrincipalsInboxLeavesAnothersCommits (switch: one shared
-// LEDGER_IN), TestEarlierVersionInAnotherPrincipalsInboxDelaysTheGap.
+// TestFloodOfOnePrincipalsInboxLeavesAnothersCommits and, with the
+// projector folding the flood's commits,
+// TestFloodOfOnePrincipalsCommitsLeavesAnothersProjections (switch for
+// both: one shared LEDGER_IN),
+// TestEarlierVersionInAnotherPrincipalsInboxDelaysTheGap.
 package ingest
