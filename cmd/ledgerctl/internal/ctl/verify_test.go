@@ -191,11 +191,21 @@ func TestVerifyFindsAConsumerAheadOfItsMessages(t *testing.T) {
 	require.NoError(t, os.CopyFS(msgs, os.DirFS(dirs[0])), "the files before the acks")
 	e.ns.Restart(t)
 
-	in, err := ingest.New(ingest.Config{}, ingest.Deps{NC: e.ns.Conn(t), Store: e.store,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	// The partition's consumer keeps its state on disk, as the ingest's
+	// did before they kept theirs in the server's memory (a restarted
+	// server now has none of those, and the ingest makes them again from
+	// the stream's first message): it takes and acks the 30 messages.
+	cons, err := e.js.CreateOrUpdateConsumer(ctx, wire.StreamIn, jetstream.ConsumerConfig{Durable: "ingest-1-7",
+		FilterSubject: "ledger.in.*.*.1.*", AckPolicy: jetstream.AckExplicitPolicy})
 	require.NoError(t, err)
-	require.NoError(t, in.Start(ctx))
-	e.waitCommitted("t", 30)
+	batch, err := cons.Fetch(30, jetstream.FetchMaxWait(10*time.Second))
+	require.NoError(t, err)
+	taken := 0
+	for m := range batch.Messages() {
+		require.NoError(t, m.DoubleAck(ctx))
+		taken++
+	}
+	require.Equal(t, 30, taken)
 	require.Eventually(t, func() bool {
 		s, err := e.js.Stream(ctx, wire.StreamIn)
 		if err != nil {
@@ -203,8 +213,7 @@ func TestVerifyFindsAConsumerAheadOfItsMessages(t *testing.T) {
 		}
 		info, err := s.Info(ctx)
 		return err == nil && info.State.Msgs == 0
-	}, 20*time.Second, 20*time.Millisecond, "every message decided and removed")
-	in.Stop()
+	}, 20*time.Second, 20*time.Millisecond, "every message taken and removed")
 	e.run("verify", "-grace", "0", "-kinds", "consumer").ok(t)
 
 	e.ns.Shutdown()
