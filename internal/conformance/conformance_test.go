@@ -30,14 +30,7 @@ const casesDir = "../../conformance/cases"
 // an embedded NATS server.
 func TestTheLedgerPassesEveryConformanceCase(t *testing.T) {
 	t.Parallel()
-	cases, err := conformance.Load(casesDir)
-	require.NoError(t, err)
-	for _, c := range cases {
-		t.Run(c.Name, func(t *testing.T) {
-			t.Parallel()
-			run(t, startLedger(t), c)
-		})
-	}
+	runEveryCase(t)
 }
 
 // The same cases against a ledger that gives each of their principals an
@@ -46,12 +39,18 @@ func TestTheLedgerPassesEveryConformanceCase(t *testing.T) {
 // Switch: the cases' acks expecting "LEDGER_IN" where they say "$inbox".
 func TestTheLedgerWithInboxesPassesEveryConformanceCase(t *testing.T) {
 	t.Parallel()
+	runEveryCase(t, "conf-a", "conf-b", "conf-c")
+}
+
+// runEveryCase runs each case against a fresh ledger of its own, with
+// inboxes for those principals (startLedger).
+func runEveryCase(t *testing.T, inboxes ...string) {
 	cases, err := conformance.Load(casesDir)
 	require.NoError(t, err)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
-			run(t, startLedger(t, "conf-a", "conf-b", "conf-c"), c)
+			run(t, startLedger(t, inboxes...), c)
 		})
 	}
 }

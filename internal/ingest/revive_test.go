@@ -17,14 +17,9 @@ import (
 // Switch: TestHooks.NoRevive (the event is never decided).
 func TestAPartitionsVanishedConsumerIsMadeAgain(t *testing.T) {
 	t.Parallel()
-	e := newBareEnv(t)
-	e.svc = e.startIngest(ingest.Config{})
-	rc := e.receipts("w.1")
-	l := e.acquire(2, "w.1", 60000)
+	e, commit := commitsOnePartition(t, 2)
+	commit(1)
 	ctx := context.Background()
-	first := event{id: newID(), partition: 2, task: "t-1", holder: "w.1", generation: l.Generation, version: 1, typ: "x"}
-	e.publish(first)
-	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, first.id).Verdict)
 
 	st, err := e.js.Stream(ctx, wire.StreamIn)
 	require.NoError(t, err)
@@ -37,9 +32,7 @@ func TestAPartitionsVanishedConsumerIsMadeAgain(t *testing.T) {
 	require.NoError(t, names.Err())
 	require.Positive(t, deleted)
 
-	next := event{id: newID(), partition: 2, task: "t-1", holder: "w.1", generation: l.Generation, version: 2, typ: "x"}
-	e.publish(next)
-	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, next.id).Verdict)
+	commit(2)
 }
 
 // The partition consumers keep their state in the server's memory
@@ -50,16 +43,22 @@ func TestAPartitionsVanishedConsumerIsMadeAgain(t *testing.T) {
 // never decided).
 func TestConsumersKeptInMemoryAreMadeAgainAfterTheServerRestarts(t *testing.T) {
 	t.Parallel()
-	e := newBareEnv(t)
+	e, commit := commitsOnePartition(t, 3)
+	commit(1)
+	e.ns.Restart(t)
+	commit(2)
+}
+
+// commitsOnePartition starts an ingest and leases partition p to w.1;
+// commit publishes version v of task t-1 there and waits for it to commit.
+func commitsOnePartition(t *testing.T, p int) (e *env, commit func(v int64)) {
+	e = newBareEnv(t)
 	e.svc = e.startIngest(ingest.Config{})
 	rc := e.receipts("w.1")
-	l := e.acquire(3, "w.1", 120000)
-	first := event{id: newID(), partition: 3, task: "t-1", holder: "w.1", generation: l.Generation, version: 1, typ: "x"}
-	e.publish(first)
-	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, first.id).Verdict)
-
-	e.ns.Restart(t)
-	next := event{id: newID(), partition: 3, task: "t-1", holder: "w.1", generation: l.Generation, version: 2, typ: "x"}
-	e.publish(next)
-	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, next.id).Verdict)
+	l := e.acquire(p, "w.1", 120000)
+	return e, func(v int64) {
+		ev := event{id: newID(), partition: p, task: "t-1", holder: "w.1", generation: l.Generation, version: v, typ: "x"}
+		e.publish(ev)
+		require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, ev.id).Verdict)
+	}
 }

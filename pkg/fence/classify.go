@@ -300,10 +300,10 @@ func kindName(snapshot bool) string {
 // flood of another principal's events on a partition is recorded stale
 // beside its holder's commits, never in front of them.
 func (p plan) undoable(res []Result, all bool) bool {
+	if all {
+		return len(p.rejects) > 0
+	}
 	for _, i := range p.rejects {
-		if all {
-			return true
-		}
 		switch r := res[i]; r.Verdict {
 		case wire.VerdictGap:
 			return true
