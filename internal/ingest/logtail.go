@@ -105,6 +105,7 @@ func (s *Service) checkLogTail(ctx context.Context) (int, error) {
 				return n, fmt.Errorf("publish the copy of %s version %d again: %w", h.Task, missing[i].Version, err)
 			}
 			n++
+			s.metrics.tailRestored.Inc()
 		}
 	}
 	return n, nil

@@ -75,14 +75,12 @@ func TestLogCopiesLostAtTheTailArePublishedAgain(t *testing.T) {
 	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, last.id).Verdict)
 	require.Eventually(t, func() bool { return e.streamPending(wire.StreamLog) == tasks*versions }, 10*time.Second, 10*time.Millisecond)
 
+	// The ingest reconnects and puts the copies back while the server
+	// comes up, often before the test could look: its count of copies
+	// put back says that the cut lost some.
 	e.cutStreamTail(wire.StreamLog)
-	short := 0
-	for k := range tasks {
-		if e.lastLogged(4, fmt.Sprintf("t-%d", k)) < versions {
-			short++
-		}
-	}
-	require.Positive(t, short, "the cut lost copies")
+	require.Eventually(t, func() bool { return ingest.LogCopiesRestored(e.svc) > 0 }, 20*time.Second,
+		10*time.Millisecond, "the cut lost copies, and the tail check put them back")
 
 	// Half the tasks get their next version at once: its copy must come
 	// after the ones put back, not fill the log's hole from above.
@@ -262,9 +260,17 @@ func (e *env) shrinkLogDuplicates() {
 	info, err := st.Info(ctx)
 	require.NoError(e.t, err)
 	scfg := info.Config
-	scfg.Duplicates = 100 * time.Millisecond
-	_, err = e.js.UpdateStream(ctx, scfg)
-	require.NoError(e.t, err)
+	// nats-server (2.15.2) fires its purge of old ids a microsecond after
+	// an update that changes the window, but sets the new window later in
+	// the update: on a loaded machine the purge can run with the old one
+	// and keep every id for minutes, the put-back is deduplicated, and the
+	// next version is stored after version 1. A second update fires the
+	// purge again with the new window in place.
+	for _, d := range []time.Duration{101 * time.Millisecond, 100 * time.Millisecond} {
+		scfg.Duplicates = d
+		_, err = e.js.UpdateStream(ctx, scfg)
+		require.NoError(e.t, err)
+	}
 	time.Sleep(500 * time.Millisecond)
 }
 

@@ -27,6 +27,9 @@ type metrics struct {
 	// wouldReject counts commits under the observe fence mode that
 	// enforce would have refused (docs/contract.md §13).
 	wouldReject *prometheus.CounterVec
+	// tailRestored counts LEDGER_LOG copies the tail check published
+	// again (logtail.go): copies the stream had acked and then lost.
+	tailRestored prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -64,6 +67,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ledger_ingest_would_reject_total",
 			Help: "Events committed under the observe fence mode that enforce would have refused, by what it would have answered (stale/<reason>).",
 		}, []string{"would_reject"}),
+		tailRestored: f.NewCounter(prometheus.CounterOpts{
+			Name: "ledger_ingest_log_copies_restored_total",
+			Help: "LEDGER_LOG copies of committed events published again from PostgreSQL because the stream had lost them (a NATS restart that lost its unsynced tail).",
+		}),
 		claims: f.NewGauge(prometheus.GaugeOpts{
 			Name: "ledger_ingest_partitions", Help: "Partitions this ingest decides now (its claims).",
 		}),

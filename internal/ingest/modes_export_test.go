@@ -11,3 +11,12 @@ func WouldRejectCount(s *Service, would string) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// LogCopiesRestored is the service's ledger_ingest_log_copies_restored_total.
+func LogCopiesRestored(s *Service) float64 {
+	var m dto.Metric
+	if err := s.metrics.tailRestored.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}
