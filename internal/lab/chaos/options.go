@@ -172,6 +172,12 @@ type Options struct {
 	// DrainTimeout bounds the wait for LEDGER_IN to empty and the
 	// projections to catch up; default 90 s.
 	DrainTimeout time.Duration
+	// RestoreWait bounds the wait, after an asynchronous failover, for an
+	// ingest to report that the database forgot acknowledged commits;
+	// default 1 min (on a loaded machine that took more than 10 s once in
+	// an hour's run). A run whose ingest has no such check (the negative
+	// control's) waits it out.
+	RestoreWait time.Duration
 	// FenceMode is the fence mode the run puts its partitions in before the
 	// writers start (docs/contract.md §13): FenceModeEnforce (default) or
 	// FenceModeObserve, where the checker counts the would-be-stale
@@ -214,6 +220,7 @@ func (o Options) WithDefaults() Options {
 	o.ReceiptTimeout = cmp.Or(o.ReceiptTimeout, SDKReceiptTimeoutDefault)
 	o.GapTimeout = cmp.Or(o.GapTimeout, GapTimeoutDefault)
 	o.DrainTimeout = cmp.Or(o.DrainTimeout, DrainTimeoutDefault)
+	o.RestoreWait = cmp.Or(o.RestoreWait, restoreWaitDefault)
 	o.Partitions = cmp.Or(o.Partitions, PartitionsDefault)
 	o.FenceMode = cmp.Or(o.FenceMode, FenceModeEnforce)
 	o.Writers = cmp.Or(o.Writers, WritersDefault)
@@ -260,8 +267,8 @@ func (o Options) Validate() error {
 		return errors.New("the receipt timeout must be positive")
 	case o.Zombie < 0 && o.Zombie != Off:
 		return errors.New("the zombie window must not be negative")
-	case o.GapWindow < 0 || o.GapTimeout <= 0 || o.DrainTimeout <= 0:
-		return errors.New("the gap window must not be negative, the gap timeout and drain timeout must be positive")
+	case o.GapWindow < 0 || o.GapTimeout <= 0 || o.DrainTimeout <= 0 || o.RestoreWait <= 0:
+		return errors.New("the gap window must not be negative; the gap timeout, drain timeout and restore wait must be positive")
 	case o.Replication != "" && o.Replication != ReplicationSync && o.Replication != ReplicationAsync:
 		return fmt.Errorf("replication must be %q or %q, got %q", ReplicationSync, ReplicationAsync, o.Replication)
 	case o.SplitBrain && o.Replication == "":

@@ -54,10 +54,8 @@ const (
 	// splitBrainFor is how long an old primary stays up, writable, after
 	// a failover with Options.SplitBrain.
 	splitBrainFor = 5 * time.Second
-	// restoreWait bounds the wait, after an asynchronous failover, for an
-	// ingest to report that the database forgot acknowledged commits; on a
-	// loaded machine that took more than 10 s once in an hour's run.
-	restoreWait = time.Minute
+	// restoreWaitDefault is Options.RestoreWait's default.
+	restoreWaitDefault = time.Minute
 	// restoreRetry is the pause before a failed restore is run again.
 	restoreRetry = 2 * time.Second
 	// resumeWait bounds the wait for the first commit after a promotion.
@@ -324,7 +322,7 @@ func (r *run) freeze(ctx context.Context, s *pgtemp.Cluster) error {
 func (r *run) restoreForgotten(ctx context.Context, promoted time.Time, f *PGFailover) {
 	client := &http.Client{Timeout: time.Second}
 	var said string
-	for deadline := promoted.Add(restoreWait); said == "" && time.Now().Before(deadline); {
+	for deadline := promoted.Add(r.o.RestoreWait); said == "" && time.Now().Before(deadline); {
 		for i, port := range r.ingestPorts {
 			resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", port))
 			if err != nil {
@@ -340,7 +338,7 @@ func (r *run) restoreForgotten(ctx context.Context, promoted time.Time, f *PGFai
 		sleep(ctx, 50*time.Millisecond)
 	}
 	if said == "" {
-		r.logf("no ingest reported, within %v of the promote, that the database forgot commits; no restore", restoreWait)
+		r.logf("no ingest reported, within %v of the promote, that the database forgot commits; no restore", r.o.RestoreWait)
 		return
 	}
 	f.Noticed = time.Since(promoted)

@@ -69,6 +69,7 @@ func TestPGFailoverWithoutTheGuardsBreaksPromises(t *testing.T) {
 	bin, _ := build(t)
 	o := failoverRun(bin, binaries.noguards, chaos.ReplicationAsync, true)
 	o.DrainTimeout = 15 * time.Second // what is lost stays lost: no need to wait for it
+	o.RestoreWait = 5 * time.Second   // nothing reports the loss: no need to wait for that either
 	res := runChaos(t, o)
 	r := res.Report
 	assert.Positive(t, r.Counts[chaos.ReceiptedMissing], "the checker missed commits the database forgot: %s", res.Summary)
