@@ -220,7 +220,7 @@ func (o Options) WithDefaults() Options {
 	o.ReceiptTimeout = cmp.Or(o.ReceiptTimeout, SDKReceiptTimeoutDefault)
 	o.GapTimeout = cmp.Or(o.GapTimeout, GapTimeoutDefault)
 	o.DrainTimeout = cmp.Or(o.DrainTimeout, DrainTimeoutDefault)
-	o.RestoreWait = cmp.Or(o.RestoreWait, restoreWaitDefault)
+	o.RestoreWait = cmp.Or(o.RestoreWait, RestoreWaitDefault)
 	o.Partitions = cmp.Or(o.Partitions, PartitionsDefault)
 	o.FenceMode = cmp.Or(o.FenceMode, FenceModeEnforce)
 	o.Writers = cmp.Or(o.Writers, WritersDefault)

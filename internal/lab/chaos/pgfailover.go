@@ -54,8 +54,8 @@ const (
 	// splitBrainFor is how long an old primary stays up, writable, after
 	// a failover with Options.SplitBrain.
 	splitBrainFor = 5 * time.Second
-	// restoreWaitDefault is Options.RestoreWait's default.
-	restoreWaitDefault = time.Minute
+	// RestoreWaitDefault is Options.RestoreWait's default.
+	RestoreWaitDefault = time.Minute
 	// restoreRetry is the pause before a failed restore is run again.
 	restoreRetry = 2 * time.Second
 	// resumeWait bounds the wait for the first commit after a promotion.

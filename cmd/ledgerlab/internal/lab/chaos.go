@@ -84,6 +84,7 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.DurationVar(&o.GapWindow, "gap-window", 0, "the ingests' -gap-window (0: their default, 30s)")
 	f.DurationVar(&o.GapTimeout, "gap-timeout", chaos.GapTimeoutDefault, "the projector's -gap-timeout")
 	f.DurationVar(&o.DrainTimeout, "drain-timeout", chaos.DrainTimeoutDefault, "longest wait for LEDGER_IN to empty and the projections to catch up")
+	f.DurationVar(&o.RestoreWait, "restore-wait", chaos.RestoreWaitDefault, "with -replication async: longest wait after a failover for an ingest to report the commits the database forgot, before the run restores them")
 	f.IntVar(&o.Show, "show", chaos.ShowDefault, "offenders printed per kind of violation")
 	f.StringVar(&o.FenceMode, "fence-mode", chaos.FenceModeEnforce, "the fence mode of the run's partitions: enforce, or observe (stale sends commit, marked would_reject, and are counted where enforce counts its stale refusals)")
 	external := f.Bool("external", false, "write to the deployment at DATABASE_URL and NATS_URL; no faults but the writers' SIGSTOP")
