@@ -88,7 +88,7 @@ func run(args []string) error {
 	// refuse an older one (fence.PrimaryGuard, kept in ledger_witness).
 	fcfg.Primary = &fence.PrimaryGuard{}
 	conn.Primary = fcfg.Primary
-	pool, err := conn.Postgres(ctx)
+	pool, err := svcf.Postgres(ctx)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	nc, err := conn.NATS(log)
+	nc, err := svcf.NATS(ctx)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	pool, err := conn.Postgres(ctx)
+	pool, err := svcf.Postgres(ctx)
 	if err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func run(args []string) error {
 	if err := migrations.Check(ctx, pool); err != nil {
 		return fmt.Errorf("%w (the ingest applies migrations at start; or run ledgerctl migrate)", err)
 	}
-	nc, err := conn.NATS(log)
+	nc, err := svcf.NATS(ctx)
 	if err != nil {
 		return err
 	}

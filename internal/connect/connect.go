@@ -199,7 +199,7 @@ func (o *Options) NATS(log *slog.Logger) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(o.NATSURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("nats %s is not reachable: %w", RedactURLs(o.NATSURL), RedactError(o.NATSURL, err))
+		return nil, fmt.Errorf("nats %s is %w: %w", RedactURLs(o.NATSURL), ErrUnreachable, RedactError(o.NATSURL, err))
 	}
 	return nc, nil
 }

@@ -94,7 +94,7 @@ func (o *Options) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s is not reachable: %w", where, err)
+		return nil, fmt.Errorf("%s is %w: %w", where, ErrUnreachable, err)
 	}
 	o.Session = s
 	if o.Primary != nil {
@@ -111,7 +111,7 @@ func (o *Options) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
 	}
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("%s is not reachable: %w", where, err)
+		return nil, fmt.Errorf("%s is %w: %w", where, ErrUnreachable, err)
 	}
 	return pool, nil
 }

@@ -1,6 +1,7 @@
 package connect
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,6 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 )
 
 // AdminHostDefault is the host the admin endpoints listen on unless
@@ -24,9 +29,21 @@ type Service struct {
 	Prefix    string
 	AdminAddr string
 	LogLevel  string
+	// StartWait bounds how long Postgres and NATS keep trying a
+	// dependency that does not answer yet before the service gives up.
+	StartWait time.Duration
 	// Log is the JSON logger, set by Parse.
 	Log *slog.Logger
 }
+
+// StartWaitDefault is -start-wait's default: 1 min.
+const StartWaitDefault = time.Minute
+
+// ErrUnreachable is in the error of a connection that failed for want of
+// an answer (refused, reset, timed out, a server still starting up),
+// which trying again may cure; not in one that the settings doom (a
+// malformed URL, a TLS setting, a refused pooler mode).
+var ErrUnreachable = errors.New("not reachable")
 
 // Register adds the shared flags to fs. adminPort is the service's own
 // admin port ("9090" for the ingest, "9091" for the projector; empty for no
@@ -46,6 +63,65 @@ func (s *Service) Register(fs *flag.FlagSet, adminPort string) {
 	fs.StringVar(&s.AdminAddr, "admin-addr", Env("LEDGER_ADMIN_ADDR", adminDefault),
 		"address of /metrics, /healthz and /readyz (env LEDGER_ADMIN_ADDR); loopback by default, 0.0.0.0:<port> serves other hosts; empty disables")
 	fs.StringVar(&s.LogLevel, "log-level", Env("LEDGER_LOG_LEVEL", "info"), "debug, info, warn or error (env LEDGER_LOG_LEVEL)")
+	fs.DurationVar(&s.StartWait, "start-wait", EnvDuration("LEDGER_START_WAIT", StartWaitDefault),
+		"how long the service waits at start for PostgreSQL and NATS to answer, trying again, before it exits; 0 tries once (env LEDGER_START_WAIT)")
+}
+
+// Postgres opens the pool (Options.Postgres). While the database is not
+// reachable it tries again, logging each failure, for up to StartWait: a
+// service started beside a database that is restarting or failing over
+// waits for it rather than exiting into its supervisor's restart loop.
+func (s *Service) Postgres(ctx context.Context) (*pgxpool.Pool, error) {
+	var pool *pgxpool.Pool
+	err := s.untilReachable(ctx, "PostgreSQL", func() (err error) {
+		pool, err = s.Conn.Postgres(ctx)
+		return err
+	})
+	return pool, err
+}
+
+// NATS connects to the NATS servers (Options.NATS), trying again as
+// Postgres does. Once connected, the client reconnects by itself.
+func (s *Service) NATS(ctx context.Context) (*nats.Conn, error) {
+	var nc *nats.Conn
+	err := s.untilReachable(ctx, "NATS", func() (err error) {
+		nc, err = s.Conn.NATS(s.Log)
+		return err
+	})
+	return nc, err
+}
+
+// startRetryMax is the longest pause between two tries at start.
+const startRetryMax = 5 * time.Second
+
+// untilReachable runs try until it succeeds, fails for a reason other than
+// ErrUnreachable, ctx ends or the next try would start past StartWait.
+func (s *Service) untilReachable(ctx context.Context, what string, try func() error) error {
+	deadline := time.Now().Add(s.StartWait)
+	delay := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := try()
+		if err == nil || !errors.Is(err, ErrUnreachable) || time.Now().Add(delay).After(deadline) {
+			if err != nil && attempt > 1 {
+				err = fmt.Errorf("%w (tried %d times in %v: -start-wait)", err, attempt, s.StartWait)
+			}
+			return err
+		}
+		log := s.Log
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		log.Warn("waiting for "+what+" to answer", slog.Int("attempt", attempt), slog.Duration("retry_in", delay),
+			slog.String("error", err.Error()))
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(2*delay, startRetryMax)
+	}
 }
 
 // Parse parses args, builds the logger and gives the process the services'
