@@ -72,8 +72,11 @@ func (w *cutOffWorker) publishLosingReceipt(ctx context.Context, lease *worker.L
 	spy := make(chan wire.Receipt, 16)
 	spyConn := w.l.ns.Conn(t)
 	sub, err := spyConn.Subscribe(wire.Subjects{}.Receipt(w.c.Holder()), func(m *nats.Msg) {
-		var r wire.Receipt
-		if json.Unmarshal(m.Data, &r) == nil {
+		rs, err := wire.DecodeReceipts(m.Data) // a batch's receipts come in one message
+		if err != nil {
+			return
+		}
+		for _, r := range rs {
 			spy <- r
 		}
 	})
