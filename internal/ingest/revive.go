@@ -7,8 +7,6 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/flowness/ledger/pkg/fence"
 )
 
 // Consumers that are gone. A partition's consumer on an inbox can vanish
@@ -81,13 +79,13 @@ func (s *Service) reviveConsumers(ctx context.Context) {
 			continue // no longer ours, or the inbox is gone
 		}
 		if !deleted {
-			missing, err := s.consumersMissing(ctx, k.stream, r.claim)
-			if err != nil {
+			_, err := s.js.Consumer(ctx, k.stream, consumerName(k.partition, k.epoch))
+			if err == nil {
+				continue // there: the silence was the server's or the network's
+			}
+			if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 				s.suspects.note(k, false) // ask again on the next beat
 				continue
-			}
-			if !missing {
-				continue // there: the silence was the server's or the network's
 			}
 		}
 		s.log.Warn("a partition's consumer is gone from the server; making it again", slog.Int("partition", k.partition),
@@ -115,19 +113,4 @@ func (s *Service) reviveConsumers(ctx context.Context) {
 			cc.Stop() // the partition was stopped meanwhile
 		}
 	}
-}
-
-// consumersMissing reports whether a consumer of claim cl's partition on
-// the inbox stream is gone from the server.
-func (s *Service) consumersMissing(ctx context.Context, stream string, cl fence.Claim) (bool, error) {
-	for _, f := range s.inboxForms(stream, cl) {
-		_, err := s.js.Consumer(ctx, stream, f.name)
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return true, nil
-		}
-		if err != nil {
-			return false, err
-		}
-	}
-	return false, nil
 }
