@@ -230,7 +230,7 @@ func (s *authStack) awaitReceipt(t *testing.T, w *workerSide, eventID string) wi
 			continue
 		}
 		require.NoError(t, err, "no receipt for %s", eventID)
-		rs, err := receiptsOf(m.Data)
+		rs, err := wire.ReceiptsOf(m.Header, m.Data)
 		require.NoError(t, err)
 		for _, r := range rs {
 			w.seen[r.EventID] = r
@@ -843,13 +843,4 @@ func (s *authStack) mintedWorker(t *testing.T) {
 	_, err := c.conn.SubscribeSync("ledger.receipt.worker-a.>")
 	require.NoError(t, err)
 	c.conn.requireDenied(t, "ledger.receipt.worker-a.>")
-}
-
-// receiptsOf reads a receipt message: one receipt, or a batch's in an array.
-func receiptsOf(data []byte) ([]wire.Receipt, error) {
-	if len(data) > 0 && data[0] == '[' {
-		return wire.DecodeReceipts(data)
-	}
-	r, err := wire.DecodeReceipt(data)
-	return []wire.Receipt{r}, err
 }

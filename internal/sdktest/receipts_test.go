@@ -72,7 +72,7 @@ func (w *cutOffWorker) publishLosingReceipt(ctx context.Context, lease *worker.L
 	spy := make(chan wire.Receipt, 16)
 	spyConn := w.l.ns.Conn(t)
 	sub, err := spyConn.Subscribe(wire.Subjects{}.Receipt(w.c.Holder()), func(m *nats.Msg) {
-		rs, err := receiptsOf(m.Data)
+		rs, err := wire.ReceiptsOf(m.Header, m.Data)
 		if err != nil {
 			return
 		}
@@ -318,13 +318,4 @@ func TestVerdictLookupsRepeatOneAtATimeWhileTheLedgerHasNone(t *testing.T) {
 		t.Fatal("an event was settled without a verdict")
 	default:
 	}
-}
-
-// receiptsOf reads a receipt message: one receipt, or a batch's in an array.
-func receiptsOf(data []byte) ([]wire.Receipt, error) {
-	if len(data) > 0 && data[0] == '[' {
-		return wire.DecodeReceipts(data)
-	}
-	r, err := wire.DecodeReceipt(data)
-	return []wire.Receipt{r}, err
 }
