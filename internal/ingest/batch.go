@@ -202,24 +202,19 @@ func (s *Service) earlierBatch(ctx context.Context, in *inbound) (bool, error) {
 	return s.queuedBefore(ctx, in, s.subjects.InBatchPartition(in.event.Partition))
 }
 
-// firstOfPartition is the sequence of partition p's first message in the
-// inbox stream, single event or batch; found is false when it has none.
-func (s *Service) firstOfPartition(ctx context.Context, stream string, p int) (seq uint64, found bool, err error) {
+// firstOf is the sequence of the inbox stream's first message on subject
+// (a filter); found is false when it has none.
+func (s *Service) firstOf(ctx context.Context, stream, subject string) (seq uint64, found bool, err error) {
 	st := s.inboxes.stream(stream)
 	if st == nil {
 		return 0, false, nil
 	}
-	for _, subject := range s.inboxFilters(stream, p) {
-		first, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return 0, false, err
-		}
-		if !found || first.Sequence < seq {
-			seq, found = first.Sequence, true
-		}
+	first, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, false, nil
 	}
-	return seq, found, nil
+	if err != nil {
+		return 0, false, err
+	}
+	return first.Sequence, true, nil
 }

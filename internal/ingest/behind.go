@@ -53,8 +53,10 @@ func (s *Service) restartBehind(ctx context.Context) (int, error) {
 		s.stopPartition(p, true)
 		name := consumerName(p, r.claim.Epoch)
 		for _, stream := range s.inboxes.names() {
-			if err := s.js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				return n, fmt.Errorf("delete consumer %s of %s: %w", name, stream, err)
+			for _, f := range s.inboxForms(stream, r.claim) {
+				if err := s.js.DeleteConsumer(ctx, stream, f.name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+					return n, fmt.Errorf("delete consumer %s of %s: %w", f.name, stream, err)
+				}
 			}
 		}
 		consumers, err := s.consumePartition(ctx, r.claim)
@@ -73,26 +75,28 @@ func (s *Service) restartBehind(ctx context.Context) (int, error) {
 // stream is at or below its consumer's ack floor there.
 func (s *Service) consumerAhead(ctx context.Context, p int, r *partRun) (bool, error) {
 	for _, stream := range s.inboxes.names() {
-		cons, err := s.js.Consumer(ctx, stream, consumerName(p, r.claim.Epoch))
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			// Gone with the server's storage, or with a restart of a
-			// server that kept it in memory: made again on the next beat.
-			s.suspects.note(consumerKey{partition: p, stream: stream, epoch: r.claim.Epoch}, true)
-			continue
-		}
-		if err != nil {
-			return false, fmt.Errorf("consumer of partition %d on %s: %w", p, stream, err)
-		}
-		info, err := cons.Info(ctx)
-		if err != nil {
-			return false, fmt.Errorf("consumer of partition %d on %s: %w", p, stream, err)
-		}
-		first, found, err := s.firstOfPartition(ctx, stream, p)
-		if err != nil {
-			return false, fmt.Errorf("first message of partition %d in %s: %w", p, stream, err)
-		}
-		if found && first <= info.AckFloor.Stream {
-			return true, nil
+		for _, f := range s.inboxForms(stream, r.claim) {
+			cons, err := s.js.Consumer(ctx, stream, f.name)
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
+				// Gone with the server's storage, or with a restart of a
+				// server that kept it in memory: made again on the next beat.
+				s.suspects.note(consumerKey{partition: p, stream: stream, epoch: r.claim.Epoch}, true)
+				continue
+			}
+			if err != nil {
+				return false, fmt.Errorf("consumer of partition %d on %s: %w", p, stream, err)
+			}
+			info, err := cons.Info(ctx)
+			if err != nil {
+				return false, fmt.Errorf("consumer of partition %d on %s: %w", p, stream, err)
+			}
+			first, found, err := s.firstOf(ctx, stream, f.filter)
+			if err != nil {
+				return false, fmt.Errorf("first message of partition %d in %s: %w", p, stream, err)
+			}
+			if found && first <= info.AckFloor.Stream {
+				return true, nil
+			}
 		}
 	}
 	return false, nil

@@ -215,15 +215,25 @@ func (s *Service) claim(ctx context.Context, p int) bool {
 	if !ok {
 		return false
 	}
+	// The partition is this process's before its consumers start: their
+	// first messages can reach a lane while the next consumer is being
+	// made, and a lane hands back what it does not own.
+	r := &partRun{claim: cl, consumers: map[string]jetstream.ConsumeContext{}}
+	s.claims.mu.Lock()
+	s.claims.runs[p] = r
+	s.claims.mu.Unlock()
 	consumers, err := s.consumePartition(ctx, cl)
 	if err != nil {
 		s.log.Warn("starting a partition's consumer failed; releasing its claim", slog.Int("partition", p),
 			slog.String("error", err.Error()))
+		s.claims.mu.Lock()
+		delete(s.claims.runs, p)
+		s.claims.mu.Unlock()
 		_ = s.store.ReleaseClaim(context.WithoutCancel(ctx), cl)
 		return false
 	}
 	s.claims.mu.Lock()
-	s.claims.runs[p] = &partRun{claim: cl, consumers: consumers}
+	r.consumers = consumers
 	s.claims.mu.Unlock()
 	s.metrics.claims.Set(float64(len(s.claims.owned())))
 	s.log.Info("deciding partition", slog.Int("partition", p), slog.Int64("epoch", cl.Epoch))
@@ -252,21 +262,24 @@ func (s *Service) consumePartition(ctx context.Context, cl fence.Claim) (map[str
 	return out, nil
 }
 
-// consumeInbox replaces the partition's consumer on the inbox stream with a
-// new one that starts at the oldest message still in the stream (acked ones
-// are gone: it is a work queue), so the new owner sees the partition's
-// events in stream order, those a former owner held unacked first.
+// consumeInbox replaces the partition's consumers on the inbox stream with
+// new ones that start at the oldest message still in the stream (acked
+// ones are gone: it is a work queue), so the new owner sees the partition's
+// events in stream order, those a former owner held unacked first. Single
+// events and batches have a consumer each (inboxForms), and the two reach
+// the partition's lane side by side.
 func (s *Service) consumeInbox(ctx context.Context, cl fence.Claim, stream string) (jetstream.ConsumeContext, error) {
 	st := s.inboxes.stream(stream)
 	if st == nil {
 		return nil, fmt.Errorf("no inbox stream %s", stream)
 	}
-	name := consumerName(cl.Partition, cl.Epoch)
+	forms := s.inboxForms(stream, cl)
 	prefix := fmt.Sprintf("ingest-%d-", cl.Partition)
 	names := st.ConsumerNames(ctx)
 	var stale []string
 	for n := range names.Name() {
-		if n != name && (n == "ingest" || strings.HasPrefix(n, prefix)) {
+		current := slices.ContainsFunc(forms, func(f inboxForm) bool { return f.name == n })
+		if !current && (n == "ingest" || strings.HasPrefix(n, prefix)) {
 			stale = append(stale, n)
 		}
 	}
@@ -278,25 +291,39 @@ func (s *Service) consumeInbox(ctx context.Context, cl fence.Claim, stream strin
 			return nil, fmt.Errorf("delete consumer %s of %s: %w", n, stream, err)
 		}
 	}
+	var both consumePair
+	for i, f := range forms {
+		cc, err := s.consumeForm(ctx, cl, stream, f)
+		if err != nil {
+			both.Stop()
+			return nil, err
+		}
+		both[i] = cc
+	}
+	return both, nil
+}
+
+// consumeForm makes partition cl's consumer of one form on the inbox
+// stream and consumes it.
+func (s *Service) consumeForm(ctx context.Context, cl fence.Claim, stream string, f inboxForm) (jetstream.ConsumeContext, error) {
 	ccfg, err := streams.Consumer("ingest", streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Replicas})
 	if err != nil {
 		return nil, err
 	}
-	ccfg.Durable, ccfg.Name = name, name
-	ccfg.FilterSubject = ""
-	ccfg.FilterSubjects = s.inboxFilters(stream, cl.Partition)
+	ccfg.Durable, ccfg.Name = f.name, f.name
+	ccfg.FilterSubject, ccfg.FilterSubjects = f.filter, nil
 	ccfg.AckWait = s.cfg.AckWait
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, stream, ccfg)
-	if err != nil && strings.Contains(err.Error(), "storage type can not be updated") {
-		// A consumer of this name kept on disk by an ingest before its
-		// consumers' state was kept in memory: it is this claim's, so it
-		// is made anew.
-		if err = s.js.DeleteConsumer(ctx, stream, name); err == nil || errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err != nil && (strings.Contains(err.Error(), "storage type can not be updated") ||
+		strings.Contains(err.Error(), "filter")) {
+		// A consumer of this name made by an older ingest (state on disk,
+		// or both forms in one): it is this claim's, so it is made anew.
+		if err = s.js.DeleteConsumer(ctx, stream, f.name); err == nil || errors.Is(err, jetstream.ErrConsumerNotFound) {
 			cons, err = s.js.CreateOrUpdateConsumer(ctx, stream, ccfg)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("create consumer %s of %s: %w", name, stream, err)
+		return nil, fmt.Errorf("create consumer %s of %s: %w", f.name, stream, err)
 	}
 	p := cl.Partition
 	return cons.Consume(func(m jetstream.Msg) { s.route(m, p) },
@@ -307,6 +334,40 @@ func (s *Service) consumeInbox(ctx context.Context, cl fence.Claim, stream strin
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			s.consumeErr(consumerKey{partition: p, stream: stream, epoch: cl.Epoch}, err)
 		}))
+}
+
+// consumePair is a partition's two consumers on one inbox, stopped and
+// drained together.
+type consumePair [2]jetstream.ConsumeContext
+
+func (c consumePair) Stop() {
+	for _, cc := range c {
+		if cc != nil {
+			cc.Stop()
+		}
+	}
+}
+
+func (c consumePair) Drain() {
+	for _, cc := range c {
+		if cc != nil {
+			cc.Drain()
+		}
+	}
+}
+
+// Closed is closed once both consumers are.
+func (c consumePair) Closed() <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, cc := range c {
+			if cc != nil {
+				<-cc.Closed()
+			}
+		}
+	}()
+	return done
 }
 
 // stopPartition stops deciding p: its consumer stops, and what this process

@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowness/ledger/pkg/fence"
 )
 
 // Consumers that are gone. A partition's consumer on an inbox can vanish
@@ -79,13 +81,13 @@ func (s *Service) reviveConsumers(ctx context.Context) {
 			continue // no longer ours, or the inbox is gone
 		}
 		if !deleted {
-			_, err := s.js.Consumer(ctx, k.stream, consumerName(k.partition, k.epoch))
-			if err == nil {
-				continue // there: the silence was the server's or the network's
-			}
-			if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			missing, err := s.consumersMissing(ctx, k.stream, r.claim)
+			if err != nil {
 				s.suspects.note(k, false) // ask again on the next beat
 				continue
+			}
+			if !missing {
+				continue // there: the silence was the server's or the network's
 			}
 		}
 		s.log.Warn("a partition's consumer is gone from the server; making it again", slog.Int("partition", k.partition),
@@ -113,4 +115,19 @@ func (s *Service) reviveConsumers(ctx context.Context) {
 			cc.Stop() // the partition was stopped meanwhile
 		}
 	}
+}
+
+// consumersMissing reports whether a consumer of claim cl's partition on
+// the inbox stream is gone from the server.
+func (s *Service) consumersMissing(ctx context.Context, stream string, cl fence.Claim) (bool, error) {
+	for _, f := range s.inboxForms(stream, cl) {
+		_, err := s.js.Consumer(ctx, stream, f.name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }
