@@ -3,9 +3,11 @@ package sdktest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -68,6 +70,37 @@ func TestEventsOfALeaseLeaveInBatchesAndEachIsCommitted(t *testing.T) {
 			require.Equal(t, int64(i+1), r.Version)
 		}
 	}
+}
+
+// An event with no other in its linger goes as a batch of one, so a task's
+// versions keep to one form and one of the ingest's two consumers of the
+// partition: a later version never waits for an earlier one the other
+// holds. Only an event larger than BatchMaxBytes goes alone.
+// Switch: flushLocked sending a lone event as a single message (the rule
+// before): the first message is a single event's.
+func TestALoneEventGoesAsABatchOfOne(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	ctx := testCtx(t, 60*time.Second)
+	subjects := make(chan string, 16)
+	sub, err := l.ns.Conn(t).Subscribe(wire.Subjects{}.InAll(), func(m *nats.Msg) { subjects <- m.Subject })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	c := l.client(nil, worker.Config{Holder: "batch.c", BatchMaxBytes: 4 << 10})
+	lease, err := c.Acquire(ctx, 1)
+	require.NoError(t, err)
+
+	p, err := lease.Publish(ctx, "lone", "start", []byte(`{"n":1}`))
+	require.NoError(t, err)
+	require.NoError(t, p.Wait(ctx))
+	require.True(t, wire.Subjects{}.IsInBatch(<-subjects), "a lone event goes as a batch of one")
+
+	big := []byte(`{"blob":"` + strings.Repeat("x", 8<<10) + `"}`)
+	p, err = lease.Publish(ctx, "lone", "step", big)
+	require.NoError(t, err)
+	require.NoError(t, p.Wait(ctx))
+	require.Equal(t, wire.Subjects{}.In("batch.c", 1, "lone"), <-subjects, "one larger than BatchMaxBytes goes alone")
+	require.Len(t, l.events("lone"), 2)
 }
 
 // Against a ledger whose LEDGER_IN has no batch subjects (one older than

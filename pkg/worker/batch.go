@@ -66,16 +66,20 @@ func (l *Lease) flush(gen uint64) {
 }
 
 // flushLocked sends the batch gathered so far; l.batch.mu is held, so
-// batches leave in order. One event goes as a single message.
+// batches leave in order. One event goes as a batch of one too: the
+// ingest reads a partition's batches and single messages with a consumer
+// each, so a task whose versions went in both forms would have a later
+// one wait for an earlier one the other consumer holds. Only an event
+// larger than BatchMaxBytes goes as a single message.
 func (l *Lease) flushLocked() {
 	b, c := &l.batch, l.c
-	ps, events := b.ps, b.events
+	ps, events, bytes := b.ps, b.events, b.bytes
 	b.ps, b.events, b.bytes = nil, nil, 0
 	b.gen++
 	if isClosed(c.closedCh) {
 		return // Close gave every event waiting for its ack ErrClosed
 	}
-	if len(ps) == 1 || !c.batching() {
+	if !c.batching() || (len(ps) == 1 && bytes >= c.cfg.BatchMaxBytes) {
 		for _, p := range ps {
 			c.sendAlone(p)
 		}

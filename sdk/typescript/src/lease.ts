@@ -536,16 +536,23 @@ export class Lease {
     }
   }
 
-  /** flush sends the batch gathered so far, in order; one event goes as a single message. */
+  /**
+   * flush sends the batch gathered so far, in order. One event goes as a batch of
+   * one too: the ingest reads a partition's batches and single messages
+   * with a consumer each, so a task whose versions went in both forms would
+   * have a later one wait for an earlier one the other consumer holds. Only
+   * an event larger than batchMaxBytes goes alone.
+   */
   #flush(): void {
     const ps = this.#batch;
+    const bytes = this.#batchBytes;
     this.#batch = [];
     this.#batchBytes = 0;
     this.#batchGen++;
     const c = this.client;
     if (c.closed || ps.length === 0) return; // close gave every event waiting for its ack CLOSED
     try {
-      if (ps.length > 1 && c.batching) return c.sendBatch(ps, c.subjects.inboundBatch(c.holder, this.partition), this.generation);
+      if (c.batching && (ps.length > 1 || bytes < c.cfg.batchMaxBytes)) return c.sendBatch(ps, c.subjects.inboundBatch(c.holder, this.partition), this.generation);
       for (const p of ps) c.sendAlone(p);
     } catch (err) {
       // The connection refused them: the sweep sends each again alone.

@@ -96,6 +96,30 @@ describe("batches", () => {
     await lease.release(timeout(5000));
   });
 
+  // An event with no other in its linger goes as a batch of one, so a task's
+  // versions keep to one form and to one of the ingest's two consumers of
+  // the partition. Only an event larger than batchMaxBytes goes alone.
+  // Switch: #flush sending a lone event alone (the rule before).
+  test("a lone event goes as a batch of one", async () => {
+    const seen: string[] = [];
+    const sub = nc.subscribe("ledger.in.batch.c.>", { callback: (_err, m) => void seen.push(m.subject) });
+    await nc.flush();
+    try {
+      const c = await client("batch.c", { batchMaxBytes: 4096 });
+      const task = "lone";
+      const lease = await c.acquire(c.partitionOf(task));
+      await (await lease.publishJSON(task, "start", { n: 1 })).wait(timeout(10_000));
+      await (await lease.publishJSON(task, "step", { blob: "x".repeat(8192) })).wait(timeout(10_000));
+      const p = c.partitionOf(task);
+      assert.deepEqual(seen, [`ledger.in.batch.c.${p}`, `ledger.in.batch.c.${p}.${task}`],
+        "the lone event as a batch, the large one alone");
+      assert.equal((await c.taskHead(task)).version, 2);
+      await lease.release(timeout(5000));
+    } finally {
+      sub.unsubscribe();
+    }
+  });
+
   // Against a ledger whose LEDGER_IN has no batch subjects (one older than
   // batches), the batch publish gets no responders and its events are sent
   // again alone; the client sends no batch again. The ack deadline is far
