@@ -59,13 +59,9 @@ func (s *Service) restartBehind(ctx context.Context) (int, error) {
 				}
 			}
 		}
-		consumers, err := s.consumePartition(ctx, r.claim)
-		if err != nil {
+		if err := s.startRun(ctx, r.claim); err != nil {
 			return n, fmt.Errorf("make consumer %s again: %w", name, err)
 		}
-		s.claims.mu.Lock()
-		s.claims.runs[p] = &partRun{claim: r.claim, consumers: consumers}
-		s.claims.mu.Unlock()
 		n++
 	}
 	return n, nil

@@ -215,29 +215,36 @@ func (s *Service) claim(ctx context.Context, p int) bool {
 	if !ok {
 		return false
 	}
-	// The partition is this process's before its consumers start: their
-	// first messages can reach a lane while the next consumer is being
-	// made, and a lane hands back what it does not own.
-	r := &partRun{claim: cl, consumers: map[string]jetstream.ConsumeContext{}}
-	s.claims.mu.Lock()
-	s.claims.runs[p] = r
-	s.claims.mu.Unlock()
-	consumers, err := s.consumePartition(ctx, cl)
-	if err != nil {
+	if err := s.startRun(ctx, cl); err != nil {
 		s.log.Warn("starting a partition's consumer failed; releasing its claim", slog.Int("partition", p),
 			slog.String("error", err.Error()))
-		s.claims.mu.Lock()
-		delete(s.claims.runs, p)
-		s.claims.mu.Unlock()
 		_ = s.store.ReleaseClaim(context.WithoutCancel(ctx), cl)
 		return false
 	}
-	s.claims.mu.Lock()
-	r.consumers = consumers
-	s.claims.mu.Unlock()
 	s.metrics.claims.Set(float64(len(s.claims.owned())))
 	s.log.Info("deciding partition", slog.Int("partition", p), slog.Int64("epoch", cl.Epoch))
 	return true
+}
+
+// startRun makes partition cl's consumers and records the run. The
+// partition is this process's before its consumers start: their first
+// messages can reach a lane while the next consumer is being made, and a
+// lane hands back what it does not own. On an error nothing is left
+// running and the partition is not this process's.
+func (s *Service) startRun(ctx context.Context, cl fence.Claim) error {
+	r := &partRun{claim: cl, consumers: map[string]jetstream.ConsumeContext{}}
+	s.claims.mu.Lock()
+	s.claims.runs[cl.Partition] = r
+	s.claims.mu.Unlock()
+	consumers, err := s.consumePartition(ctx, cl)
+	s.claims.mu.Lock()
+	defer s.claims.mu.Unlock()
+	if err != nil {
+		delete(s.claims.runs, cl.Partition)
+		return err
+	}
+	r.consumers = consumers
+	return nil
 }
 
 // consumerName is the durable consumer of partition p under claim epoch e.
