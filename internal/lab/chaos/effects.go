@@ -131,6 +131,27 @@ func effectsPending(ctx context.Context, js jetstream.JetStream) int64 {
 	return int64(info.NumPending) + int64(info.NumAckPending)
 }
 
+// effectsState describes the effect runner's consumer for a run that did
+// not drain: what the server has delivered, what waits, and its pin.
+func effectsState(ctx context.Context, js jetstream.JetStream) string {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := js.Consumer(cctx, wire.StreamLog, "effects-"+effectRunner)
+	if err != nil {
+		return err.Error()
+	}
+	info, err := c.Info(cctx)
+	if err != nil {
+		return err.Error()
+	}
+	pins := make([]string, 0, len(info.PriorityGroups))
+	for _, g := range info.PriorityGroups {
+		pins = append(pins, fmt.Sprintf("%s pinned %q since %v", g.Group, g.PinnedClientID, g.PinnedTS))
+	}
+	return fmt.Sprintf("pending %d, ack pending %d, redelivered %d, waiting pulls %d, delivered to stream seq %d, ack floor %d, %v",
+		info.NumPending, info.NumAckPending, info.NumRedelivered, info.NumWaiting, info.Delivered.Stream, info.AckFloor.Stream, pins)
+}
+
 // directEffect performs the effect of intent id directly, with the
 // writer's fence of generation gen, and logs the attempt and its outcome.
 func (w *writer) directEffect(ctx context.Context, gen int64, id string, zombie bool) {

@@ -673,9 +673,9 @@ func (r *run) drainAndCheck(ctx context.Context) (*History, *Report, error) {
 	deadline := time.Now().Add(r.o.DrainTimeout)
 	waited := time.Now()
 	for {
-		pending := r.inboundPending(ctx)
+		pending, holder := r.inboundPending(ctx), wire.StreamIn
 		if pending == 0 && r.effects != nil {
-			pending = effectsPending(ctx, r.js)
+			pending, holder = effectsPending(ctx, r.js), "the effect runner ("+effectsState(ctx, r.js)+")"
 		}
 		var h *History
 		var rep *Report
@@ -696,8 +696,8 @@ func (r *run) drainAndCheck(ctx context.Context) (*History, *Report, error) {
 				}
 				rep = Check(h)
 			}
-			r.logf("not drained after %v: LEDGER_IN (or the effect runner) holds %d messages (%d of LEDGER_IN's before its consumers' positions); checking what there is",
-				r.o.DrainTimeout, pending, r.inboundBehind(ctx))
+			r.logf("not drained after %v: %s holds %d messages (%d of LEDGER_IN's before its consumers' positions); checking what there is",
+				r.o.DrainTimeout, holder, pending, r.inboundBehind(ctx))
 			return h, rep, nil
 		}
 		time.Sleep(time.Second)
