@@ -141,6 +141,10 @@ type ExternalReport struct {
 	// copy of the run (it acks once the value is in the bucket).
 	Receipt   Row `json:"receipt"`
 	Projected Row `json:"projected"`
+	// Floor is the set-based fenced insert into a flat table on the
+	// deployment's PostgreSQL after the run (LabelFloor); Receipt's and
+	// Projected's Relative are their rates over it.
+	Floor Row `json:"floor"`
 	// FirstWindow and AfterFirstWindow split Receipt at FirstWindow after
 	// the first publish (each worker counts from its own, which the
 	// workers make within a few ms of each other): a slow start shows as
@@ -344,6 +348,11 @@ func (e *external) run(ctx context.Context) (ExternalReport, error) {
 		return r, err
 	}
 	r.Total = total(r.Components, events)
+	if r.Floor, err = e.floor(ctx); err != nil {
+		return r, err
+	}
+	relativeToFloor(&r.Receipt, r.Floor)
+	relativeToFloor(&r.Projected, r.Floor)
 	return r, nil
 }
 

@@ -3,6 +3,7 @@ package benchreport_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,10 +120,20 @@ func TestExternalRunReportsEveryComponentsCPUPerEvent(t *testing.T) {
 		require.Equal(t, sum, r.Total.CPU)
 		require.Greater(t, r.Components[4].Processes, 1, "PostgreSQL is the postmaster and its children")
 
+		// The floor ran on the deployment's PostgreSQL after the run, on
+		// as many events, and the receipts are a ratio to it.
+		require.Equal(t, benchreport.LabelFloor, r.Floor.Label, name)
+		require.Equal(t, 5000, r.Floor.Events, name)
+		require.Positive(t, r.Floor.PerSecond, name)
+		require.InDelta(t, r.Receipt.PerSecond/r.Floor.PerSecond, r.Receipt.Relative, 1e-9, name)
+		require.Equal(t, "the floor", r.Receipt.RelativeTo, name)
+
 		table := r.Table()
 		for _, name := range names {
 			require.Contains(t, table, "\n"+name+" ")
 		}
+		require.Contains(t, table, benchreport.LabelFloor+", after the run: ")
+		require.Contains(t, table, fmt.Sprintf("%.2f × the floor", r.Receipt.Relative))
 	}
 	require.Equal(t, []bool{false, true}, []bool{rd.SDK.Raw, rd.Raw.Raw}, "the SDK's run, then the raw publishers'")
 	st, err := os.Stat(profile)

@@ -50,7 +50,14 @@ func (r ExternalReport) Table() string {
 		if row.Label == "" {
 			continue
 		}
-		fmt.Fprintf(&b, "%s: %.2f s, %s events/s\n", row.Label, row.Elapsed.Seconds(), group(int64(row.PerSecond+0.5)))
+		ratio := ""
+		if row.RelativeTo != "" {
+			ratio = fmt.Sprintf(", %.2f × %s", row.Relative, row.RelativeTo)
+		}
+		fmt.Fprintf(&b, "%s: %.2f s, %s events/s%s\n", row.Label, row.Elapsed.Seconds(), group(int64(row.PerSecond+0.5)), ratio)
+	}
+	if f := r.Floor; f.Label != "" {
+		fmt.Fprintf(&b, "%s, after the run: %.2f s, %s events/s\n", f.Label, f.Elapsed.Seconds(), group(int64(f.PerSecond+0.5)))
 	}
 	if f, rest := r.FirstWindow, r.AfterFirstWindow; f.Label != "" {
 		fmt.Fprintf(&b, "receipts in the %s: %s events/s, %.2f × the %s events/s after it\n", f.Label,
