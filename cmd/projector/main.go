@@ -42,8 +42,18 @@ func run(args []string) error {
 	tasksMax := fs.Int("tasks-max-bytes", connect.EnvInt("LEDGER_TASKS_MAX_BYTES", 0), "max_bytes of the ledger_tasks bucket: 0 keeps the default (512 MiB), -1 lifts the limit (env LEDGER_TASKS_MAX_BYTES)")
 	marksMax := fs.Int("marks-max-bytes", connect.EnvInt("LEDGER_MARKS_MAX_BYTES", 0), "max_bytes of the ledger_projector bucket: 0 keeps the default (32 MiB), -1 lifts the limit (env LEDGER_MARKS_MAX_BYTES)")
 	rebuild := fs.Bool("rebuild", false, "replay the PostgreSQL log into fresh projections first, then continue live")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file, from start until it exits on SIGTERM or SIGINT (for measurement: ledgerlab bench -external); default none")
 	if ok, err := svcf.Parse(fs, args); !ok {
 		return err
+	}
+	if *cpuProfile != "" {
+		stop, err := admin.StartCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		// Deferred first, so it runs last: the profile covers the graceful
+		// stop too.
+		defer stop()
 	}
 	log, conn := svcf.Log, &svcf.Conn
 	cfg.Prefix = svcf.Prefix

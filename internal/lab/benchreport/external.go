@@ -47,6 +47,9 @@ type ExternalOptions struct {
 	// IngestProfile, when set, is the file the ingest writes a CPU profile
 	// of its whole life to (its -cpuprofile flag); default none.
 	IngestProfile string
+	// ProjectorProfile, when set, is the file the projector writes a CPU
+	// profile of its whole life to (its -cpuprofile flag); default none.
+	ProjectorProfile string
 	// NATSProfile, when set, is the file the nats-server writes a CPU
 	// profile of its whole life to; default none.
 	NATSProfile string
@@ -164,6 +167,9 @@ type ExternalReport struct {
 	LoadAfter  float64 `json:"load_after"`
 	// IngestProfile is the ingest's CPU profile, when one was asked for.
 	IngestProfile string `json:"ingest_profile,omitempty"`
+	// ProjectorProfile is the projector's CPU profile, when one was asked
+	// for.
+	ProjectorProfile string `json:"projector_profile,omitempty"`
 	// Latency is a latency run's outcome; the rows above are then its
 	// saturation run's, when it measured one.
 	Latency *ExternalLatency `json:"latency,omitempty"`
@@ -219,6 +225,14 @@ func RunExternal(ctx context.Context, o ExternalOptions) (ExternalReport, error)
 		o.IngestProfile = abs
 		do.IngestArgs = []string{"-cpuprofile", abs}
 	}
+	if o.ProjectorProfile != "" {
+		abs, err := filepath.Abs(o.ProjectorProfile)
+		if err != nil {
+			return ExternalReport{}, fmt.Errorf("benchreport: projector profile: %w", err)
+		}
+		o.ProjectorProfile = abs
+		do.ProjectorArgs = []string{"-cpuprofile", abs}
+	}
 	if o.NATSProfile != "" {
 		abs, err := filepath.Abs(o.NATSProfile)
 		if err != nil {
@@ -245,7 +259,7 @@ func RunExternal(ctx context.Context, o ExternalOptions) (ExternalReport, error)
 		return ExternalReport{}, fmt.Errorf("%w (logs in %s)", err, d.Dir())
 	}
 	d.Stop(false) // the ingest writes its profile as it stops
-	r.IngestProfile = o.IngestProfile
+	r.IngestProfile, r.ProjectorProfile = o.IngestProfile, o.ProjectorProfile
 	return r, nil
 }
 

@@ -82,6 +82,10 @@ func (r ExternalReport) Table() string {
 	if r.IngestProfile != "" {
 		fmt.Fprintf(&b, "ingest CPU profile (its whole life): %s (go tool pprof -top <bin>/ingest %s)\n", r.IngestProfile, r.IngestProfile)
 	}
+	if r.ProjectorProfile != "" {
+		fmt.Fprintf(&b, "projector CPU profile (its whole life): %s (go tool pprof -top <bin>/projector %s)\n",
+			r.ProjectorProfile, r.ProjectorProfile)
+	}
 	return b.String()
 }
 

@@ -27,6 +27,8 @@ type DeploymentOptions struct {
 	// IngestArgs are flags added to the ingest's (such as -cpuprofile
 	// FILE); default none.
 	IngestArgs []string
+	// ProjectorArgs are flags added to the projector's; default none.
+	ProjectorArgs []string
 	// Dir keeps the processes' logs and the NATS store; default a temporary
 	// directory, which Stop removes.
 	Dir string
@@ -123,8 +125,9 @@ func StartDeployment(ctx context.Context, o DeploymentOptions) (_ *Deployment, e
 		r.logf("an ingest ready (no projector)")
 		return d, nil
 	}
-	r.proj = d.newProc("projector", r.bin.projector, "-database-url", r.dbURL, "-nats-url", r.natsURL,
-		"-partition-count", strconv.Itoa(parts), "-replicas", replicas, "-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]))
+	r.proj = d.newProc("projector", r.bin.projector, append([]string{"-database-url", r.dbURL, "-nats-url", r.natsURL,
+		"-partition-count", strconv.Itoa(parts), "-replicas", replicas, "-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[1])},
+		o.ProjectorArgs...)...)
 	if err := r.proj.start(); err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return benchWorker(ctx, args[1:], stdout, stderr)
 	}
 	f := NewFlags("ledgerlab bench", "[-only SECTIONS] [-events N] [-rounds N] [-rate N] [-duration D] [-workers N]\n"+
-		"       ledgerlab bench -external [-events N] [-tasks N] [-workers N] [-warmup N] [-raw | -compare N] [-bin DIR] [-ingest-profile FILE] [-nats-profile FILE]\n"+
+		"       ledgerlab bench -external [-events N] [-tasks N] [-workers N] [-warmup N] [-raw | -compare N] [-bin DIR] [-ingest-profile FILE] [-projector-profile FILE] [-nats-profile FILE]\n"+
 		"       ledgerlab bench -external -latency [-rate N] [-events N] [-workers N] [-warmup N] [-raw] [-bin DIR]",
 		"Run the benchmark report in one process, on one machine: per-event fenced INSERT, set-based\n"+
 			"fenced insert and COPY baselines and fence.Append (baselines); raw publishers into the full\n"+
@@ -58,6 +58,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	raw := f.Bool("raw", false, "with -external: raw JetStream publishers instead of SDK workers")
 	bin := f.String("bin", "", "with -external: directory of the ingest, projector and ledgerlab binaries (default: beside this ledgerlab)")
 	ingestProfile := f.String("ingest-profile", "", "with -external: have the ingest write a CPU profile of its whole life to this file")
+	projectorProfile := f.String("projector-profile", "", "with -external: have the projector write a CPU profile of its whole life to this file")
 	natsProfile := f.String("nats-profile", "", "with -external: have the nats-server write a CPU profile of its whole life to this file")
 	tasks := f.Int("tasks", 0, "with -external: new tasks the events spread over (default one per 25 events, 16 to 2,000)")
 	compare := f.Int("compare", 0, "with -external: run this many pairs of runs, SDK then raw, and compare them")
@@ -90,11 +91,13 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return Usagef("-rate with -external paces a latency run: add -latency")
 		case *latency && (*compare > 0 || *ingestProfile != ""):
 			return Usagef("-latency runs on its own: leave out -compare and -ingest-profile")
+		case *projectorProfile != "" && (*latency || *compare > 0 || *syncPolicy):
+			return Usagef("-projector-profile profiles one run with a projector: leave out -latency, -compare and -sync-policy")
 		case *natsProfile != "" && (*compare > 0 || *syncPolicy):
 			return Usagef("-nats-profile profiles one run: leave out -compare and -sync-policy")
 		}
 		eo := benchreport.ExternalOptions{Events: *events, Tasks: *tasks, Workers: *workers, Raw: *raw, SDKBatchMax: *sdkBatch,
-			Bin: *bin, IngestProfile: *ingestProfile, NATSProfile: *natsProfile, Progress: stderr, Latency: *latency, Rate: *rate, Warmup: *warmup}
+			Bin: *bin, IngestProfile: *ingestProfile, ProjectorProfile: *projectorProfile, NATSProfile: *natsProfile, Progress: stderr, Latency: *latency, Rate: *rate, Warmup: *warmup}
 		if *warmup == 0 {
 			eo.Warmup = -1
 		}
@@ -169,7 +172,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func externalFlags(f *Flags, external bool) error {
 	inProcess := map[string]bool{"only": true, "rounds": true, "duration": true, "cpuprofile": true,
 		"memprofile": true, "database-url": true}
-	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "compare": true, "tasks": true, "sync-policy": true,
+	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "projector-profile": true, "nats-profile": true, "compare": true, "tasks": true, "sync-policy": true,
 		"latency": true, "warmup": true}
 	var err error
 	f.Visit(func(fl *flag.Flag) {
