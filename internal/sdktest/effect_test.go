@@ -240,3 +240,36 @@ func TestRunnerConfigIsChecked(t *testing.T) {
 		require.ErrorIs(t, err, effect.ErrInvalidConfig, "%+v", cfg)
 	}
 }
+
+// A runner whose consumer is deleted on the server (an operator, or a
+// loss of the server's storage) makes it again and goes on: the client
+// stops consuming a deleted consumer for good, and the runner must not
+// stop with it. The intents committed after the deletion are performed,
+// and the ones before it, delivered again from the start of LEDGER_LOG,
+// come with their keys, which the handler passes downstream.
+func TestRunnerMakesItsDeletedConsumerAgain(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	ctx := testCtx(t, 60*time.Second)
+	c := l.client(nil, worker.Config{Holder: "payments.pod-1"})
+	lease, err := c.Acquire(ctx, 2)
+	require.NoError(t, err)
+
+	var seen calls
+	r, js := l.startRunner(ctx, effect.Config{Name: "payments", Types: []string{"charge.requested"},
+		PinnedTTL: 2 * time.Second, RetryDelay: 100 * time.Millisecond}, seen.handler("r1"))
+	before := publishCommitted(ctx, t, lease, "order-1", "charge.requested", 2)
+	require.Eventually(t, func() bool { return len(seen.keys()) == len(before) }, 20*time.Second, 20*time.Millisecond)
+
+	require.NoError(t, js.DeleteConsumer(ctx, wire.StreamLog, r.Consumer()))
+	after := publishCommitted(ctx, t, lease, "order-1", "charge.requested", 2)
+	require.Eventually(t, func() bool {
+		keys := seen.keys()
+		return keys[after[0]] > 0 && keys[after[1]] > 0
+	}, 20*time.Second, 20*time.Millisecond, "the intents committed after the deletion are performed")
+	_, err = js.Consumer(ctx, wire.StreamLog, r.Consumer())
+	require.NoError(t, err, "the consumer is there again")
+	for _, id := range before {
+		require.Positive(t, seen.keys()[id], id)
+	}
+}

@@ -56,6 +56,9 @@ type Runner struct {
 	mu     sync.Mutex
 	cc     jetstream.ConsumeContext
 	cancel context.CancelFunc
+	// kept is closed once keep, which consumes again after the client
+	// stopped consuming, has returned.
+	kept chan struct{}
 	// handling is held while a delivery is handled (Consume calls one at
 	// a time), so Stop can wait for the one in progress.
 	handling sync.Mutex
@@ -107,44 +110,136 @@ const priorityGroup = "effects"
 // consuming. It returns once the runner is pulling; whether it is the
 // active runner or a standby is the server's choice (see the package
 // documentation). LEDGER_LOG must exist (the ingest creates it).
+//
+// Until Stop, the runner keeps consuming: when the client gives up on the
+// consumer (the server answered that it was deleted, or refused a pull,
+// or it no longer has it after a loss of its storage), the runner logs it
+// and makes the consumer again, from the ack floor the server kept or, if
+// the consumer is gone, from the start of LEDGER_LOG (the handler's
+// idempotency key makes that a repeat).
 func (r *Runner) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cc != nil {
 		return ErrStarted
 	}
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cc, err := r.consume(ctx, hctx)
+	if err != nil {
+		cancel()
+		return err
+	}
+	r.cc, r.cancel = cc, cancel
+	r.kept = make(chan struct{})
+	go r.keep(hctx, cc, r.kept)
+	return nil
+}
+
+// consume makes the runner's consumer (or takes the one there) and
+// consumes it; handlers get hctx.
+func (r *Runner) consume(ctx, hctx context.Context) (jetstream.ConsumeContext, error) {
 	cons, err := r.js.CreateOrUpdateConsumer(ctx, wire.StreamLog, r.consumerConfig())
 	if err != nil {
-		return fmt.Errorf("effect: create consumer %s on %s: %w", r.Consumer(), wire.StreamLog, err)
+		return nil, fmt.Errorf("effect: create consumer %s on %s: %w", r.Consumer(), wire.StreamLog, err)
 	}
-	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cc, err := cons.Consume(func(m jetstream.Msg) { r.handle(hctx, m) },
 		jetstream.PullPriorityGroup(priorityGroup),
 		jetstream.PullMaxMessages(r.cfg.MaxAckPending),
 		jetstream.PullExpiry(r.cfg.PinnedTTL/2),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			r.log.Debug("effect consume", slog.String("consumer", r.Consumer()), slog.String("error", err.Error()))
-		}))
+		jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) { r.consumeErr(hctx, cc, err) }))
 	if err != nil {
-		cancel()
-		return fmt.Errorf("effect: consume %s: %w", r.Consumer(), err)
+		return nil, fmt.Errorf("effect: consume %s: %w", r.Consumer(), err)
 	}
-	r.cc, r.cancel = cc, cancel
-	return nil
+	return cc, nil
 }
+
+// consumeErr is the consume error handler. An error the client stops
+// consuming on is logged as a warning (keep makes the consumer again);
+// a silent server (no heartbeats) has the runner ask whether the consumer
+// is still there, and stop consuming a gone one, for keep to make again.
+func (r *Runner) consumeErr(hctx context.Context, cc jetstream.ConsumeContext, err error) {
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrBadRequest):
+		r.log.Warn("effect runner: the server ended the consumer's pulls; making it again", slog.String("consumer", r.Consumer()),
+			slog.String("error", err.Error()))
+	case errors.Is(err, jetstream.ErrNoHeartbeat):
+		r.log.Debug("effect consume", slog.String("consumer", r.Consumer()), slog.String("error", err.Error()))
+		go func() {
+			ctx, cancel := context.WithTimeout(hctx, r.cfg.AckWait)
+			defer cancel()
+			if _, err := r.js.Consumer(ctx, wire.StreamLog, r.Consumer()); errors.Is(err, jetstream.ErrConsumerNotFound) {
+				r.log.Warn("effect runner: the server no longer has the consumer; making it again", slog.String("consumer", r.Consumer()))
+				cc.Stop()
+			}
+		}()
+	default:
+		r.log.Debug("effect consume", slog.String("consumer", r.Consumer()), slog.String("error", err.Error()))
+	}
+}
+
+// keep consumes again, until Stop (hctx ends), each time the consume
+// context cc ends without Stop: after RetryDelay, doubling up to
+// keepDelayMax while making the consumer fails.
+func (r *Runner) keep(hctx context.Context, cc jetstream.ConsumeContext, kept chan struct{}) {
+	defer close(kept)
+	for {
+		select {
+		case <-hctx.Done():
+			return
+		case <-cc.Closed():
+		}
+		delay := r.cfg.RetryDelay
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			ctx, cancel := context.WithTimeout(hctx, r.cfg.AckWait)
+			next, err := r.consume(ctx, hctx)
+			cancel()
+			if err == nil {
+				r.mu.Lock()
+				if hctx.Err() != nil {
+					r.mu.Unlock()
+					next.Stop()
+					return
+				}
+				r.cc, cc = next, next
+				r.mu.Unlock()
+				r.log.Info("effect runner consuming again", slog.String("consumer", r.Consumer()))
+				break
+			}
+			r.log.Warn("effect runner: making the consumer again failed; retrying", slog.String("consumer", r.Consumer()),
+				slog.String("error", err.Error()))
+			delay = min(2*delay, keepDelayMax)
+		}
+	}
+}
+
+// keepDelayMax bounds the wait between attempts to make the consumer
+// again.
+const keepDelayMax = 5 * time.Second
 
 // Stop ends consuming and waits for a handler in progress, whose context
 // it cancels. An effect whose handler did not return nil is not acked, so
 // another runner (or this one, started again) calls it again.
 func (r *Runner) Stop() {
 	r.mu.Lock()
-	cc, cancel := r.cc, r.cancel
+	cc, cancel, kept := r.cc, r.cancel, r.kept
 	r.cc = nil
 	r.mu.Unlock()
 	if cc == nil {
 		return
 	}
 	cancel()
+	<-kept // keep makes no consumer after this
+	r.mu.Lock()
+	if r.cc != nil { // made by keep before it saw the cancel
+		cc = r.cc
+		r.cc = nil
+	}
+	r.mu.Unlock()
 	cc.Stop()
 	<-cc.Closed()
 	r.handling.Lock()
