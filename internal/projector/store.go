@@ -203,7 +203,8 @@ func (s *Service) publish(ctx context.Context, changed, retry map[string]project
 // the bucket ("" charges no one: a value written again after a failure was
 // charged the first time).
 func (s *Service) encode(st projection.State, principal string) (value []byte, without bool, err error) {
-	if value, err = json.Marshal(st); err != nil {
+	// A value of its own each: an async publish may send it again.
+	if value, err = st.AppendJSON(make([]byte, 0, stateJSONRoom+len(st.Data))); err != nil {
 		return value, false, err
 	}
 	if len(value) <= s.valueLimit {
@@ -212,9 +213,13 @@ func (s *Service) encode(st projection.State, principal string) (value []byte, w
 		}
 		s.metrics.refused(principal)
 	}
-	value, err = json.Marshal(st.WithoutData())
+	value, err = st.WithoutData().AppendJSON(make([]byte, 0, stateJSONRoom))
 	return value, true, err
 }
+
+// stateJSONRoom is about the size of a value without its data: a task id
+// and the fields around them.
+const stateJSONRoom = 256
 
 // stored records a state written to the bucket.
 func (s *Service) stored(st projection.State, without bool) {
