@@ -217,29 +217,28 @@ func RunExternal(ctx context.Context, o ExternalOptions) (ExternalReport, error)
 	}
 	prog.say("run %s, external: %s events, %d %s worker processes", id, group(int64(o.Events)), o.Workers, load)
 	do := chaos.DeploymentOptions{Bin: o.Bin, Progress: sayWriter{prog}, NoProjector: o.Latency}
-	if o.IngestProfile != "" {
-		abs, err := filepath.Abs(o.IngestProfile)
-		if err != nil {
-			return ExternalReport{}, fmt.Errorf("benchreport: ingest profile: %w", err)
+	// The services run in directories of their own: profile paths are
+	// made absolute.
+	for _, p := range []struct {
+		name string
+		path *string
+	}{{"ingest", &o.IngestProfile}, {"projector", &o.ProjectorProfile}, {"nats", &o.NATSProfile}} {
+		if *p.path == "" {
+			continue
 		}
-		o.IngestProfile = abs
-		do.IngestArgs = []string{"-cpuprofile", abs}
+		abs, err := filepath.Abs(*p.path)
+		if err != nil {
+			return ExternalReport{}, fmt.Errorf("benchreport: %s profile: %w", p.name, err)
+		}
+		*p.path = abs
+	}
+	if o.IngestProfile != "" {
+		do.IngestArgs = []string{"-cpuprofile", o.IngestProfile}
 	}
 	if o.ProjectorProfile != "" {
-		abs, err := filepath.Abs(o.ProjectorProfile)
-		if err != nil {
-			return ExternalReport{}, fmt.Errorf("benchreport: projector profile: %w", err)
-		}
-		o.ProjectorProfile = abs
-		do.ProjectorArgs = []string{"-cpuprofile", abs}
+		do.ProjectorArgs = []string{"-cpuprofile", o.ProjectorProfile}
 	}
-	if o.NATSProfile != "" {
-		abs, err := filepath.Abs(o.NATSProfile)
-		if err != nil {
-			return ExternalReport{}, fmt.Errorf("benchreport: nats profile: %w", err)
-		}
-		do.NATSProfile = abs
-	}
+	do.NATSProfile = o.NATSProfile
 	d, err := chaos.StartDeployment(ctx, do)
 	if err != nil {
 		return ExternalReport{}, fmt.Errorf("benchreport: start the deployment: %w", err)
