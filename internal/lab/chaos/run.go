@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -698,9 +699,22 @@ func (r *run) drainAndCheck(ctx context.Context) (*History, *Report, error) {
 			}
 			r.logf("not drained after %v: %s holds %d messages (%d of LEDGER_IN's before its consumers' positions); checking what there is",
 				r.o.DrainTimeout, holder, pending, r.inboundBehind(ctx))
+			if holder == wire.StreamIn && pending > 0 {
+				r.dumpIngests()
+			}
 			return h, rep, nil
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// dumpIngests has every running ingest print its goroutines into its log
+// and exit (SIGQUIT): where an ingest that stopped deciding waits.
+func (r *run) dumpIngests() {
+	for _, p := range r.ingests {
+		if p.running() && p.signal(syscall.SIGQUIT) == nil {
+			r.logf("SIGQUIT to %s: its goroutines are at the end of procs/%s.log", p.name, p.name)
+		}
 	}
 }
 
