@@ -217,6 +217,9 @@ type hooks struct {
 	noLookupBatches bool
 	// noRevive leaves a partition's vanished consumer gone (revive.go).
 	noRevive bool
+	// dropDirectGet sends no request for LEDGER_LOG's newest copies
+	// (forgotten.go): its reply never comes.
+	dropDirectGet bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

@@ -47,6 +47,9 @@ type TestHooks struct {
 	// NoRevive leaves a partition's consumer that vanished from the server
 	// gone: its events in that inbox wait for ever.
 	NoRevive bool
+	// DropDirectGet keeps the memory check's request for LEDGER_LOG's
+	// newest copies from being sent, as if it was lost with its server.
+	DropDirectGet bool
 }
 
 // WithTestHooks returns cfg with the given test seams.
@@ -56,7 +59,7 @@ func WithTestHooks(cfg Config, h TestHooks) Config {
 		noMemoryCheck: h.NoMemoryCheck, noBatchDecode: h.NoBatchDecode, noBatchGapCheck: h.NoBatchGapCheck,
 		batchAckOnReceive: h.BatchAckOnReceive, staleAcks: h.StaleAcks,
 		noLogExpectations: h.NoLogExpectations, oneRound: h.OneRound,
-		noLookupBatches: h.NoLookupBatches, noRevive: h.NoRevive}
+		noLookupBatches: h.NoLookupBatches, noRevive: h.NoRevive, dropDirectGet: h.DropDirectGet}
 	return cfg
 }
 

@@ -575,3 +575,34 @@ func TestNothingCommitsOnADatabaseThatForgotAcknowledgedCommits(t *testing.T) {
 		})
 	}
 }
+
+// The memory check asks LEDGER_LOG for its newest copies and waits for the
+// reply. A request lost with its server (killed just after it was sent)
+// gets no reply: the check gives up after its bound and says so, so the
+// lanes that wait on it try again instead of waiting for ever. Switch: the
+// bound (verifyTimeout in forgotten.go) off; the check then never returns.
+func TestTheMemoryCheckGivesUpOnALostReply(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	first, _ := e.startIngestOn(ingest.Config{}, e.store)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(2, "worker-a.1", 120000)
+	x := event{id: newID(), partition: 2, task: "lost-reply", holder: "worker-a.1", generation: l.Generation,
+		version: 1, typ: "step", payload: `{}`}
+	e.publish(x)
+	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, x.id).Verdict)
+	first.Stop()
+
+	// LEDGER_LOG holds a copy now, so a new ingest checks the database
+	// against it, and its request is lost.
+	second, _ := e.startIngestOn(ingest.WithTestHooks(ingest.Config{}, ingest.TestHooks{DropDirectGet: true}), e.store)
+	done := make(chan error, 1)
+	go func() { done <- second.CheckMemory(context.Background()) }()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "read LEDGER_LOG's newest copies")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the memory check still waits for a reply that will never come")
+	}
+}

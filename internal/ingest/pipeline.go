@@ -406,14 +406,19 @@ func (s *Service) finish(l *lane, cb *committedBatch) {
 	s.metrics.batch(cb.size, time.Since(cb.started))
 }
 
+// appendFailingLogEvery is how often a run of failed appends is logged
+// again while it lasts.
+const appendFailingLogEvery = 30 * time.Second
+
 // appendWithRetry appends under claims until it succeeds, the service
 // stops (an error), or a claim is found gone (fence.ErrNotClaimed). A
 // failure is never a verdict: the batch stays in hand, its messages kept
 // from redelivery by progress acks, while the database is away. Each run
-// of failures is logged once, with its cause, and once more when it ends.
+// of failures is logged once, with its cause, every 30 s while it lasts,
+// and once more when it ends.
 func (s *Service) appendWithRetry(ctx context.Context, claims *fence.Claims, events []fence.Event) ([]fence.Result, error) {
 	delay := s.cfg.RetryMin
-	var failedSince time.Time
+	var failedSince, loggedAt time.Time
 	for attempt := 1; ; attempt++ {
 		// Nothing commits on a database that forgot acknowledged commits,
 		// and a reconnect is checked before its first append.
@@ -433,10 +438,17 @@ func (s *Service) appendWithRetry(ctx context.Context, claims *fence.Claims, eve
 			return nil, ctx.Err()
 		}
 		s.metrics.retry("append")
-		if failedSince.IsZero() {
-			failedSince = time.Now()
+		switch {
+		case failedSince.IsZero():
+			failedSince, loggedAt = time.Now(), time.Now()
 			s.log.Warn("fenced append failed; retrying until it works", slog.Int("events", len(events)),
 				slog.Bool("transient", fence.IsTransient(err)), slog.String("error", err.Error()))
+		case time.Since(loggedAt) >= appendFailingLogEvery:
+			// A run that lasts says so, with its newest cause: the first
+			// one may be long gone.
+			loggedAt = time.Now()
+			s.log.Warn("fenced append still failing; retrying until it works", slog.Int("attempts", attempt),
+				slog.String("for", time.Since(failedSince).Round(time.Second).String()), slog.String("error", err.Error()))
 		}
 		if !s.sleep(ctx, delay) {
 			return nil, ctx.Err()
