@@ -116,40 +116,26 @@ func startEffectRunner(ctx context.Context, js jetstream.JetStream, pool *pgxpoo
 }
 
 // effectsPending is how many log messages the effect runner has not acked
-// yet (-1 if it cannot tell).
-func effectsPending(ctx context.Context, js jetstream.JetStream) int64 {
+// yet (-1 if it cannot tell), and its consumer's state in words, for a run
+// that does not drain: what the server delivered, what waits, its pin.
+func effectsPending(ctx context.Context, js jetstream.JetStream) (int64, string) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	c, err := js.Consumer(cctx, wire.StreamLog, "effects-"+effectRunner)
 	if err != nil {
-		return -1
+		return -1, err.Error()
 	}
 	info, err := c.Info(cctx)
 	if err != nil {
-		return -1
-	}
-	return int64(info.NumPending) + int64(info.NumAckPending)
-}
-
-// effectsState describes the effect runner's consumer for a run that did
-// not drain: what the server has delivered, what waits, and its pin.
-func effectsState(ctx context.Context, js jetstream.JetStream) string {
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	c, err := js.Consumer(cctx, wire.StreamLog, "effects-"+effectRunner)
-	if err != nil {
-		return err.Error()
-	}
-	info, err := c.Info(cctx)
-	if err != nil {
-		return err.Error()
+		return -1, err.Error()
 	}
 	pins := make([]string, 0, len(info.PriorityGroups))
 	for _, g := range info.PriorityGroups {
 		pins = append(pins, fmt.Sprintf("%s pinned %q since %v", g.Group, g.PinnedClientID, g.PinnedTS))
 	}
-	return fmt.Sprintf("pending %d, ack pending %d, redelivered %d, waiting pulls %d, delivered to stream seq %d, ack floor %d, %v",
-		info.NumPending, info.NumAckPending, info.NumRedelivered, info.NumWaiting, info.Delivered.Stream, info.AckFloor.Stream, pins)
+	return int64(info.NumPending) + int64(info.NumAckPending),
+		fmt.Sprintf("pending %d, ack pending %d, redelivered %d, waiting pulls %d, delivered to stream seq %d, ack floor %d, %v",
+			info.NumPending, info.NumAckPending, info.NumRedelivered, info.NumWaiting, info.Delivered.Stream, info.AckFloor.Stream, pins)
 }
 
 // directEffect performs the effect of intent id directly, with the

@@ -676,7 +676,9 @@ func (r *run) drainAndCheck(ctx context.Context) (*History, *Report, error) {
 	for {
 		pending, holder := r.inboundPending(ctx), wire.StreamIn
 		if pending == 0 && r.effects != nil {
-			pending, holder = effectsPending(ctx, r.js), "the effect runner ("+effectsState(ctx, r.js)+")"
+			var state string
+			pending, state = effectsPending(ctx, r.js)
+			holder = "the effect runner (" + state + ")"
 		}
 		var h *History
 		var rep *Report
