@@ -53,6 +53,9 @@ type ExternalOptions struct {
 	// NATSProfile, when set, is the file the nats-server writes a CPU
 	// profile of its whole life to; default none.
 	NATSProfile string
+	// WorkerProfile, when set, is the file worker 0 writes a CPU profile of
+	// its whole life to (its share is the others' too); default none.
+	WorkerProfile string
 	// Progress receives the setup steps and a progress line; default
 	// os.Stderr.
 	Progress io.Writer
@@ -170,6 +173,8 @@ type ExternalReport struct {
 	// ProjectorProfile is the projector's CPU profile, when one was asked
 	// for.
 	ProjectorProfile string `json:"projector_profile,omitempty"`
+	// WorkerProfile is worker 0's CPU profile, when one was asked for.
+	WorkerProfile string `json:"worker_profile,omitempty"`
 	// Latency is a latency run's outcome; the rows above are then its
 	// saturation run's, when it measured one.
 	Latency *ExternalLatency `json:"latency,omitempty"`
@@ -222,7 +227,7 @@ func RunExternal(ctx context.Context, o ExternalOptions) (ExternalReport, error)
 	for _, p := range []struct {
 		name string
 		path *string
-	}{{"ingest", &o.IngestProfile}, {"projector", &o.ProjectorProfile}, {"nats", &o.NATSProfile}} {
+	}{{"ingest", &o.IngestProfile}, {"projector", &o.ProjectorProfile}, {"nats", &o.NATSProfile}, {"worker", &o.WorkerProfile}} {
 		if *p.path == "" {
 			continue
 		}
@@ -258,7 +263,7 @@ func RunExternal(ctx context.Context, o ExternalOptions) (ExternalReport, error)
 		return ExternalReport{}, fmt.Errorf("%w (logs in %s)", err, d.Dir())
 	}
 	d.Stop(false) // the ingest writes its profile as it stops
-	r.IngestProfile, r.ProjectorProfile = o.IngestProfile, o.ProjectorProfile
+	r.IngestProfile, r.ProjectorProfile, r.WorkerProfile = o.IngestProfile, o.ProjectorProfile, o.WorkerProfile
 	return r, nil
 }
 
@@ -627,6 +632,9 @@ func (e *external) startWorker(lab string, sp workerSpec, n int) (*workerProc, e
 	}
 	if e.o.SDKBatchMax > 0 {
 		args = append(args, "-sdk-batch", strconv.Itoa(e.o.SDKBatchMax))
+	}
+	if e.o.WorkerProfile != "" && n == 0 && !sp.bare {
+		args = append(args, "-cpuprofile", e.o.WorkerProfile)
 	}
 	w := &workerProc{n: n, cmd: exec.Command(lab, args...), exited: make(chan struct{}),
 		logPath: filepath.Join(e.d.Dir(), "procs", fmt.Sprintf("worker-%s-%d.log", sp.id, n))}

@@ -86,6 +86,10 @@ func (r ExternalReport) Table() string {
 		fmt.Fprintf(&b, "projector CPU profile (its whole life): %s (go tool pprof -top <bin>/projector %s)\n",
 			r.ProjectorProfile, r.ProjectorProfile)
 	}
+	if r.WorkerProfile != "" {
+		fmt.Fprintf(&b, "worker 0's CPU profile (its whole life): %s (go tool pprof -top <bin>/ledgerlab %s)\n",
+			r.WorkerProfile, r.WorkerProfile)
+	}
 	return b.String()
 }
 

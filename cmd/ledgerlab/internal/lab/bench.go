@@ -24,7 +24,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return benchWorker(ctx, args[1:], stdout, stderr)
 	}
 	f := NewFlags("ledgerlab bench", "[-only SECTIONS] [-events N] [-rounds N] [-rate N] [-duration D] [-workers N]\n"+
-		"       ledgerlab bench -external [-events N] [-tasks N] [-workers N] [-warmup N] [-raw | -compare N] [-bin DIR] [-ingest-profile FILE] [-projector-profile FILE] [-nats-profile FILE]\n"+
+		"       ledgerlab bench -external [-events N] [-tasks N] [-workers N] [-warmup N] [-raw | -compare N] [-bin DIR] [-ingest-profile FILE] [-projector-profile FILE] [-nats-profile FILE] [-worker-profile FILE]\n"+
 		"       ledgerlab bench -external -latency [-rate N] [-events N] [-workers N] [-warmup N] [-raw] [-bin DIR]",
 		"Run the benchmark report in one process, on one machine: per-event fenced INSERT, set-based\n"+
 			"fenced insert and COPY baselines and fence.Append (baselines); raw publishers into the full\n"+
@@ -60,6 +60,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ingestProfile := f.String("ingest-profile", "", "with -external: have the ingest write a CPU profile of its whole life to this file")
 	projectorProfile := f.String("projector-profile", "", "with -external: have the projector write a CPU profile of its whole life to this file")
 	natsProfile := f.String("nats-profile", "", "with -external: have the nats-server write a CPU profile of its whole life to this file")
+	workerProfile := f.String("worker-profile", "", "with -external: have worker 0 write a CPU profile of its whole life to this file")
 	tasks := f.Int("tasks", 0, "with -external: new tasks the events spread over (default one per 25 events, 16 to 2,000)")
 	compare := f.Int("compare", 0, "with -external: run this many pairs of runs, SDK then raw, and compare them")
 	warmup := f.Int("warmup", benchreport.WarmupDefault, "with -external: events of other tasks sent through the ledger before the run (0: none)")
@@ -95,9 +96,11 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return Usagef("-projector-profile profiles one run with a projector: leave out -latency, -compare and -sync-policy")
 		case *natsProfile != "" && (*compare > 0 || *syncPolicy):
 			return Usagef("-nats-profile profiles one run: leave out -compare and -sync-policy")
+		case *workerProfile != "" && (*compare > 0 || *syncPolicy):
+			return Usagef("-worker-profile profiles one run: leave out -compare and -sync-policy")
 		}
 		eo := benchreport.ExternalOptions{Events: *events, Tasks: *tasks, Workers: *workers, Raw: *raw, SDKBatchMax: *sdkBatch,
-			Bin: *bin, IngestProfile: *ingestProfile, ProjectorProfile: *projectorProfile, NATSProfile: *natsProfile, Progress: stderr, Latency: *latency, Rate: *rate, Warmup: *warmup}
+			Bin: *bin, IngestProfile: *ingestProfile, ProjectorProfile: *projectorProfile, NATSProfile: *natsProfile, WorkerProfile: *workerProfile, Progress: stderr, Latency: *latency, Rate: *rate, Warmup: *warmup}
 		if *warmup == 0 {
 			eo.Warmup = -1
 		}
@@ -172,7 +175,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func externalFlags(f *Flags, external bool) error {
 	inProcess := map[string]bool{"only": true, "rounds": true, "duration": true, "cpuprofile": true,
 		"memprofile": true, "database-url": true}
-	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "projector-profile": true, "nats-profile": true, "compare": true, "tasks": true, "sync-policy": true,
+	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "projector-profile": true, "nats-profile": true, "worker-profile": true, "compare": true, "tasks": true, "sync-policy": true,
 		"latency": true, "warmup": true}
 	var err error
 	f.Visit(func(fl *flag.Flag) {
@@ -205,6 +208,7 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	f.IntVar(&o.Rate, "rate", 0, "the run's events a second over every worker (0: full speed)")
 	f.BoolVar(&o.Bare, "bare", false, "be the bare pipeline of a latency run")
 	f.IntVar(&o.SDKBatchMax, "sdk-batch", 0, "events per SDK batch message: 1 sends each alone, 0 the SDK's default")
+	cpuProfile := f.String("cpuprofile", "", "write a CPU profile of this worker's whole life to this file")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -212,6 +216,13 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return Usagef("unexpected argument %q", f.Arg(0))
 	}
 	o.NATSURL, o.DatabaseURL = f.Conn.NATSURL, f.Conn.DatabaseURL
+	if *cpuProfile != "" {
+		stop, err := admin.StartCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return benchreport.RunWorker(ctx, o, os.Stdin, stdout)
 }
 
