@@ -1,18 +1,34 @@
 package projector
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
-// FuzzDecodeLog: whatever a LEDGER_LOG message holds, decodeLog never
-// panics; it accepts exactly the copies the contract's codec accepts with a
-// version of 1 or more, and an accepted copy, written again with the codec,
-// reads back as the same event at the same commit time.
+// decodeOne reads a per-event LEDGER_LOG copy as the projector does
+// (offerBatch): its one event and commit time.
+func decodeOne(subj wire.Subjects, subject string, h nats.Header, data []byte) (projection.Event, time.Time, error) {
+	copies, err := subj.DecodeLogCopies(subject, h, data)
+	if err != nil {
+		return projection.Event{}, time.Time{}, err
+	}
+	if len(copies) != 1 {
+		return projection.Event{}, time.Time{}, fmt.Errorf("%d copies in a per-event copy", len(copies))
+	}
+	return eventOf(&copies[0]), copies[0].CommittedAt, nil
+}
+
+// FuzzDecodeLog: whatever a LEDGER_LOG message holds, the projector's
+// reading never panics; it accepts exactly the copies the contract's codec
+// accepts with a version of 1 or more, and an accepted copy, written again
+// with the codec, reads back as the same event at the same commit time.
 func FuzzDecodeLog(f *testing.F) {
 	good := []string{"ledger.log.3.report-7", "01JD0000000000000000000001", "812", "report-7", "3", "2", "running",
 		"worker-a", "1", "2026-03-01T12:00:00.000000005Z"}
@@ -45,7 +61,7 @@ func FuzzDecodeLog(f *testing.F) {
 				h.Set(name, v)
 			}
 		}
-		ev, committedAt, _, err := decodeLog(subj, subject, h, payload)
+		ev, committedAt, err := decodeOne(subj, subject, h, payload)
 		c, cerr := subj.DecodeLog(subject, h, payload)
 		if cerr != nil || c.Version < 1 {
 			require.Error(t, err, "decodeLog accepts what the codec refuses")
@@ -57,7 +73,7 @@ func FuzzDecodeLog(f *testing.F) {
 		require.Equal(t, c.Partition, ev.Partition)
 
 		m := subj.LogMsg(&c)
-		again, againAt, _, err := decodeLog(subj, m.Subject, m.Header, m.Data)
+		again, againAt, err := decodeOne(subj, m.Subject, m.Header, m.Data)
 		require.NoError(t, err, "the codec's own copy of an accepted one")
 		require.Equal(t, ev, again)
 		require.True(t, committedAt.Equal(againAt), "%v != %v", committedAt, againAt)

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowness/ledger/pkg/projection"
@@ -94,8 +93,8 @@ func (s *Service) turn(ctx context.Context, batch []jetstream.Msg) {
 	s.refetch(ctx, changed)
 	s.retryHeld(changed)
 	if !s.writeAll(ctx, changed) {
-		for i, ev := range offered { // stopping: the batch goes to the next projector
-			if ev.Task != "" {
+		for i, o := range offered { // stopping: the batch goes to the next projector
+			if !o.settled {
 				_ = batch[i].Nak()
 			}
 		}
@@ -105,56 +104,63 @@ func (s *Service) turn(ctx context.Context, batch []jetstream.Msg) {
 	s.observe(newest)
 }
 
-// offerBatch offers the event of each message. offered[i] is the event of
-// batch[i], or has Task "" when that message is settled already; newest is
-// the latest commit time among them.
+// offeredMsg is what became of a log message in a turn: its events, all
+// offered to the engine, or settled already (terminated as undecodable, or
+// handed back because a task of it could not be loaded).
+type offeredMsg struct {
+	events  []projection.Event
+	settled bool
+}
+
+// offerBatch offers the events of each message: a per-event copy's one, or
+// a log batch's several (wire.DecodeLogCopies). offered[i] is what became
+// of batch[i]; newest is the latest commit time among the events offered.
 func (s *Service) offerBatch(ctx context.Context, batch []jetstream.Msg, changed map[string]projection.State) (
-	offered []projection.Event, newest time.Time) {
-	offered = make([]projection.Event, len(batch))
-	events := make([]projection.Event, len(batch))
-	times := make([]time.Time, len(batch))
+	offered []offeredMsg, newest time.Time) {
+	offered = make([]offeredMsg, len(batch))
+	times := make([][]time.Time, len(batch))
+	var all []projection.Event
 	for i, m := range batch {
-		ev, committedAt, holder, err := decodeLog(s.subj, m.Subject(), m.Headers(), m.Data())
+		copies, err := s.subj.DecodeLogCopies(m.Subject(), m.Headers(), m.Data())
 		if err != nil {
 			// Only the ingest may publish to the log, and a redelivery
 			// would not make this readable: it leaves the consumer, loudly.
 			s.log.Error("undecodable message on the committed log; terminated", slog.String("subject", m.Subject()),
 				slog.String("error", err.Error()))
 			_ = m.Term()
+			offered[i].settled = true
 			continue
 		}
-		events[i], times[i] = ev, committedAt
-		s.writers[ev.Task] = wire.Principal(holder)
+		events := make([]projection.Event, len(copies))
+		times[i] = make([]time.Time, len(copies))
+		for k := range copies {
+			events[k], times[i][k] = eventOf(&copies[k]), copies[k].CommittedAt
+			s.writers[copies[k].Task] = wire.Principal(copies[k].Holder)
+		}
+		offered[i].events = events
+		all = append(all, events...)
 	}
-	read := s.readAhead(ctx, events)
+	read := s.readAhead(ctx, all)
 	for i, m := range batch {
-		ev, committedAt := events[i], times[i]
-		if ev.Task == "" { // terminated above
+		if offered[i].settled {
 			continue
 		}
-		if err := s.offer(ctx, ev, changed, read); err != nil {
-			s.log.Warn("loading a projection failed; the event is redelivered", slog.String("task", ev.Task),
-				slog.Int64("version", ev.Version), slog.String("error", err.Error()))
-			_ = m.NakWithDelay(s.redeliveryDelay(m))
-			continue
-		}
-		offered[i] = ev
-		if committedAt.After(newest) {
-			newest = committedAt
+		for k, ev := range offered[i].events {
+			if err := s.offer(ctx, ev, changed, read); err != nil {
+				// The message comes back whole: its events offered
+				// already are duplicates then.
+				s.log.Warn("loading a projection failed; the event is redelivered", slog.String("task", ev.Task),
+					slog.Int64("version", ev.Version), slog.String("error", err.Error()))
+				_ = m.NakWithDelay(s.redeliveryDelay(m))
+				offered[i].settled = true
+				break
+			}
+			if times[i][k].After(newest) {
+				newest = times[i][k]
+			}
 		}
 	}
 	return offered, newest
-}
-
-// decodeLog reads a LEDGER_LOG message as an event, its commit time and holder,
-// with the contract's codec. A version below 1 is refused here as well: the
-// engine would refuse it too, and the copy would then be acked as handled.
-func decodeLog(subj wire.Subjects, subject string, h nats.Header, data []byte) (projection.Event, time.Time, string, error) {
-	c, err := subj.DecodeLog(subject, h, data)
-	if err != nil {
-		return projection.Event{}, time.Time{}, "", err
-	}
-	return eventOf(&c), c.CommittedAt, c.Holder, nil
 }
 
 // eventOf is the engine's event of a committed event, as the log copy and
@@ -212,22 +218,37 @@ func (s *Service) redeliveryDelay(m jetstream.Msg) time.Duration {
 // task keeps the message of its newest version unacked: if this process
 // dies, that message alone brings the task back (a version past the stored
 // one opens a gap that is re-fetched), so the older ones need not wait too.
-func (s *Service) settle(batch []jetstream.Msg, offered []projection.Event) {
-	for _, ev := range offered {
-		if h := s.held[ev.Task]; h != nil {
-			h.keep = max(h.keep, ev.Version)
+// A log batch kept for one held task brings its other events back too, as
+// duplicates.
+func (s *Service) settle(batch []jetstream.Msg, offered []offeredMsg) {
+	for _, o := range offered {
+		for _, ev := range o.events {
+			if h := s.held[ev.Task]; h != nil && !o.settled {
+				h.keep = max(h.keep, ev.Version)
+			}
 		}
 	}
-	for i, ev := range offered {
-		if ev.Task == "" {
+	for i, o := range offered {
+		if o.settled {
 			continue
 		}
-		if h := s.held[ev.Task]; h != nil && ev.Version == h.keep {
-			_ = batch[i].NakWithDelay(h.delay)
+		if d, keep := s.kept(o.events); keep {
+			_ = batch[i].NakWithDelay(d)
 			continue
 		}
 		_ = batch[i].Ack()
 	}
+}
+
+// kept reports whether a message with events holds a held task's newest
+// version, and the task's delay: such a message stays unacked.
+func (s *Service) kept(events []projection.Event) (time.Duration, bool) {
+	for _, ev := range events {
+		if h := s.held[ev.Task]; h != nil && ev.Version == h.keep {
+			return h.delay, true
+		}
+	}
+	return 0, false
 }
 
 // observe updates the gauges and lets the engine shed idle tasks.
