@@ -273,3 +273,51 @@ func TestRunnerMakesItsDeletedConsumerAgain(t *testing.T) {
 		require.Positive(t, seen.keys()[id], id)
 	}
 }
+
+// A log batch (several committed events in one LEDGER_LOG message) gets
+// each of its effects called, in order, and is acked once all are done.
+// When one fails, the batch comes back; the effects before it that this
+// runner did already are not called again.
+func TestRunnerDoesEachEffectOfALogBatchOnce(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t)
+	ctx := testCtx(t, 60*time.Second)
+	subj := wire.Subjects{}
+	at := time.Now()
+	var copies []wire.LogCopy
+	for i, typ := range []string{"charge.requested", "note", "charge.requested", "charge.requested"} {
+		copies = append(copies, wire.LogCopy{Seq: int64(10 + i), EventID: ledgertest.NewID(), Partition: 2, Task: "order-1",
+			Version: int64(1 + i), Type: typ, Holder: "payments.pod-1", Generation: 1, CommittedAt: at, Payload: []byte(`{"i":1}`)})
+	}
+	msgs, err := subj.LogBatchMsgs(copies, 1<<20)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	_, err = l.ns.JetStream(t).PublishMsg(ctx, msgs[0])
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	var got []string
+	failed := false
+	r, js := l.startRunner(ctx, effect.Config{Name: "payments", Types: []string{"charge.requested"}, PinnedTTL: 2 * time.Second,
+		RetryDelay: 50 * time.Millisecond}, func(_ context.Context, e effect.Effect) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, e.ID)
+		if e.ID == copies[2].EventID && !failed {
+			failed = true
+			return errors.New("card network down")
+		}
+		return nil
+	})
+	want := []string{copies[0].EventID, copies[2].EventID, copies[2].EventID, copies[3].EventID}
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= len(want) }, 20*time.Second, 20*time.Millisecond)
+	cons, err := js.Consumer(ctx, wire.StreamLog, r.Consumer())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	}, 10*time.Second, 20*time.Millisecond, "the batch is acked")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, want, got, "each effect in order; the failed one again, the one before it not")
+}

@@ -62,6 +62,9 @@ type Runner struct {
 	// handling is held while a delivery is handled (Consume calls one at
 	// a time), so Stop can wait for the one in progress.
 	handling sync.Mutex
+	// partly is what handle did of log batches whose delivery failed
+	// part way; only handle uses it, under handling.
+	partly partlyDone
 }
 
 // New checks cfg and returns a runner that is not yet started.
@@ -246,13 +249,18 @@ func (r *Runner) Stop() {
 	defer r.handling.Unlock()
 }
 
-// handle is one delivery: decode, filter by type, call the handler, then
-// ack. The order is the at-least-once rule: an ack before the handler
-// returned would lose the effect if the runner stopped in between.
+// handle is one delivery: decode, filter by type, call the handler for
+// each effect, then ack. The order is the at-least-once rule: an ack before
+// the handler returned would lose the effect if the runner stopped in
+// between. A log batch (several committed events in one message) is acked
+// once every effect in it is done; when one fails, the message comes back,
+// and the effects before it that this runner did already are not called
+// again (another runner, or this one after a restart, calls them again:
+// at least once).
 func (r *Runner) handle(ctx context.Context, m jetstream.Msg) {
 	r.handling.Lock()
 	defer r.handling.Unlock()
-	c, err := r.sub.DecodeLog(m.Subject(), m.Headers(), m.Data())
+	copies, err := r.sub.DecodeLogCopies(m.Subject(), m.Headers(), m.Data())
 	if err != nil {
 		// The ledger writes every log copy through the same codec: this
 		// is not an intent anyone committed, and retrying cannot fix it.
@@ -261,33 +269,86 @@ func (r *Runner) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
-	if !slices.Contains(r.cfg.Types, c.Type) {
+	var delivery, seq uint64
+	if md, err := m.Metadata(); err == nil {
+		delivery, seq = md.NumDelivered, md.Sequence.Stream
+	}
+	var effects []Effect
+	for i := range copies {
+		if c := &copies[i]; slices.Contains(r.cfg.Types, c.Type) {
+			effects = append(effects, Effect{ID: c.EventID, Task: c.Task, Partition: c.Partition, Version: c.Version,
+				Type: c.Type, Payload: c.Payload, Fence: wire.Fence{Partition: c.Partition, Holder: c.Holder, Generation: c.Generation},
+				Seq: c.Seq, CommittedAt: c.CommittedAt, Delivery: delivery})
+		}
+	}
+	if len(effects) == 0 {
 		// Not an effect: nothing to lose, so no round trip for the
 		// server's confirmation (a lost ack only delivers it again).
 		_ = m.Ack()
 		return
 	}
-	e := Effect{ID: c.EventID, Task: c.Task, Partition: c.Partition, Version: c.Version, Type: c.Type,
-		Payload: c.Payload, Fence: wire.Fence{Partition: c.Partition, Holder: c.Holder, Generation: c.Generation},
-		Seq: c.Seq, CommittedAt: c.CommittedAt}
-	if md, err := m.Metadata(); err == nil {
-		e.Delivery = md.NumDelivered
-	}
-	if err := r.call(ctx, m, e); err != nil {
-		r.log.Warn("effect failed; will retry", slog.String("event_id", e.ID), slog.String("task", e.Task),
-			slog.String("type", e.Type), slog.Uint64("delivery", e.Delivery), slog.String("error", err.Error()))
-		_ = m.NakWithDelay(r.cfg.RetryDelay)
-		return
-	}
-	if hook := r.cfg.BeforeAck; hook != nil {
-		if err := hook(ctx, e); err != nil {
-			// As a crash here would: no ack, no nak. The server delivers
-			// the effect again after AckWait.
-			r.log.Warn("effect not acked: before-ack hook", slog.String("event_id", e.ID), slog.String("error", err.Error()))
+	done := r.partly.take(seq)
+	for _, e := range effects {
+		if done[e.ID] {
+			continue
+		}
+		if err := r.call(ctx, m, e); err != nil {
+			r.log.Warn("effect failed; will retry", slog.String("event_id", e.ID), slog.String("task", e.Task),
+				slog.String("type", e.Type), slog.Uint64("delivery", e.Delivery), slog.String("error", err.Error()))
+			if len(done) > 0 {
+				r.partly.keep(seq, done)
+			}
+			_ = m.NakWithDelay(r.cfg.RetryDelay)
 			return
 		}
+		if len(effects) > 1 {
+			if done == nil {
+				done = map[string]bool{}
+			}
+			done[e.ID] = true
+		}
 	}
-	r.ack(ctx, m, e.ID)
+	if hook := r.cfg.BeforeAck; hook != nil {
+		for _, e := range effects {
+			if err := hook(ctx, e); err != nil {
+				// As a crash here would: no ack, no nak. The server
+				// delivers the effects again after AckWait.
+				r.log.Warn("effect not acked: before-ack hook", slog.String("event_id", e.ID), slog.String("error", err.Error()))
+				return
+			}
+		}
+	}
+	r.ack(ctx, m, effects[0].ID)
+}
+
+// partlyDone remembers, per log batch (by stream sequence), the effects
+// this runner did in a delivery that failed later on, so the redelivery
+// does not call them again. It is bounded: past partlyDoneMax batches it
+// forgets one, whose effects are then called again (at least once).
+type partlyDone map[uint64]map[string]bool
+
+// partlyDoneMax bounds partlyDone.
+const partlyDoneMax = 256
+
+// take returns and forgets what was done of the batch at seq.
+func (p *partlyDone) take(seq uint64) map[string]bool {
+	done := (*p)[seq]
+	delete(*p, seq)
+	return done
+}
+
+// keep remembers what was done of the batch at seq.
+func (p *partlyDone) keep(seq uint64, done map[string]bool) {
+	if *p == nil {
+		*p = partlyDone{}
+	}
+	for old := range *p {
+		if len(*p) < partlyDoneMax {
+			break
+		}
+		delete(*p, old)
+	}
+	(*p)[seq] = done
 }
 
 // call runs the handler, telling the server the effect is in progress every
