@@ -276,10 +276,11 @@ func (h *hub) lookUpLastCommit(ctx context.Context, partition int) {
 	if m == nil {
 		return
 	}
-	c, err := h.deps.Subjects.DecodeLog(m.Subject, m.Header, m.Data)
+	copies, err := h.deps.Subjects.DecodeLogCopies(m.Subject, m.Header, m.Data)
 	if err != nil {
 		return
 	}
+	c := copies[len(copies)-1] // a log batch's newest
 	if old, ok := h.parts.last[partition]; !ok || c.Seq > old.Seq {
 		h.parts.last[partition] = lastCommit{Seq: c.Seq, Task: c.Task, Version: c.Version, At: c.CommittedAt}
 	}

@@ -153,16 +153,18 @@ func copiesAfter(ctx context.Context, js jetstream.JetStream, subj wire.Subjects
 		if err != nil {
 			return nil, fmt.Errorf("read LEDGER_LOG message %d: %w", seq, err)
 		}
-		c, err := subj.DecodeLog(m.Subject, m.Header, m.Data)
+		copies, err := subj.DecodeLogCopies(m.Subject, m.Header, m.Data)
 		if err != nil {
 			return nil, fmt.Errorf("LEDGER_LOG message %d: %w", seq, err)
 		}
-		if c.Seq <= newest {
-			older++
-		} else {
-			older = 0
+		for _, c := range slices.Backward(copies) { // a log batch's, newest first as the scan goes
+			if c.Seq <= newest {
+				older++
+			} else {
+				older = 0
+			}
+			out = append(out, c)
 		}
-		out = append(out, c)
 	}
 	return out, nil
 }

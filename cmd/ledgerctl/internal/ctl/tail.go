@@ -72,7 +72,7 @@ func Tail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{logFilter(f.Subjects(), *partition, *task)},
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: logFilters(f.Subjects(), *partition, *task),
 		DeliverPolicy: jetstream.DeliverAllPolicy}
 	switch {
 	case *onlyNew:
@@ -96,7 +96,7 @@ func Tail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if !f.JSON {
 		fmt.Fprintf(stdout, line, "STREAM", "SEQ", "PARTITION", "TASK", "VERSION", "TYPE", "HOLDER/GEN", "PAYLOAD")
 	}
-	for n := 0; *count == 0 || n < *count; n++ {
+	for n := 0; *count == 0 || n < *count; {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if ctx.Err() != nil {
 			return nil // interrupted: the normal way to stop
@@ -104,49 +104,64 @@ func Tail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("follow %s: %w", wire.StreamLog, err)
 		}
-		e, err := decodeLogEvent(f.Subjects(), m)
+		events, err := decodeLogEvents(f.Subjects(), m)
 		if err != nil {
-			// One unreadable copy is reported and skipped: the log goes on.
+			// One unreadable message is reported and skipped: the log goes on.
 			fmt.Fprintf(stderr, "ledgerctl tail: %s\n", printable(err.Error()))
 			continue
 		}
-		if f.JSON {
-			if err := writeJSON(stdout, e); err != nil {
-				return err
+		for _, e := range events {
+			if *task != "" && e.Task != *task || *count > 0 && n == *count {
+				continue // a log batch holds other tasks' events too
 			}
-			continue
+			n++
+			if f.JSON {
+				if err := writeJSON(stdout, e); err != nil {
+					return err
+				}
+				continue
+			}
+			fmt.Fprintf(stdout, line, e.StreamSeq, e.Seq, e.Partition, printable(e.Task), e.Version, printable(e.Type),
+				printable(fmt.Sprintf("%s/%d", e.Holder, e.Generation)), printable(string(e.Payload)))
 		}
-		fmt.Fprintf(stdout, line, e.StreamSeq, e.Seq, e.Partition, printable(e.Task), e.Version, printable(e.Type),
-			printable(fmt.Sprintf("%s/%d", e.Holder, e.Generation)), printable(string(e.Payload)))
 	}
 	return nil
 }
 
-// logFilter is the LEDGER_LOG subject filter for a partition and a task.
-func logFilter(subj wire.Subjects, partition int, task string) string {
+// logFilters are the LEDGER_LOG subject filters for a partition and a
+// task: a task's subject and its partition's log batches (the caller skips
+// the batches' other tasks), or every subject of a partition, which holds
+// its batches.
+func logFilters(subj wire.Subjects, partition int, task string) []string {
 	switch {
 	case partition >= 0 && task != "":
-		return subj.Log(partition, task)
+		return []string{subj.Log(partition, task), subj.LogBatch(partition)}
 	case partition >= 0:
-		return subj.LogPartition(partition)
+		return []string{subj.LogPartition(partition)}
 	case task != "":
-		return subj.Prefix + ".log.*." + task
+		return []string{subj.Prefix + ".log.*." + task, subj.Prefix + ".log.*." + wire.LogBatchToken}
 	}
-	return subj.LogAll()
+	return []string{subj.LogAll()}
 }
 
-func decodeLogEvent(subj wire.Subjects, m jetstream.Msg) (logEvent, error) {
+// decodeLogEvents reads a LEDGER_LOG message: a copy's event, or a log
+// batch's events, each with the message's stream sequence.
+func decodeLogEvents(subj wire.Subjects, m jetstream.Msg) ([]logEvent, error) {
 	meta, err := m.Metadata()
 	if err != nil {
-		return logEvent{}, fmt.Errorf("follow %s: %w", wire.StreamLog, err)
+		return nil, fmt.Errorf("follow %s: %w", wire.StreamLog, err)
 	}
-	c, err := subj.DecodeLog(m.Subject(), m.Headers(), m.Data())
+	copies, err := subj.DecodeLogCopies(m.Subject(), m.Headers(), m.Data())
 	if err != nil {
-		return logEvent{}, fmt.Errorf("stream seq %d: %w", meta.Sequence.Stream, err)
+		return nil, fmt.Errorf("stream seq %d: %w", meta.Sequence.Stream, err)
 	}
-	return logEvent{StreamSeq: meta.Sequence.Stream, Seq: c.Seq, Partition: int64(c.Partition), Task: c.Task,
-		Version: c.Version, Type: c.Type, Holder: c.Holder, Generation: c.Generation, EventID: c.EventID,
-		CommittedAt: wire.FormatTime(c.CommittedAt), Payload: json.RawMessage(compactJSON(c.Payload))}, nil
+	events := make([]logEvent, len(copies))
+	for i, c := range copies {
+		events[i] = logEvent{StreamSeq: meta.Sequence.Stream, Seq: c.Seq, Partition: int64(c.Partition), Task: c.Task,
+			Version: c.Version, Type: c.Type, Holder: c.Holder, Generation: c.Generation, EventID: c.EventID,
+			CommittedAt: wire.FormatTime(c.CommittedAt), Payload: json.RawMessage(compactJSON(c.Payload))}
+	}
+	return events, nil
 }
 
 // lockedWriter serialises writes from NATS callbacks.
