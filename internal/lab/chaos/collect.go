@@ -90,8 +90,12 @@ func Collect(ctx context.Context, src Sources, writers []*WriterLog) (*History, 
 		dlqFilters = append(dlqFilters, subj.DLQ(int(p), "*"))
 	}
 	err := readStream(ctx, src.JS, wire.StreamLog, logFilters, func(m jetstream.Msg, seq uint64) {
-		if c := parseCopy(subj, seq, m.Subject(), m.Headers(), m.Data()); want[c.Task] || c.Err != "" && want[lastToken(m.Subject())] {
-			h.Log = append(h.Log, c)
+		for _, c := range parseCopies(subj, seq, m.Subject(), m.Headers(), m.Data()) {
+			// A copy the codec refuses is kept if its subject names one of
+			// the run's tasks, or if it is a log batch, which names none.
+			if want[c.Task] || c.Err != "" && (want[lastToken(m.Subject())] || subj.IsLogBatch(m.Subject())) {
+				h.Log = append(h.Log, c)
+			}
 		}
 	})
 	if err != nil {

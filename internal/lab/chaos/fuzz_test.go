@@ -138,6 +138,7 @@ func FuzzParseStreamMessage(f *testing.F) {
 	f.Add("ledger.log.3.other", "01JD0000000000000000000001", "report-7", "3", "2", "17", "1")
 	f.Add("ledger.dlq.3.report-7", "not-a-ulid", "", "-1", "99999999999999999999", "", "x")
 	f.Add("ledger.dlq.invalid", "", "", "", "", "", "")
+	f.Add("ledger.log.3.~batch", "log-3-1-2", "", "3", "", "", "")
 	f.Fuzz(func(t *testing.T, subject, id, task, partition, version, seq, gen string) {
 		h := nats.Header{}
 		for k, v := range map[string]string{wire.HeaderMsgID: id, wire.HeaderTask: task, wire.HeaderPartition: partition,
@@ -151,6 +152,11 @@ func FuzzParseStreamMessage(f *testing.F) {
 			p, tk, err := subj.ParseLog(subject)
 			if err != nil || tk != c.Task || p != c.Partition || !wire.ValidEventID(c.EventID) || c.Version < 0 || c.Seq < 0 {
 				t.Fatalf("copy accepted with subject %q, task %q, partition %d, id %q", subject, c.Task, c.Partition, c.EventID)
+			}
+		}
+		for _, c := range parseCopies(subj, 1, subject, h, nil) { // a batch needs a body: none here
+			if c.Err == "" && subj.IsLogBatch(subject) {
+				t.Fatalf("a log batch without a body accepted: %+v", c)
 			}
 		}
 		l := parseLetter(subj, 1, subject, h, nil)

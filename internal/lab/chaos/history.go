@@ -135,6 +135,29 @@ func parseCopy(subj wire.Subjects, streamSeq uint64, subject string, h nats.Head
 	return c
 }
 
+// parseCopies reads any LEDGER_LOG message: a copy (parseCopy), or each
+// event of a log batch, all with the batch's stream sequence and subject.
+// A batch the codec refuses is one Copy whose Err says why.
+func parseCopies(subj wire.Subjects, streamSeq uint64, subject string, h nats.Header, data []byte) []Copy {
+	if !subj.IsLogBatch(subject) {
+		return []Copy{parseCopy(subj, streamSeq, subject, h, data)}
+	}
+	lcs, err := subj.DecodeLogBatch(subject, h, data)
+	if err != nil {
+		return []Copy{{StreamSeq: streamSeq, Subject: subject, Err: err.Error()}}
+	}
+	out := make([]Copy, len(lcs))
+	for i, lc := range lcs {
+		out[i] = Copy{StreamSeq: streamSeq, Subject: subject, EventID: lc.EventID, Task: lc.Task, Partition: lc.Partition,
+			Version: lc.Version, Seq: lc.Seq, Type: lc.Type, Holder: lc.Holder, Generation: lc.Generation,
+			WouldReject: lc.WouldReject}
+		if !wire.ValidEventID(lc.EventID) {
+			out[i].Err = fmt.Sprintf("its event_id %q is not an event id", lc.EventID)
+		}
+	}
+	return out
+}
+
 // parseLetter reads a LEDGER_DLQ message with the contract's codec; the
 // event's own numbers are read from its original headers (0 where they
 // are not numbers), its task from the subject.
