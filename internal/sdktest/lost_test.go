@@ -74,6 +74,12 @@ func TestEventLostAfterItsLeaseEndedIsJudgedStale(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the lease was not lost without its lease service")
 	}
+	// The client gives a lease up before the database's clock ends it: the
+	// event is published again only once the ledger's lease has ended
+	// too, or it would be committed under it (as it should be).
+	require.Eventually(t, func() bool {
+		return l.count(`select count(*) from ledger.leases where partition = 2 and expires_at <= clock_timestamp()`) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the lease did not end in the database")
 
 	startIngest()
 	r, err := p2.Receipt(testCtx(t, settleWait))
