@@ -153,14 +153,9 @@ func (s Subjects) DecodeLogBatch(subject string, h nats.Header, data []byte) ([]
 	if hp := h.Get(HeaderPartition); hp != ps {
 		return fail("header %s says %q, the subject %s", HeaderPartition, hp, ps)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var elems []logBatchElem
-	if err := dec.Decode(&elems); err != nil {
+	elems, err := scanLogBatch(data)
+	if err != nil {
 		return fail("body: %v", err)
-	}
-	if _, err := dec.Token(); err == nil {
-		return fail("body: more than one JSON value")
 	}
 	if int64(len(elems)) != count {
 		return fail("header %s says %d, the body holds %d", HeaderBatch, count, len(elems))
