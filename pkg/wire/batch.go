@@ -62,11 +62,11 @@ func (s Subjects) ParseInBatch(subject string) (holder string, partition int, er
 	if !ValidHolder(holder) {
 		return "", 0, fmt.Errorf("subject %q: holder %q is not <principal>.<instance>", subject, holder)
 	}
-	p, err := ParseInt(ps)
-	if err != nil || p > 1<<30 || len(ps) > 1 && ps[0] == '0' {
-		return holder, 0, fmt.Errorf("subject %q: partition %q is not a non-negative integer without leading zeros", subject, ps)
+	p, err := parsePartition(ps)
+	if err != nil {
+		return holder, 0, fmt.Errorf("subject %q: %w", subject, err)
 	}
-	return holder, int(p), nil
+	return holder, p, nil
 }
 
 // BatchMsg is events as one LEDGER_IN batch message. They must share

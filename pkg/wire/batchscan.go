@@ -236,15 +236,9 @@ func (sc *batchScanner) field(e *batchElem, f, n int) error {
 	if !sc.next('"') {
 		return sc.fail("a string for " + batchFieldNames[f])
 	}
-	span, plain, err := sc.str()
+	v, err := sc.strValue()
 	if err != nil {
 		return err
-	}
-	v := sc.data[span[0]:span[1]]
-	if !plain {
-		if v, err = sc.unquote(span); err != nil {
-			return err
-		}
 	}
 	sc.setText(e, f, v)
 	return nil
@@ -310,6 +304,16 @@ func (sc *batchScanner) unquote(span [2]int) ([]byte, error) {
 	var v string
 	err := json.Unmarshal(sc.data[span[0]-1:span[1]+1], &v)
 	return []byte(v), err
+}
+
+// strValue reads the rest of a string, after its opening quote, and
+// returns its value: the bytes as written when plain, else unquoted.
+func (sc *batchScanner) strValue() ([]byte, error) {
+	span, plain, err := sc.str()
+	if err != nil || plain {
+		return sc.data[span[0]:span[1]], err
+	}
+	return sc.unquote(span)
 }
 
 // skip reads one JSON value at nesting depth; the array and the event

@@ -142,9 +142,9 @@ func (s Subjects) DecodeLogBatch(subject string, h nats.Header, data []byte) ([]
 	if !ok || !cut || tok != LogBatchToken {
 		return fail("not %s.log.<partition>.%s", s.p(), LogBatchToken)
 	}
-	p, err := ParseInt(ps)
-	if err != nil || p > 1<<30 || len(ps) > 1 && ps[0] == '0' {
-		return fail("partition %q is not a non-negative integer without leading zeros", ps)
+	p, err := parsePartition(ps)
+	if err != nil {
+		return fail("%v", err)
 	}
 	count, err := ParseInt(h.Get(HeaderBatch))
 	if err != nil || count < 1 || count > MaxBatch {
@@ -163,7 +163,7 @@ func (s Subjects) DecodeLogBatch(subject string, h nats.Header, data []byte) ([]
 	out := make([]LogCopy, len(elems))
 	var errs []error
 	for i := range elems {
-		c, err := elems[i].copy(int(p))
+		c, err := elems[i].copy(p)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("event %d: %w", i, err))
 		}

@@ -109,15 +109,9 @@ func scanLogElem(sc *batchScanner, e *logBatchElem, n int) error {
 		if !sc.next('"') {
 			return sc.fail("a key")
 		}
-		key, plain, err := sc.str()
+		name, err := sc.strValue()
 		if err != nil {
 			return err
-		}
-		name := sc.data[key[0]:key[1]]
-		if !plain {
-			if name, err = sc.unquote(key); err != nil {
-				return err
-			}
 		}
 		sc.ws()
 		if !sc.next(':') {
@@ -182,15 +176,9 @@ func scanLogField(sc *batchScanner, e *logBatchElem, f, n int) error {
 	if !sc.next('"') {
 		return sc.fail("a string for " + logFieldNames[f])
 	}
-	span, plain, err := sc.str()
+	v, err := sc.strValue()
 	if err != nil {
 		return err
-	}
-	v := sc.data[span[0]:span[1]]
-	if !plain {
-		if v, err = sc.unquote(span); err != nil {
-			return err
-		}
 	}
 	s := string(v)
 	switch f {

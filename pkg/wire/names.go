@@ -315,16 +315,25 @@ func partitionTask(tail string) (int, string, error) {
 	if !ok || strings.Contains(task, ".") {
 		return 0, "", errNotPartitionTask
 	}
-	// One partition has one spelling: "03" would be a second subject for
-	// the same task, past the filters and permissions written for "3".
-	p, err := ParseInt(ps)
-	if err != nil || p > 1<<30 || len(ps) > 1 && ps[0] == '0' {
-		return 0, "", fmt.Errorf("partition %q is not a non-negative integer without leading zeros", ps)
+	p, err := parsePartition(ps)
+	if err != nil {
+		return 0, "", err
 	}
 	if !ValidID(task) {
 		return 0, "", fmt.Errorf("task id %q is not 1..128 of [A-Za-z0-9_-]", task)
 	}
-	return int(p), task, nil
+	return p, task, nil
+}
+
+// parsePartition reads a partition token of a subject. One partition has
+// one spelling: "03" would be a second subject for the same task, past the
+// filters and permissions written for "3".
+func parsePartition(ps string) (int, error) {
+	p, err := canonicalInt(ps)
+	if err != nil || p > 1<<30 {
+		return 0, fmt.Errorf("partition %q is not a non-negative integer without leading zeros", ps)
+	}
+	return int(p), nil
 }
 
 // ParseInt parses a plain non-negative decimal integer (no sign, no spaces,
