@@ -229,8 +229,11 @@ func (s *Service) redeliveryDelay(m jetstream.Msg) time.Duration {
 // duplicates.
 func (s *Service) settle(batch []jetstream.Msg, offered []offeredMsg) {
 	for _, o := range offered {
+		if o.settled {
+			continue
+		}
 		for _, ev := range o.events {
-			if h := s.held[ev.Task]; h != nil && !o.settled {
+			if h := s.held[ev.Task]; h != nil {
 				h.keep = max(h.keep, ev.Version)
 			}
 		}

@@ -124,15 +124,20 @@ type Letter struct {
 // the codec refuses keeps what could be read, and Err says why.
 func parseCopy(subj wire.Subjects, streamSeq uint64, subject string, h nats.Header, data []byte) Copy {
 	lc, err := subj.DecodeLog(subject, h, data)
-	c := Copy{StreamSeq: streamSeq, Subject: subject, EventID: lc.EventID, Task: lc.Task, Partition: lc.Partition,
-		Version: lc.Version, Seq: lc.Seq, Type: lc.Type, Holder: lc.Holder, Generation: lc.Generation,
-		WouldReject: lc.WouldReject}
+	c := copyOf(streamSeq, subject, &lc)
 	if err != nil {
 		c.Err = err.Error()
 	} else if !wire.ValidEventID(c.EventID) {
 		c.Err = fmt.Sprintf("its %s %q is not an event id", wire.HeaderMsgID, c.EventID)
 	}
 	return c
+}
+
+// copyOf is the checker's Copy of a decoded copy stored at streamSeq.
+func copyOf(streamSeq uint64, subject string, lc *wire.LogCopy) Copy {
+	return Copy{StreamSeq: streamSeq, Subject: subject, EventID: lc.EventID, Task: lc.Task, Partition: lc.Partition,
+		Version: lc.Version, Seq: lc.Seq, Type: lc.Type, Holder: lc.Holder, Generation: lc.Generation,
+		WouldReject: lc.WouldReject}
 }
 
 // parseCopies reads any LEDGER_LOG message: a copy (parseCopy), or each
@@ -147,10 +152,9 @@ func parseCopies(subj wire.Subjects, streamSeq uint64, subject string, h nats.He
 		return []Copy{{StreamSeq: streamSeq, Subject: subject, Err: err.Error()}}
 	}
 	out := make([]Copy, len(lcs))
-	for i, lc := range lcs {
-		out[i] = Copy{StreamSeq: streamSeq, Subject: subject, EventID: lc.EventID, Task: lc.Task, Partition: lc.Partition,
-			Version: lc.Version, Seq: lc.Seq, Type: lc.Type, Holder: lc.Holder, Generation: lc.Generation,
-			WouldReject: lc.WouldReject}
+	for i := range lcs {
+		lc := &lcs[i]
+		out[i] = copyOf(streamSeq, subject, lc)
 		if !wire.ValidEventID(lc.EventID) {
 			out[i].Err = fmt.Sprintf("its event_id %q is not an event id", lc.EventID)
 		}

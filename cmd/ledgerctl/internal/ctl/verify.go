@@ -289,9 +289,18 @@ func (d *verifyDeps) batchedVersions(ctx context.Context, s jetstream.Stream, si
 	if err != nil {
 		return nil, fmt.Errorf("read the log batches: %w", err)
 	}
+	if info.NumPending == 0 {
+		return out, nil
+	}
+	// One pull brings many batches, where Next would ask for each.
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("read the log batches: %w", err)
+	}
+	defer it.Stop()
 	for left := info.NumPending; left > 0; left-- {
 		mctx, cancel := context.WithTimeout(ctx, RequestTimeout)
-		m, err := cons.Next(jetstream.FetchContext(mctx))
+		m, err := it.Next(jetstream.NextContext(mctx))
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("read the log batches: %w", err)
