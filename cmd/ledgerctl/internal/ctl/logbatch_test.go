@@ -135,12 +135,7 @@ func TestRestoreWritesBackFromALogBatch(t *testing.T) {
 	_, err = e.js.PublishMsg(ctx, msgs[0])
 	require.NoError(t, err)
 
-	// The database forgets version 3.
-	for _, q := range []string{`DELETE FROM ledger.event_ids WHERE seq = $1`, `DELETE FROM ledger.events WHERE seq = $1`,
-		`UPDATE ledger.heads SET version = 2, seq = $1 - 1 WHERE task_id = 't'`} {
-		_, err := e.db.Pool.Exec(ctx, q, copies[2].Seq)
-		require.NoError(t, err, q)
-	}
+	e.forget("t", 3)
 	out := e.run("restore", "-json").ok(t).jsonLines(t)
 	require.Len(t, out, 1)
 	require.Equal(t, copies[2].EventID, out[0]["event_id"])

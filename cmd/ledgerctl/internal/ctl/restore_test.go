@@ -31,14 +31,7 @@ func TestRestoreWritesBackWhatTheDatabaseForgot(t *testing.T) {
 	e.waitCommitted("t", 3)
 	e.waitMsgs("LEDGER_LOG", 3)
 	first.Stop()
-	var seq int64
-	var id string
-	require.NoError(t, e.db.Pool.QueryRow(ctx, `SELECT seq, event_id FROM ledger.events WHERE task_id = 't' AND version = 3`).Scan(&seq, &id))
-	for _, q := range []string{`DELETE FROM ledger.event_ids WHERE seq = $1`, `DELETE FROM ledger.events WHERE seq = $1`,
-		`UPDATE ledger.heads SET version = 2, seq = $1 - 1 WHERE task_id = 't'`} {
-		_, err := e.db.Pool.Exec(ctx, q, seq)
-		require.NoError(t, err, q)
-	}
+	seq, id := e.forget("t", 3)
 
 	e.withIngest(ingest.Config{})
 	e.publish(event{partition: 1, task: "t", holder: l.Holder, generation: l.Generation, version: 3, typ: "step", payload: `{"v":"other"}`})
@@ -64,6 +57,28 @@ func TestRestoreWritesBackWhatTheDatabaseForgot(t *testing.T) {
 	require.Equal(t, 3, e.count(`SELECT count(*) FROM ledger.events WHERE task_id = 't'`))
 	again := e.run("restore", "-json").ok(t).jsonLines(t)
 	require.Empty(t, again, "nothing is left to restore")
+}
+
+// forget makes the database forget a task's newest version, as a failover
+// to a standby that lacked it does: its row, its id and its head's move.
+// It returns the version's seq and event id.
+func (e *env) forget(task string, version int64) (seq int64, id string) {
+	e.t.Helper()
+	ctx := context.Background()
+	require.NoError(e.t, e.db.Pool.QueryRow(ctx, `SELECT seq, event_id FROM ledger.events WHERE task_id = $1 AND version = $2`,
+		task, version).Scan(&seq, &id))
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`DELETE FROM ledger.event_ids WHERE seq = $1`, []any{seq}},
+		{`DELETE FROM ledger.events WHERE seq = $1`, []any{seq}},
+		{`UPDATE ledger.heads SET version = $1, seq = $2 WHERE task_id = $3`, []any{version - 1, seq - 1, task}},
+	} {
+		_, err := e.db.Pool.Exec(ctx, q.sql, q.args...)
+		require.NoError(e.t, err, q.sql)
+	}
+	return seq, id
 }
 
 func (e *env) count(sql string, args ...any) int {
@@ -92,14 +107,7 @@ func TestRestoreWritesBackAForgottenCommitBelowTheNewestSeq(t *testing.T) {
 	e.waitCommitted("u", 1)
 	e.waitMsgs("LEDGER_LOG", 3)
 	first.Stop()
-	var seq int64
-	var id string
-	require.NoError(t, e.db.Pool.QueryRow(ctx, `SELECT seq, event_id FROM ledger.events WHERE task_id = 't' AND version = 2`).Scan(&seq, &id))
-	for _, q := range []string{`DELETE FROM ledger.event_ids WHERE seq = $1`, `DELETE FROM ledger.events WHERE seq = $1`,
-		`UPDATE ledger.heads SET version = 1, seq = $1 - 1 WHERE task_id = 't'`} {
-		_, err := e.db.Pool.Exec(ctx, q, seq)
-		require.NoError(t, err, q)
-	}
+	seq, id := e.forget("t", 2)
 	require.Less(t, seq, int64(e.count(`SELECT max(seq)::int FROM ledger.events`)), "the hole is below the newest seq")
 
 	out := e.run("restore", "-json").ok(t).jsonLines(t)
