@@ -58,6 +58,18 @@ func (e *env) startWith(cfg projector.Config, reg *prometheus.Registry) *project
 	return p
 }
 
+// startLogged runs a projector with the default config whose log the test
+// reads.
+func (e *env) startLogged() *logBuffer {
+	e.t.Helper()
+	logs := &logBuffer{}
+	p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(e.t), Pool: e.db.Pool, Logger: logs.logger()})
+	require.NoError(e.t, err)
+	require.NoError(e.t, p.Start(context.Background()))
+	e.t.Cleanup(p.Stop)
+	return logs
+}
+
 // newProjector returns a projector that is not started yet.
 func (e *env) newProjector(cfg projector.Config, reg *prometheus.Registry) *projector.Service {
 	e.t.Helper()

@@ -121,11 +121,7 @@ func TestUndecodableLogBatchIsTerminatedAndTheLogFlows(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	logs := &logBuffer{}
-	p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(t), Pool: e.db.Pool, Logger: logs.logger()})
-	require.NoError(t, err)
-	require.NoError(t, p.Start(ctx))
-	t.Cleanup(p.Stop)
+	logs := e.startLogged()
 
 	bad := e.commit(1, "bad", []string{"x"}, []string{`{"a":1}`})
 	good := e.commit(1, "good", []string{"x"}, []string{`{"b":2}`})

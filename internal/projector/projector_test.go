@@ -176,11 +176,7 @@ func TestUndecodableLogCopyIsTerminatedAndTheLogFlows(t *testing.T) {
 	ctx := context.Background()
 	advisories, err := e.nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.LEDGER_LOG.projector")
 	require.NoError(t, err)
-	logs := &logBuffer{}
-	p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(t), Pool: e.db.Pool, Logger: logs.logger()})
-	require.NoError(t, err)
-	require.NoError(t, p.Start(ctx))
-	t.Cleanup(p.Stop)
+	logs := e.startLogged()
 
 	bad := e.commit(1, "bad", []string{"x"}, []string{`{"a":1}`})[0]
 	good := e.commit(2, "good", []string{"x"}, []string{`{"b":2}`})[0]
@@ -234,11 +230,7 @@ func TestUndecodableLogCopyIsTerminatedAndTheLogFlows(t *testing.T) {
 func TestNewTasksFirstEventIsAppliedWithoutAWarning(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	logs := &logBuffer{}
-	p, err := projector.New(projector.Config{}, projector.Deps{NC: e.ns.Conn(t), Pool: e.db.Pool, Logger: logs.logger()})
-	require.NoError(t, err)
-	require.NoError(t, p.Start(context.Background()))
-	t.Cleanup(p.Stop)
+	logs := e.startLogged()
 	for _, c := range e.commit(3, "fresh", []string{"created", "running"}, []string{`{"a":1}`, `{"b":2}`}) {
 		e.publishLog(c)
 	}
