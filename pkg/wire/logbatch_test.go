@@ -230,6 +230,8 @@ func TestDecodeLogBatchRefusesMalformedBatches(t *testing.T) {
 		{"time", good.Subject, with(wire.HeaderBatch, "1"), `[` + strings.Replace(one, `2026-12-03T10:00:00Z`, `yesterday`, 1) + `]`, "committed_at"},
 		{"kind", good.Subject, with(wire.HeaderBatch, "1"), `[` + strings.Replace(one, `"type":"x"`, `"type":"x","kind":"other"`, 1) + `]`, "kind"},
 		{"would reject", good.Subject, with(wire.HeaderBatch, "1"), `[` + strings.Replace(one, `"type":"x"`, `"type":"x","would_reject":"gap/x"`, 1) + `]`, "would_reject"},
+		{"repeated key", good.Subject, with(wire.HeaderBatch, "1"), `[` + strings.Replace(one, `"type":"x"`, `"type":"x","type":"y"`, 1) + `]`, "repeated"},
+		{"key in another case", good.Subject, with(wire.HeaderBatch, "1"), `[` + strings.Replace(one, `"type"`, `"Type"`, 1) + `]`, "unknown field"},
 		{"trailing", good.Subject, with(wire.HeaderBatch, "1"), `[` + one + `] []`, "end of the body"},
 		{"not an array", good.Subject, with(wire.HeaderBatch, "1"), one, "a JSON array"},
 	} {
