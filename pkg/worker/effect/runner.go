@@ -127,54 +127,53 @@ func (r *Runner) Start(ctx context.Context) error {
 		return ErrStarted
 	}
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	cc, err := r.consume(ctx, hctx)
+	cc, endAcks, err := r.consume(ctx, hctx)
 	if err != nil {
 		cancel()
 		return err
 	}
 	r.cc, r.cancel = cc, cancel
 	r.kept = make(chan struct{})
-	go r.keep(hctx, cc, r.kept)
+	go r.keep(hctx, cc, endAcks, r.kept)
 	return nil
 }
 
 // consume makes the runner's consumer (or takes the one there) and
-// consumes it; handlers get hctx.
-func (r *Runner) consume(ctx, hctx context.Context) (jetstream.ConsumeContext, error) {
+// consumes it; handlers get hctx. Waits for the server to confirm an ack
+// end when endAcks is called: once this consuming has ended, no
+// confirmation is coming (an ack that reached the server as the consumer
+// was deleted is never answered), and a handle waiting for one would hold
+// up the deliveries of the consumer made again.
+func (r *Runner) consume(ctx, hctx context.Context) (cc jetstream.ConsumeContext, endAcks context.CancelFunc, err error) {
 	cons, err := r.js.CreateOrUpdateConsumer(ctx, wire.StreamLog, r.consumerConfig())
 	if err != nil {
-		return nil, fmt.Errorf("effect: create consumer %s on %s: %w", r.Consumer(), wire.StreamLog, err)
+		return nil, nil, fmt.Errorf("effect: create consumer %s on %s: %w", r.Consumer(), wire.StreamLog, err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { r.handle(hctx, m) },
+	actx, endAcks := context.WithCancel(hctx)
+	cc, err = cons.Consume(func(m jetstream.Msg) { r.handle(hctx, actx, m) },
 		jetstream.PullPriorityGroup(priorityGroup),
 		jetstream.PullMaxMessages(r.cfg.MaxAckPending),
 		jetstream.PullExpiry(r.cfg.PinnedTTL/2),
-		jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) { r.consumeErr(hctx, cc, err) }))
+		jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) { r.consumeErr(hctx, cc, endAcks, err) }))
 	if err != nil {
-		return nil, fmt.Errorf("effect: consume %s: %w", r.Consumer(), err)
+		endAcks()
+		return nil, nil, fmt.Errorf("effect: consume %s: %w", r.Consumer(), err)
 	}
-	return cc, nil
+	return cc, endAcks, nil
 }
 
 // consumeErr is the consume error handler. An error the client stops
 // consuming on is logged as a warning (keep makes the consumer again);
 // a silent server (no heartbeats) has the runner ask whether the consumer
 // is still there, and stop consuming a gone one, for keep to make again.
-func (r *Runner) consumeErr(hctx context.Context, cc jetstream.ConsumeContext, err error) {
+func (r *Runner) consumeErr(hctx context.Context, cc jetstream.ConsumeContext, endAcks context.CancelFunc, err error) {
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrBadRequest):
 		r.log.Warn("effect runner: the server ended the consumer's pulls; making it again", slog.String("consumer", r.Consumer()),
 			slog.String("error", err.Error()))
 	case errors.Is(err, jetstream.ErrNoHeartbeat):
 		r.log.Debug("effect consume", slog.String("consumer", r.Consumer()), slog.String("error", err.Error()))
-		go func() {
-			ctx, cancel := context.WithTimeout(hctx, r.cfg.AckWait)
-			defer cancel()
-			if _, err := r.js.Consumer(ctx, wire.StreamLog, r.Consumer()); errors.Is(err, jetstream.ErrConsumerNotFound) {
-				r.log.Warn("effect runner: the server no longer has the consumer; making it again", slog.String("consumer", r.Consumer()))
-				cc.Stop()
-			}
-		}()
+		go r.checkConsumer(hctx, cc, endAcks)
 	default:
 		r.log.Debug("effect consume", slog.String("consumer", r.Consumer()), slog.String("error", err.Error()))
 	}
@@ -183,13 +182,19 @@ func (r *Runner) consumeErr(hctx context.Context, cc jetstream.ConsumeContext, e
 // keep consumes again, until Stop (hctx ends), each time the consume
 // context cc ends without Stop: after RetryDelay, doubling up to
 // keepDelayMax while making the consumer fails.
-func (r *Runner) keep(hctx context.Context, cc jetstream.ConsumeContext, kept chan struct{}) {
+func (r *Runner) keep(hctx context.Context, cc jetstream.ConsumeContext, endAcks context.CancelFunc, kept chan struct{}) {
 	defer close(kept)
+	check := time.NewTicker(r.cfg.PinnedTTL)
+	defer check.Stop()
 	for {
 		select {
 		case <-hctx.Done():
 			return
+		case <-check.C:
+			r.checkConsumer(hctx, cc, endAcks)
+			continue
 		case <-cc.Closed():
+			endAcks()
 		}
 		delay := r.cfg.RetryDelay
 		for {
@@ -199,7 +204,7 @@ func (r *Runner) keep(hctx context.Context, cc jetstream.ConsumeContext, kept ch
 			case <-time.After(delay):
 			}
 			ctx, cancel := context.WithTimeout(hctx, r.cfg.AckWait)
-			next, err := r.consume(ctx, hctx)
+			next, nextEndAcks, err := r.consume(ctx, hctx)
 			cancel()
 			if err == nil {
 				r.mu.Lock()
@@ -208,7 +213,7 @@ func (r *Runner) keep(hctx context.Context, cc jetstream.ConsumeContext, kept ch
 					next.Stop()
 					return
 				}
-				r.cc, cc = next, next
+				r.cc, cc, endAcks = next, next, nextEndAcks
 				r.mu.Unlock()
 				r.log.Info("effect runner consuming again", slog.String("consumer", r.Consumer()))
 				break
@@ -217,6 +222,23 @@ func (r *Runner) keep(hctx context.Context, cc jetstream.ConsumeContext, kept ch
 				slog.String("error", err.Error()))
 			delay = min(2*delay, keepDelayMax)
 		}
+	}
+}
+
+// checkConsumer asks the server whether the runner's consumer is still
+// there and stops consuming cc when it is not, for keep to make it again.
+// The client notices a deleted consumer only when the server tells a
+// pull so or stops its heartbeats, and neither is certain (a pull that
+// expires as the consumer goes is answered with a timeout, and the next
+// pulls go to no one), so keep asks on a timer of its own: every
+// PinnedTTL, one consumer info request.
+func (r *Runner) checkConsumer(hctx context.Context, cc jetstream.ConsumeContext, endAcks context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(hctx, r.cfg.AckWait)
+	defer cancel()
+	if _, err := r.js.Consumer(ctx, wire.StreamLog, r.Consumer()); errors.Is(err, jetstream.ErrConsumerNotFound) {
+		r.log.Warn("effect runner: the server no longer has the consumer; making it again", slog.String("consumer", r.Consumer()))
+		endAcks()
+		cc.Stop()
 	}
 }
 
@@ -257,7 +279,7 @@ func (r *Runner) Stop() {
 // and the effects before it that this runner did already are not called
 // again (another runner, or this one after a restart, calls them again:
 // at least once).
-func (r *Runner) handle(ctx context.Context, m jetstream.Msg) {
+func (r *Runner) handle(ctx, actx context.Context, m jetstream.Msg) {
 	r.handling.Lock()
 	defer r.handling.Unlock()
 	copies, err := r.sub.DecodeLogCopies(m.Subject(), m.Headers(), m.Data())
@@ -318,7 +340,7 @@ func (r *Runner) handle(ctx context.Context, m jetstream.Msg) {
 			}
 		}
 	}
-	r.ack(ctx, m, effects[0].ID)
+	r.ack(actx, m, effects[0].ID)
 }
 
 // partlyDone remembers, per log batch (by stream sequence), the effects
