@@ -2,13 +2,13 @@ package ingest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowness/ledger/internal/logscan"
 )
 
 // LEDGER_LOG's tail, put back from PostgreSQL. A nats-server that restarts
@@ -20,8 +20,10 @@ import (
 //
 // So at start and after every reconnect to NATS, the ingest reads the
 // commits of the last LogTailWindow from PostgreSQL, asks LEDGER_LOG for
-// each of their tasks' last copy, and publishes again, in version order, the
-// versions after it. A copy still in the stream's duplicate window is
+// each of their tasks' last copy (and reads the log batches stored within
+// the window: an ingest that writes batches stores a task's versions
+// there), and publishes again, in version order, the versions after the
+// newest it holds. A copy still in the stream's duplicate window is
 // deduplicated by its event id. The lanes forget which copies they stored.
 //
 // The opposite case, LEDGER_LOG ahead of the database, is the memory check
@@ -87,12 +89,19 @@ func (s *Service) checkLogTail(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The versions stored in log batches (a newer ingest's writer) are
+	// not under their task's subject: they count as stored too.
+	batched, err := logscan.BatchedVersions(ctx, s.logStream, s.subjects, s.cfg.LogTailWindow, s.cfg.PublishTimeout)
+	if err != nil {
+		return 0, err
+	}
 	n := 0
 	for _, h := range heads {
-		have, err := s.lastLogged(ctx, h.Partition, h.Task)
+		have, err := logscan.LastCopied(ctx, s.logStream, s.subjects, h.Partition, h.Task)
 		if err != nil {
 			return n, err
 		}
+		have = max(have, batched[h.Task])
 		if have >= h.Version {
 			continue
 		}
@@ -109,24 +118,6 @@ func (s *Service) checkLogTail(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// lastLogged is the version of a task's last copy in LEDGER_LOG; 0 if it
-// has none, or if that copy does not read (then every version is published
-// again, and those stored are deduplicated).
-func (s *Service) lastLogged(ctx context.Context, partition int, task string) (int64, error) {
-	last, err := s.logStream.GetLastMsgForSubject(ctx, s.subjects.Log(partition, task))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return 0, nil
-	case err != nil:
-		return 0, fmt.Errorf("last log copy of task %s: %w", task, err)
-	}
-	c, err := s.subjects.DecodeLog(last.Subject, last.Header, last.Data)
-	if err != nil {
-		return 0, nil
-	}
-	return c.Version, nil
 }
 
 // reconnected reports whether NATS reconnected since the lane last looked.

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowness/ledger/internal/logscan"
 	"github.com/flowness/ledger/pkg/fence"
 	projstate "github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
@@ -235,13 +236,13 @@ func (d *verifyDeps) logTail(ctx context.Context, opts verifyOpts) ([]finding, e
 	if err != nil {
 		return nil, schemaHint("read the recent task heads", err)
 	}
-	batched, err := d.batchedVersions(ctx, s, opts.since)
+	batched, err := logscan.BatchedVersions(ctx, s, d.subj, opts.since, RequestTimeout)
 	if err != nil {
 		return nil, err
 	}
 	var out []finding
 	for _, h := range heads {
-		have, err := d.lastLogged(ctx, s, h.Partition, h.Task)
+		have, err := logscan.LastCopied(ctx, s, d.subj, h.Partition, h.Task)
 		if err != nil {
 			return nil, err
 		}
@@ -254,69 +255,6 @@ func (d *verifyDeps) logTail(ctx context.Context, opts verifyOpts) ([]finding, e
 	slices.SortFunc(out, func(a, b finding) int { return strings.Compare(a.Task, b.Task) })
 	return out, nil
 }
-
-// lastLogged is the version of a task's last copy in LEDGER_LOG; 0 if it
-// has none or that copy does not read.
-func (d *verifyDeps) lastLogged(ctx context.Context, s jetstream.Stream, partition int, task string) (int64, error) {
-	m, err := s.GetLastMsgForSubject(ctx, d.subj.Log(partition, task))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return 0, nil
-	case err != nil:
-		return 0, fmt.Errorf("last log copy of task %s: %w", task, err)
-	}
-	c, err := d.subj.DecodeLog(m.Subject, m.Header, m.Data)
-	if err != nil {
-		return 0, nil
-	}
-	return c.Version, nil
-}
-
-// batchedVersions is, per task, the newest version in the log batches
-// (docs/internals/log-batches.md) LEDGER_LOG stored within since of now
-// (and a minute more: a copy is stored after its commit). A task's copies
-// in batches are not under its own subject, so lastLogged does not see
-// them.
-func (d *verifyDeps) batchedVersions(ctx context.Context, s jetstream.Stream, since time.Duration) (map[string]int64, error) {
-	out := map[string]int64{}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{d.subj.Prefix + ".log.*." + wire.LogBatchToken},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy, OptStartTime: ptr(time.Now().Add(-since - time.Minute))})
-	if err != nil {
-		return nil, fmt.Errorf("read the log batches: %w", err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read the log batches: %w", err)
-	}
-	if info.NumPending == 0 {
-		return out, nil
-	}
-	// One pull brings many batches, where Next would ask for each.
-	it, err := cons.Messages()
-	if err != nil {
-		return nil, fmt.Errorf("read the log batches: %w", err)
-	}
-	defer it.Stop()
-	for left := info.NumPending; left > 0; left-- {
-		mctx, cancel := context.WithTimeout(ctx, RequestTimeout)
-		m, err := it.Next(jetstream.NextContext(mctx))
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("read the log batches: %w", err)
-		}
-		copies, err := d.subj.DecodeLogBatch(m.Subject(), m.Headers(), m.Data())
-		if err != nil {
-			continue // not readable: its events count as missing
-		}
-		for _, c := range copies {
-			out[c.Task] = max(out[c.Task], c.Version)
-		}
-	}
-	return out, nil
-}
-
-func ptr[T any](v T) *T { return &v }
 
 // consumers finds the consumers of the inboxes and LEDGER_LOG whose position
 // is past their stream's last sequence (the stream lost its tail, and new
