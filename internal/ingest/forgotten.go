@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -136,8 +139,16 @@ func (s *Service) recentCopies(ctx context.Context) ([]copyRef, error) {
 		}
 		from = next
 	}
+	// Log batches hold up to 1,000 copies a message: the newest
+	// copyRefsMax are the check's.
+	if len(out) > copyRefsMax {
+		out = out[len(out)-copyRefsMax:]
+	}
 	return out, nil
 }
+
+// copyRefsMax bounds the copies one memory check asks the database about.
+const copyRefsMax = 16384
 
 // directBatch asks LEDGER_LOG for its messages from stream sequence from up
 // to last, appends the copies among them to out, and returns the sequence
@@ -176,7 +187,25 @@ func (s *Service) directBatch(ctx context.Context, from, last uint64, out *[]cop
 		next, got = at+1, true
 		if seq, err := strconv.ParseInt(m.Header.Get(wire.HeaderSeq), 10, 64); err == nil && seq > 0 {
 			*out = append(*out, copyRef{seq: seq, id: wire.EventIDOf(m.Header.Get(wire.HeaderMsgID))})
+			continue
 		}
+		s.batched(m, out)
+	}
+}
+
+// batched appends the copies of m to out if m is a log batch
+// (docs/contract.md §4, "Log batches") that reads.
+func (s *Service) batched(m *nats.Msg, out *[]copyRef) {
+	subject := m.Header.Get(jetstream.SubjectHeader) // a direct get's reply names the stored subject here
+	if !s.subjects.IsLogBatch(subject) {
+		return
+	}
+	copies, err := s.subjects.DecodeLogBatch(subject, m.Header, m.Data)
+	if err != nil {
+		return
+	}
+	for _, c := range copies {
+		*out = append(*out, copyRef{seq: c.Seq, id: c.EventID})
 	}
 }
 

@@ -522,11 +522,16 @@ func TestNothingCommitsOnADatabaseThatForgotAcknowledgedCommits(t *testing.T) {
 	// older one and holds the newest, as when two lanes' copies were stored
 	// in another order than their commits reached a standby. Switch for
 	// older: memoryWindow = 1 in forgotten.go (the newest copy only).
+	//
+	// batched: LEDGER_LOG holds the newest commit in a log batch (a newer
+	// ingest's writer), not in a copy of its own. Switch: directBatch
+	// without its batched call (forgotten.go).
 	for _, tc := range []struct {
 		forget  string
 		checked bool
-	}{{"newest", true}, {"newest", false}, {"older", true}} {
-		t.Run(fmt.Sprintf("forget=%s/checked=%v", tc.forget, tc.checked), func(t *testing.T) {
+		batched bool
+	}{{"newest", true, false}, {"newest", false, false}, {"older", true, false}, {"newest", true, true}} {
+		t.Run(fmt.Sprintf("forget=%s/checked=%v/batched=%v", tc.forget, tc.checked, tc.batched), func(t *testing.T) {
 			e := newBareEnv(t)
 			cfg := ingest.WithTestHooks(ingest.Config{}, ingest.TestHooks{NoMemoryCheck: !tc.checked})
 			first, _ := e.startIngestOn(cfg, e.store)
@@ -542,6 +547,9 @@ func TestNothingCommitsOnADatabaseThatForgotAcknowledgedCommits(t *testing.T) {
 				require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, x.id).Verdict)
 			}
 			first.Stop()
+			if tc.batched {
+				e.moveIntoLogBatch(2, "lost-tail")
+			}
 			forget := []string{
 				// The database forgets version 3, as a lagging standby would.
 				`DELETE FROM ledger.event_ids WHERE seq = (SELECT max(seq) FROM ledger.events)`,
