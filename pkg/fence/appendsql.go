@@ -44,6 +44,9 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 		return err
 	}
 	defer endTx(ctx, conn)
+	if !s.hooks.noReplan {
+		s.replan.refresh(ctx, conn)
+	}
 	b.timeline = s.primaryFloor()
 
 	p, fast := s.predict(b, res)
@@ -104,6 +107,7 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 	if top > 0 && !s.hooks.noPartitionKeeping {
 		s.parts.note(top)
 	}
+	s.replan.note(len(p.commits))
 	for i, j := range p.follows {
 		res[i].Verdict, res[i].Seq, res[i].Committed = wire.VerdictDuplicate, res[j].Seq, res[j].Committed
 	}

@@ -31,7 +31,7 @@ func BenchmarkAppend(b *testing.B) {
 		size           int
 		fresh, careful bool
 	}{{1, false, false}, {1, false, true}, {100, false, false}, {100, false, true}, {1000, false, false},
-		{1000, false, true}, {1000, true, false}} {
+		{1000, false, true}, {1000, true, false}, {100, true, false}} {
 		size := c.size
 		name := fmt.Sprintf("batch=%d", size)
 		if c.fresh {

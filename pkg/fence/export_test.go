@@ -124,3 +124,14 @@ func WithoutClaimCheck(s *Store) *Store {
 
 // SetTimeoutsSQL is the statement that bounds an append's transaction.
 const SetTimeoutsSQL = sqlSetTimeouts
+
+// WithoutReplan returns a copy of s whose connections keep the plans they
+// made first, however the tables grow (replan.go).
+func WithoutReplan(s *Store) *Store {
+	c := *s
+	c.hooks.noReplan = true
+	return &c
+}
+
+// SQLAppendHeads is the statement appends read task heads with.
+const SQLAppendHeads = sqlAppendHeads

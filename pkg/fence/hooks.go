@@ -31,4 +31,6 @@ type hooks struct {
 	noFast bool
 	// noClaimCheck appends without checking the ingest claims.
 	noClaimCheck bool
+	// noReplan keeps the plans a connection made first (replan.go).
+	noReplan bool
 }

@@ -30,6 +30,8 @@ type Store struct {
 	// fastAppends and missedPredictions count the attempts that took the
 	// fast path, and those of them whose prediction missed.
 	fastAppends, missedPredictions *atomic.Int64
+	// replan has the connections plan again as the tables grow (replan.go).
+	replan *replanner
 }
 
 // buildUnfenced is set only in a build with the tag ledger_nofence
@@ -43,7 +45,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{pool: pool, cfg: cfg, hooks: hooks{unfenced: buildUnfenced}, parts: &partitionKeeper{pool: pool}, last: &lastRead{},
-		fastAppends: &atomic.Int64{}, missedPredictions: &atomic.Int64{}}
+		fastAppends: &atomic.Int64{}, missedPredictions: &atomic.Int64{}, replan: newReplanner()}
 	if cfg.HeadCacheSize > 0 {
 		s.heads = newHeadCache(cfg.HeadCacheSize)
 	}
