@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -64,15 +65,9 @@ func TestAppendsPlanAgainAsTheTablesGrow(t *testing.T) {
 				if err != nil {
 					continue // this connection did not read heads
 				}
-				rows, err := c.Query(ctx, `EXPLAIN (COSTS OFF) EXECUTE `+name+`('{task-1,task-2}')`)
+				rows, _ := c.Query(ctx, `EXPLAIN (COSTS OFF) EXECUTE `+name+`('{task-1,task-2}')`)
+				plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
 				require.NoError(t, err)
-				var plan []string
-				for rows.Next() {
-					var line string
-					require.NoError(t, rows.Scan(&line))
-					plan = append(plan, line)
-				}
-				require.NoError(t, rows.Err())
 				plans = append(plans, strings.Join(plan, "\n"))
 			}
 			require.Len(t, plans, 1, "the connection read heads")
