@@ -20,10 +20,10 @@ import (
 //
 // So at start and after every reconnect to NATS, the ingest reads the
 // commits of the last LogTailWindow from PostgreSQL, asks LEDGER_LOG for
-// each of their tasks' last copy (and reads the log batches stored within
-// the window: an ingest that writes batches stores a task's versions
-// there), and publishes again, in version order, the versions after the
-// newest it holds. A copy still in the stream's duplicate window is
+// each of their tasks' last copy, and publishes again, in version order,
+// the versions after it. (Versions stored in log batches are not under
+// their task's subject: this check does not see them yet, and would
+// publish them again as per-event copies; docs/internals/log-batches.md.) A copy still in the stream's duplicate window is
 // deduplicated by its event id. The lanes forget which copies they stored.
 //
 // The opposite case, LEDGER_LOG ahead of the database, is the memory check
@@ -89,19 +89,12 @@ func (s *Service) checkLogTail(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	// The versions stored in log batches (a newer ingest's writer) are
-	// not under their task's subject: they count as stored too.
-	batched, err := logscan.BatchedVersions(ctx, s.logStream, s.subjects, s.cfg.LogTailWindow, s.cfg.PublishTimeout)
-	if err != nil {
-		return 0, err
-	}
 	n := 0
 	for _, h := range heads {
 		have, err := logscan.LastCopied(ctx, s.logStream, s.subjects, h.Partition, h.Task)
 		if err != nil {
 			return n, err
 		}
-		have = max(have, batched[h.Task])
 		if have >= h.Version {
 			continue
 		}
