@@ -23,8 +23,9 @@ import (
 // each of their tasks' last copy, and publishes again, in version order,
 // the versions after it. (Versions stored in log batches are not under
 // their task's subject: this check does not see them yet, and would
-// publish them again as per-event copies; docs/internals/log-batches.md.) A copy still in the stream's duplicate window is
-// deduplicated by its event id. The lanes forget which copies they stored.
+// publish them again as per-event copies; docs/internals/log-batches.md.)
+// A copy still in the stream's duplicate window is deduplicated by its
+// event id. The lanes forget which copies they stored.
 //
 // The opposite case, LEDGER_LOG ahead of the database, is the memory check
 // (forgotten.go). A log that lost its tail holds an older newest copy,
