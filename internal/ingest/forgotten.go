@@ -154,42 +154,55 @@ const copyRefsMax = 16384
 // to last, appends the copies among them to out, and returns the sequence
 // after the last message received (the server stops at max_bytes).
 func (s *Service) directBatch(ctx context.Context, from, last uint64, out *[]copyRef) (uint64, bool, error) {
+	req := map[string]any{"seq": from, "batch": int(last - from + 1), "up_to_seq": last, "max_bytes": 4 << 20}
+	return s.directGet(ctx, req, "read LEDGER_LOG's newest copies", func(m *nats.Msg) {
+		if seq, err := strconv.ParseInt(m.Header.Get(wire.HeaderSeq), 10, 64); err == nil && seq > 0 {
+			*out = append(*out, copyRef{seq: seq, id: wire.EventIDOf(m.Header.Get(wire.HeaderMsgID))})
+			return
+		}
+		s.batched(m, out)
+	})
+}
+
+// directGet sends LEDGER_LOG one batched direct get (req: its fields),
+// hands each message of the answer to each, and returns the sequence after
+// the last one and whether any came (the server ends a batch at its size
+// or max_bytes: 204, or at once with 404 when nothing matches). what
+// names the read in its errors.
+func (s *Service) directGet(ctx context.Context, req map[string]any, what string, each func(*nats.Msg)) (uint64, bool, error) {
 	inbox := s.nc.NewInbox()
 	sub, err := s.nc.SubscribeSync(inbox)
 	if err != nil {
-		return 0, false, fmt.Errorf("read LEDGER_LOG's newest copies: %w", err)
+		return 0, false, fmt.Errorf("%s: %w", what, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	req, _ := json.Marshal(map[string]any{"seq": from, "batch": int(last - from + 1), "up_to_seq": last, "max_bytes": 4 << 20})
+	body, _ := json.Marshal(req)
 	// The test seam sends nothing, as a request lost with its server: no
 	// reply comes.
 	if h := s.cfg.hooks; h == nil || !h.dropDirectGet {
-		if err := s.nc.PublishRequest("$JS.API.DIRECT.GET."+wire.StreamLog, inbox, req); err != nil {
-			return 0, false, fmt.Errorf("read LEDGER_LOG's newest copies: %w", err)
+		if err := s.nc.PublishRequest("$JS.API.DIRECT.GET."+wire.StreamLog, inbox, body); err != nil {
+			return 0, false, fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	next, got := from, false
+	var next uint64
+	got := false
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return 0, false, fmt.Errorf("read LEDGER_LOG's newest copies: %w", err)
+			return 0, false, fmt.Errorf("%s: %w", what, err)
 		}
 		if status := m.Header.Get("Status"); status != "" {
 			if status == "204" || status == "404" {
 				return next, got, nil // the end of the batch; 404: nothing there
 			}
-			return 0, false, fmt.Errorf("read LEDGER_LOG's newest copies: status %s %s", status, m.Header.Get("Description"))
+			return 0, false, fmt.Errorf("%s: status %s %s", what, status, m.Header.Get("Description"))
 		}
 		at, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
 		if err != nil {
 			continue
 		}
 		next, got = at+1, true
-		if seq, err := strconv.ParseInt(m.Header.Get(wire.HeaderSeq), 10, 64); err == nil && seq > 0 {
-			*out = append(*out, copyRef{seq: seq, id: wire.EventIDOf(m.Header.Get(wire.HeaderMsgID))})
-			continue
-		}
-		s.batched(m, out)
+		each(m)
 	}
 }
 

@@ -349,3 +349,35 @@ func (e *env) moveIntoLogBatch(partition int, task string) wire.LogCopy {
 	require.NoError(e.t, err)
 	return c
 }
+
+// A task's newest versions stored in a log batch (by an ingest that writes
+// them) are in LEDGER_LOG though its own subject's last copy is older:
+// the tail check publishes nothing again. It reads them with direct gets:
+// the ingest's NATS permissions allow no consumer on LEDGER_LOG
+// (TestAuthorizedDeployments). Switch: checkLogTail without the batched
+// versions (logtail.go) publishes version 3 again.
+func TestTheTailCheckCountsTheVersionsInLogBatches(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	cfg := ingest.Config{AckWait: 5 * time.Second, StopTimeout: time.Second}
+	first, _ := e.startIngestOn(cfg, e.store)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(4, "worker-a.1", 120000)
+	for v := int64(1); v <= 3; v++ {
+		x := event{id: newID(), partition: 4, task: "in-batch", holder: "worker-a.1", generation: l.Generation,
+			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+		e.publish(x)
+		require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, x.id).Verdict)
+	}
+	first.Stop()
+	moved := e.moveIntoLogBatch(4, "in-batch")
+	require.EqualValues(t, 3, moved.Version)
+	require.Equal(t, []string{"1", "2"}, e.logVersions(4, "in-batch"))
+
+	second, _ := e.startIngestOn(cfg, e.store)
+	n, err := ingest.CheckLogTail(context.Background(), second)
+	require.NoError(t, err)
+	require.Zero(t, n, "the copies published again")
+	require.Zero(t, ingest.LogCopiesRestored(second))
+	require.Equal(t, []string{"1", "2"}, e.logVersions(4, "in-batch"), "no per-event copy of version 3 again")
+}

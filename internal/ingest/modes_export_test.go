@@ -1,6 +1,10 @@
 package ingest
 
-import dto "github.com/prometheus/client_model/go"
+import (
+	"context"
+
+	dto "github.com/prometheus/client_model/go"
+)
 
 // WouldRejectCount is the service's ledger_ingest_would_reject_total of
 // would (stale/<reason>).
@@ -20,3 +24,7 @@ func LogCopiesRestored(s *Service) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// CheckLogTail runs the tail check once (logtail.go) and returns how many
+// copies it published again.
+func CheckLogTail(ctx context.Context, s *Service) (int, error) { return s.checkLogTail(ctx) }

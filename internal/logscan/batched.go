@@ -28,7 +28,7 @@ func BatchedVersions(ctx context.Context, s jetstream.Stream, subj wire.Subjects
 	out := map[string]int64{}
 	start := time.Now().Add(-since - storeLag)
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subj.Prefix + ".log.*." + wire.LogBatchToken},
+		FilterSubjects: []string{subj.LogBatches()},
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy, OptStartTime: &start})
 	if err != nil {
 		return nil, fmt.Errorf("read the log batches: %w", err)

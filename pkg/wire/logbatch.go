@@ -27,6 +27,9 @@ func (s Subjects) LogBatch(partition int) string {
 	return s.p() + ".log." + strconv.Itoa(partition) + "." + LogBatchToken
 }
 
+// LogBatches is the filter of every partition's log batches.
+func (s Subjects) LogBatches() string { return s.p() + ".log.*." + LogBatchToken }
+
 // IsLogBatch reports whether subject is a log batch's (it may still fail
 // to decode).
 func (s Subjects) IsLogBatch(subject string) bool {
