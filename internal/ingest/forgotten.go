@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowness/ledger/internal/logscan"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -164,46 +164,15 @@ func (s *Service) directBatch(ctx context.Context, from, last uint64, out *[]cop
 	})
 }
 
-// directGet sends LEDGER_LOG one batched direct get (req: its fields),
-// hands each message of the answer to each, and returns the sequence after
-// the last one and whether any came (the server ends a batch at its size
-// or max_bytes: 204, or at once with 404 when nothing matches). what
-// names the read in its errors.
+// directGet is logscan.DirectGet on the service's connection. The test
+// seam sends nothing, as a request lost with its server: no reply comes
+// before ctx ends.
 func (s *Service) directGet(ctx context.Context, req map[string]any, what string, each func(*nats.Msg)) (uint64, bool, error) {
-	inbox := s.nc.NewInbox()
-	sub, err := s.nc.SubscribeSync(inbox)
-	if err != nil {
-		return 0, false, fmt.Errorf("%s: %w", what, err)
+	if h := s.cfg.hooks; h != nil && h.dropDirectGet {
+		<-ctx.Done()
+		return 0, false, fmt.Errorf("%s: %w", what, ctx.Err())
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	body, _ := json.Marshal(req)
-	// The test seam sends nothing, as a request lost with its server: no
-	// reply comes.
-	if h := s.cfg.hooks; h == nil || !h.dropDirectGet {
-		if err := s.nc.PublishRequest("$JS.API.DIRECT.GET."+wire.StreamLog, inbox, body); err != nil {
-			return 0, false, fmt.Errorf("%s: %w", what, err)
-		}
-	}
-	var next uint64
-	got := false
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return 0, false, fmt.Errorf("%s: %w", what, err)
-		}
-		if status := m.Header.Get("Status"); status != "" {
-			if status == "204" || status == "404" {
-				return next, got, nil // the end of the batch; 404: nothing there
-			}
-			return 0, false, fmt.Errorf("%s: status %s %s", what, status, m.Header.Get("Description"))
-		}
-		at, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
-		if err != nil {
-			continue
-		}
-		next, got = at+1, true
-		each(m)
-	}
+	return logscan.DirectGet(ctx, s.nc, req, what, each)
 }
 
 // batched appends the copies of m to out if m is a log batch

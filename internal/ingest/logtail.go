@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowness/ledger/internal/logscan"
 )
@@ -91,7 +90,7 @@ func (s *Service) checkLogTail(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	batched, err := s.batchedVersions(ctx, s.cfg.LogTailWindow)
+	batched, err := logscan.BatchedVersions(ctx, s.nc, s.subjects, s.cfg.LogTailWindow, verifyTimeout)
 	if err != nil {
 		return 0, err
 	}
@@ -118,37 +117,6 @@ func (s *Service) checkLogTail(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// batchedVersions is, per task, the newest version in the log batches
-// LEDGER_LOG stored within since of now (and a minute more: a copy is
-// stored after its commit). It reads them with batched direct gets, as the
-// memory check reads the newest copies: the ingest may not make consumers
-// on LEDGER_LOG. A batch that does not read is passed over: its events
-// count as missing, and are published again.
-func (s *Service) batchedVersions(ctx context.Context, since time.Duration) (map[string]int64, error) {
-	out := map[string]int64{}
-	filter := s.subjects.LogBatches()
-	req := map[string]any{"start_time": time.Now().Add(-since - time.Minute).UTC(), "batch": 1000,
-		"next_by_subj": filter, "max_bytes": 4 << 20}
-	for {
-		next, got, err := s.directGet(ctx, req, "read LEDGER_LOG's recent log batches", func(m *nats.Msg) {
-			copies, err := s.subjects.DecodeLogBatch(m.Header.Get(jetstream.SubjectHeader), m.Header, m.Data)
-			if err != nil {
-				return
-			}
-			for _, c := range copies {
-				out[c.Task] = max(out[c.Task], c.Version)
-			}
-		})
-		if err != nil {
-			return nil, err
-		}
-		if !got {
-			return out, nil
-		}
-		req = map[string]any{"seq": next, "batch": 1000, "next_by_subj": filter, "max_bytes": 4 << 20}
-	}
 }
 
 // reconnected reports whether NATS reconnected since the lane last looked.

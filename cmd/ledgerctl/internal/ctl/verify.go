@@ -236,7 +236,7 @@ func (d *verifyDeps) logTail(ctx context.Context, opts verifyOpts) ([]finding, e
 	if err != nil {
 		return nil, schemaHint("read the recent task heads", err)
 	}
-	batched, err := logscan.BatchedVersions(ctx, s, d.subj, opts.since, RequestTimeout)
+	batched, err := logscan.BatchedVersions(ctx, d.js.Conn(), d.subj, opts.since, RequestTimeout)
 	if err != nil {
 		return nil, err
 	}
