@@ -94,7 +94,11 @@ func run(args []string) error {
 	}
 	defer pool.Close()
 	if *migrate {
-		applied, err := migrations.Up(ctx, pool, log)
+		var applied []int64
+		err := svcf.WhileStarting(ctx, "PostgreSQL (migrations)", func() (err error) {
+			applied, err = migrations.Up(ctx, pool, log)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -111,7 +115,8 @@ func run(args []string) error {
 	defer nc.Drain() //nolint:errcheck
 
 	reg := admin.NewRegistry()
-	svc, err := ingest.New(cfg, ingest.Deps{NC: nc, Store: store, Logger: log, Registerer: reg})
+	svc, err := ingest.New(cfg, ingest.Deps{NC: nc, Store: store, Logger: log, Registerer: reg,
+		WhileStarting: svcf.WhileStarting})
 	if err != nil {
 		return err
 	}

@@ -72,7 +72,8 @@ func run(args []string) error {
 		return err
 	}
 	defer pool.Close()
-	if err := migrations.Check(ctx, pool); err != nil {
+	schema := func() error { return migrations.Check(ctx, pool) }
+	if err := svcf.WhileStarting(ctx, "PostgreSQL (schema)", schema); err != nil {
 		return fmt.Errorf("%w (the ingest applies migrations at start; or run ledgerctl migrate)", err)
 	}
 	nc, err := svcf.NATS(ctx)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+
+	"github.com/flowness/ledger/pkg/fence"
 )
 
 // AdminHostDefault is the host the admin endpoints listen on unless
@@ -89,6 +91,22 @@ func (s *Service) NATS(ctx context.Context) (*nats.Conn, error) {
 		return err
 	})
 	return nc, err
+}
+
+// WhileStarting runs a start step that reads or writes the database (the
+// migrations, the ingest's durability check) as Postgres connects: a failure
+// that retrying may cure (fence.IsTransient: a connection lost or refused,
+// a server shutting down) is tried again until StartWait ends, so that a
+// database restarting while a service starts delays the start instead of
+// ending it. A step that fails part way must be safe to run again.
+func (s *Service) WhileStarting(ctx context.Context, what string, step func() error) error {
+	return s.untilReachable(ctx, what, func() error {
+		err := step()
+		if err != nil && ctx.Err() == nil && fence.IsTransient(err) && !errors.Is(err, ErrUnreachable) {
+			return fmt.Errorf("%w: %w", ErrUnreachable, err)
+		}
+		return err
+	})
 }
 
 // startRetryMax is the longest pause between two tries at start.

@@ -78,3 +78,50 @@ func TestAServiceGivesUpAfterItsStartWait(t *testing.T) {
 	require.False(t, errors.Is(err, ErrUnreachable), "a malformed URL is no outage: %v", err)
 	require.Less(t, time.Since(start), 5*time.Second)
 }
+
+// A start step that reads the database (the migrations, the ingest's
+// durability check) while the database restarts waits for it, as the
+// connection does, and one that fails for a reason retrying cannot cure
+// returns at once. Switch: StartWait 0, a step's behaviour before: the
+// service ended on the lost connection.
+func TestAStartStepWaitsOutADatabaseRestart(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	pgc, err := pgconn.ParseConfig(db.URL)
+	require.NoError(t, err)
+	proxy := faultproxy.Start(t, net.JoinHostPort(pgc.Host, strconv.Itoa(int(pgc.Port))))
+	svc := func(wait time.Duration) *Service {
+		return &Service{StartWait: wait, Log: slog.New(slog.DiscardHandler), Conn: Options{
+			DatabaseURL: fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", pgc.User, proxy.Addr(), pgc.Database)}}
+	}
+	ctx := context.Background()
+	pool, err := svc(0).Postgres(ctx)
+	require.NoError(t, err)
+	defer pool.Close()
+	tries := 0
+	step := func() error {
+		tries++
+		_, err := pool.Exec(ctx, `SELECT 1`)
+		return err
+	}
+
+	proxy.Cut()
+	err = svc(0).WhileStarting(ctx, "PostgreSQL", step)
+	require.ErrorIs(t, err, ErrUnreachable, "without a wait: at once")
+	require.Equal(t, 1, tries)
+
+	tries = 0
+	time.AfterFunc(1500*time.Millisecond, proxy.Restore)
+	require.NoError(t, svc(30*time.Second).WhileStarting(ctx, "PostgreSQL", step), "the database answered within the wait")
+	require.Greater(t, tries, 1, "the first tries failed")
+
+	tries = 0
+	err = svc(30*time.Second).WhileStarting(ctx, "PostgreSQL", func() error {
+		tries++
+		_, err := pool.Exec(ctx, `SELECT FROM no_such_table`)
+		return err
+	})
+	require.Error(t, err)
+	require.False(t, errors.Is(err, ErrUnreachable), "a missing table is no outage: %v", err)
+	require.Equal(t, 1, tries)
+}

@@ -41,6 +41,7 @@ type Service struct {
 	log      *slog.Logger
 	subjects wire.Subjects
 	metrics  *metrics
+	starting func(ctx context.Context, what string, step func() error) error
 
 	lanes      []*lane
 	held       *heldSet
@@ -72,6 +73,10 @@ type Deps struct {
 	Logger *slog.Logger
 	// Registerer receives the service's metrics; nil records none.
 	Registerer prometheus.Registerer
+	// WhileStarting, if set, runs Start's first reads of the database
+	// (which change nothing) and may run one again after a failure that
+	// retrying may cure (connect.Service.WhileStarting).
+	WhileStarting func(ctx context.Context, what string, step func() error) error
 }
 
 // New checks cfg and returns a service that is not yet started.
@@ -97,7 +102,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		watchAppends(d.Registerer, d.Store)
 	}
 	return &Service{cfg: cfg, nc: d.NC, js: js, store: d.Store, log: d.Logger,
-		subjects: wire.Subjects{Prefix: cfg.Prefix}, metrics: newMetrics(d.Registerer),
+		subjects: wire.Subjects{Prefix: cfg.Prefix}, metrics: newMetrics(d.Registerer), starting: d.WhileStarting,
 		letters: quota.NewShared(d.Store.Pool(), quota.DeadLetters, cfg.DeadLetterQuota), held: newHeldSet(), parked: &parkedCount{by: map[string]int{}}, stopping: make(chan struct{})}, nil
 }
 
@@ -105,7 +110,8 @@ func New(cfg Config, d Deps) (*Service, error) {
 // process's share of the partitions (claims.go). It returns once all of
 // that is running.
 func (s *Service) Start(ctx context.Context) error {
-	if err := s.checkDurability(ctx, true); err != nil {
+	durability := func() error { return s.checkDurability(ctx, true) }
+	if err := s.whileStarting(ctx, "PostgreSQL (durability)", durability); err != nil {
 		return err
 	}
 	opts := streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Replicas, Partitions: s.store.Partitions()}
@@ -329,6 +335,14 @@ func (s *Service) CheckConsumer(context.Context) error {
 		return errors.New("not started")
 	}
 	return s.claimsBeaten()
+}
+
+// whileStarting runs a start step through Deps.WhileStarting, if set.
+func (s *Service) whileStarting(ctx context.Context, what string, step func() error) error {
+	if s.starting == nil {
+		return step()
+	}
+	return s.starting(ctx, what, step)
 }
 
 // CheckDurability reports an error while the database offers less

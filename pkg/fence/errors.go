@@ -83,10 +83,11 @@ func leaseErr(kind error, cur *Lease, format string, args ...any) error {
 }
 
 // IsTransient reports whether err is a failure that may succeed if retried
-// unchanged: the connection was lost or refused, the server is shutting down
-// or out of resources, or the transaction lost a serialisation or deadlock
-// race, or an append attempt got no answer in time (ErrNoAnswer). Context
-// cancellation is not transient: the caller gave up.
+// unchanged: the connection was lost, refused or found closed when used,
+// the server is shutting down or out of resources, or the transaction lost
+// a serialisation or deadlock race, or an append attempt got no answer in
+// time (ErrNoAnswer). Context cancellation is not transient: the caller
+// gave up.
 func IsTransient(err error) bool {
 	if errors.Is(err, ErrNoAnswer) {
 		return true
@@ -107,7 +108,7 @@ func IsTransient(err error) bool {
 	var connErr *pgconn.ConnectError
 	return pgconn.SafeToRetry(err) || errors.As(err, &netErr) || errors.As(err, &connErr) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.Timeout(err) ||
-		errors.Is(err, net.ErrClosed)
+		errors.Is(err, net.ErrClosed) || errors.Is(err, pgconn.ErrConnClosed)
 }
 
 func sqlState(err error) string {
