@@ -189,6 +189,10 @@ func (s Subjects) Log(partition int, task string) string {
 	return s.p() + ".log." + strconv.Itoa(partition) + "." + task
 }
 
+// LogTask is the filter of a task's copies whatever its partition:
+// <prefix>.log.*.<task>.
+func (s Subjects) LogTask(task string) string { return s.p() + ".log.*." + task }
+
 // LogAll is the filter of the whole committed log.
 func (s Subjects) LogAll() string { return s.p() + ".log.>" }
 

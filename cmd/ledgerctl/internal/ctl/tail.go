@@ -139,7 +139,7 @@ func logFilters(subj wire.Subjects, partition int, task string) []string {
 	case partition >= 0:
 		return []string{subj.LogPartition(partition)}
 	case task != "":
-		return []string{subj.Prefix + ".log.*." + task, subj.LogBatches()}
+		return []string{subj.LogTask(task), subj.LogBatches()}
 	}
 	return []string{subj.LogAll()}
 }
