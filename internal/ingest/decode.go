@@ -22,8 +22,10 @@ type inbound struct {
 	sourceSeq uint64
 	delivered uint64
 	published time.Time
-	// received is when this process was handed the message.
+	// received is when this process was handed the message; queued is
+	// set once its wait before its first batch is counted (metrics.go).
 	received time.Time
+	queued   bool
 	// part is the partition whose consumer delivered the message: the
 	// claim it is decided under, whatever its subject says.
 	part int

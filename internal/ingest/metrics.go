@@ -17,13 +17,15 @@ type metrics struct {
 	events    *prometheus.CounterVec
 	batchSize prometheus.Histogram
 	batchTime prometheus.Histogram
-	retries   *prometheus.CounterVec
-	leaseOps  *prometheus.CounterVec
-	takeovers prometheus.Counter
-	refusals  *prometheus.CounterVec
-	labels    principalLabels
-	claims    prometheus.Gauge
-	durable   *prometheus.GaugeVec
+	// stageTimes are ledger_ingest_stage_seconds' series, by stage.
+	stageTimes [stages]prometheus.Observer
+	retries    *prometheus.CounterVec
+	leaseOps   *prometheus.CounterVec
+	takeovers  prometheus.Counter
+	refusals   *prometheus.CounterVec
+	labels     principalLabels
+	claims     prometheus.Gauge
+	durable    *prometheus.GaugeVec
 	// wouldReject counts commits under the observe fence mode that
 	// enforce would have refused (docs/contract.md §13).
 	wouldReject *prometheus.CounterVec
@@ -34,7 +36,7 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
-	return &metrics{
+	m := &metrics{
 		events: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ledger_ingest_events_total", Help: "Inbound events by final verdict and reason.",
 		}, []string{"verdict", "reason"}),
@@ -75,6 +77,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ledger_ingest_partitions", Help: "Partitions this ingest decides now (its claims).",
 		}),
 	}
+	stageVec := f.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "ledger_ingest_stage_seconds",
+		Help:    "Where an event's time to its receipt goes, by stage: delivery (JetStream stored it → this ingest took it), queue (→ its first batch began), append and copies (per batch: the fenced append with its retries; storing the batch's LEDGER_LOG and LEDGER_DLQ copies), receipt (JetStream stored it → its receipt was sent).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"stage"})
+	for st, name := range stageNames {
+		m.stageTimes[st] = stageVec.WithLabelValues(name)
+	}
+	return m
 }
 
 // watchAppends exposes the store's fast-path counts (fence.Store.FastPath)
@@ -101,6 +112,40 @@ func (m *metrics) verdict(v wire.Verdict, reason, wouldReject string) {
 func (m *metrics) batch(n int, d time.Duration) {
 	m.batchSize.Observe(float64(n))
 	m.batchTime.Observe(d.Seconds())
+}
+
+// The stages of ledger_ingest_stage_seconds.
+type stage int
+
+const (
+	stageDelivery stage = iota
+	stageQueue
+	stageAppend
+	stageCopies
+	stageReceipt
+	stages
+)
+
+var stageNames = [stages]string{"delivery", "queue", "append", "copies", "receipt"}
+
+func (m *metrics) stage(st stage, d time.Duration) {
+	m.stageTimes[st].Observe(max(d, 0).Seconds())
+}
+
+// queued counts the batch's events' delivery and queue stages, each
+// event's once: an event that waits for an earlier version is in several
+// batches. A message without JetStream's metadata has no delivery stage.
+func (m *metrics) queued(batch []*inbound, started time.Time) {
+	for _, in := range batch {
+		if in.queued || in.received.IsZero() {
+			continue
+		}
+		in.queued = true
+		if !in.published.IsZero() {
+			m.stage(stageDelivery, in.received.Sub(in.published))
+		}
+		m.stage(stageQueue, started.Sub(in.received))
+	}
 }
 
 func (m *metrics) retry(op string) { m.retries.WithLabelValues(op).Inc() }

@@ -174,6 +174,7 @@ func (cb *committedBatch) letterStored(k int) bool {
 func (s *Service) commit(l *lane, batch []*inbound) *committedBatch {
 	ctx := s.workCtx
 	cb := &committedBatch{size: len(batch), started: time.Now()}
+	s.metrics.queued(batch, cb.started)
 	batch = s.ownedOnly(batch)
 	pos := make([]int, 0, len(batch))
 	for i, in := range batch {
@@ -195,7 +196,9 @@ func (s *Service) commit(l *lane, batch []*inbound) *committedBatch {
 			}
 		}
 		claims, _ := s.claims.epochs(parts)
+		appendStart := time.Now()
 		results, err := s.appendWithRetry(ctx, claims, events)
+		s.metrics.stage(stageAppend, time.Since(appendStart))
 		if errors.Is(err, fence.ErrNotClaimed) {
 			// Another ingest took a partition of the batch over: learn
 			// which, and decide the rest.
@@ -382,17 +385,23 @@ func (s *Service) queuedBefore(ctx context.Context, in *inbound, filter string) 
 // published again after a 503 or a reconnect is never overtaken by a later
 // commit of its task.
 func (s *Service) finish(l *lane, cb *committedBatch) {
+	copiesStart := time.Now()
 	if !s.storeCopies(s.workCtx, l, cb) {
 		s.abandon(cb.batch)
 		return
 	}
+	s.metrics.stage(stageCopies, time.Since(copiesStart))
 	if h := s.cfg.hooks; h != nil && h.afterPublish != nil && !h.afterPublish() {
 		return // a simulated crash: nothing acked
 	}
 	var parts []*inbound
+	receipted := cb.batch[:0:0]
 	for _, in := range cb.batch {
 		if !s.held.release(in) {
 			continue // its partition was handed over meanwhile
+		}
+		if !in.published.IsZero() && in.result.Verdict.Final() {
+			receipted = append(receipted, in)
 		}
 		if _, ok := in.msg.(*batchPart); ok {
 			parts = append(parts, in) // receipts and acks per batch message, below
@@ -403,7 +412,11 @@ func (s *Service) finish(l *lane, cb *committedBatch) {
 		s.metrics.verdict(in.result.Verdict, in.result.Reason, in.result.WouldReject)
 	}
 	s.sendBatchReceipts(parts)
-	s.metrics.batch(cb.size, time.Since(cb.started))
+	now := time.Now()
+	for _, in := range receipted {
+		s.metrics.stage(stageReceipt, now.Sub(in.published))
+	}
+	s.metrics.batch(cb.size, now.Sub(cb.started))
 }
 
 // appendFailingLogEvery is how often a run of failed appends is logged

@@ -1,0 +1,78 @@
+package ingest_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowness/ledger/internal/ingest"
+)
+
+// stageSeconds reads ledger_ingest_stage_seconds: per stage, the count of
+// observations and their sum.
+func stageSeconds(t *testing.T, reg *prometheus.Registry) (count map[string]uint64, sum map[string]float64) {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	count, sum = map[string]uint64{}, map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "ledger_ingest_stage_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "stage" {
+					count[l.GetValue()] = m.GetHistogram().GetSampleCount()
+					sum[l.GetValue()] = m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+	}
+	return count, sum
+}
+
+// ledger_ingest_stage_seconds says where an event's time to its receipt
+// goes: each event, alone or in a batch message, is counted once in
+// delivery, queue and receipt, each batch in append and copies, and an
+// event's receipt stage covers its delivery and queue stages. Switch:
+// leave out the call that counts delivery and queue (metrics.queued), and
+// their counts stay 0.
+func TestStageSecondsSayWhereAReceiptsTimeGoes(t *testing.T) {
+	t.Parallel()
+	e, reg := newMeteredEnv(t, ingest.Config{})
+	const holder = "worker-a.1"
+	l := e.acquire(3, holder, 60000)
+	ev := func(task string, v int64) event {
+		return event{id: newID(), partition: 3, task: task, holder: holder, generation: l.Generation,
+			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+	}
+	const alone, batched = 20, 20
+	for v := range int64(alone) {
+		e.publish(ev("alone", v+1))
+	}
+	var batch []event
+	for v := range int64(batched) {
+		batch = append(batch, ev("batched", v+1))
+	}
+	e.publishBatch(batch...)
+
+	var count map[string]uint64
+	var sum map[string]float64
+	require.Eventually(t, func() bool {
+		count, sum = stageSeconds(t, reg)
+		return count["receipt"] >= alone+batched
+	}, 30*time.Second, 20*time.Millisecond, "every event's receipt stage is counted")
+	require.EqualValues(t, alone+batched, count["receipt"])
+	require.EqualValues(t, alone+batched, count["delivery"], "each event's delivery once")
+	require.EqualValues(t, alone+batched, count["queue"], "each event's queue once")
+	require.Positive(t, count["append"])
+	require.Positive(t, count["copies"])
+	require.LessOrEqual(t, count["append"], uint64(alone+batched))
+	require.GreaterOrEqual(t, sum["receipt"], sum["delivery"]+sum["queue"],
+		"the receipt stage runs from the message's store time past its delivery and queue stages")
+	require.Positive(t, sum["receipt"])
+	require.Equal(t, 2, e.count(`SELECT count(DISTINCT task_id) FROM ledger.events WHERE task_id IN ('alone', 'batched')`))
+}
