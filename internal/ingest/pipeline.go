@@ -395,13 +395,13 @@ func (s *Service) finish(l *lane, cb *committedBatch) {
 		return // a simulated crash: nothing acked
 	}
 	var parts []*inbound
-	receipted := cb.batch[:0:0]
+	now := time.Now()
 	for _, in := range cb.batch {
 		if !s.held.release(in) {
 			continue // its partition was handed over meanwhile
 		}
 		if !in.published.IsZero() && in.result.Verdict.Final() {
-			receipted = append(receipted, in)
+			s.metrics.stage(stageReceipt, now.Sub(in.published)) // counted before it is sent
 		}
 		if _, ok := in.msg.(*batchPart); ok {
 			parts = append(parts, in) // receipts and acks per batch message, below
@@ -412,11 +412,7 @@ func (s *Service) finish(l *lane, cb *committedBatch) {
 		s.metrics.verdict(in.result.Verdict, in.result.Reason, in.result.WouldReject)
 	}
 	s.sendBatchReceipts(parts)
-	now := time.Now()
-	for _, in := range receipted {
-		s.metrics.stage(stageReceipt, now.Sub(in.published))
-	}
-	s.metrics.batch(cb.size, now.Sub(cb.started))
+	s.metrics.batch(cb.size, time.Since(cb.started))
 }
 
 // appendFailingLogEvery is how often a run of failed appends is logged

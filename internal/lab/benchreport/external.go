@@ -191,6 +191,9 @@ type ExternalLatency struct {
 	// p99 over Bare's.
 	Path Row `json:"path"`
 	Bare Row `json:"bare"`
+	// Stages is the ingest's ledger_ingest_stage_seconds over the path's
+	// phases: where the path's time to a receipt went.
+	Stages []StageRow `json:"ingest_stages,omitempty"`
 }
 
 // projectorPoll is how often an external run asks for the projector's

@@ -179,6 +179,19 @@ func TestExternalLatencyRunSetsTheSDKBesideTheBarePipeline(t *testing.T) {
 	require.Contains(t, l.Bare.Label, "bare publish → commit")
 	require.InDelta(t, float64(l.Path.P99)/float64(l.Bare.P99), l.Path.Relative, 1e-9)
 	require.Equal(t, "bare p99", l.Path.RelativeTo)
+	// The ingest's stages over the path's phases only: the saturation run
+	// before them is not counted.
+	stages := map[string]benchreport.StageRow{}
+	for _, st := range l.Stages {
+		stages[st.Stage] = st
+	}
+	for _, name := range []string{"delivery", "queue", "receipt"} {
+		require.GreaterOrEqual(t, stages[name].Count, uint64(4000), "every event of the path once: %s", name)
+		require.Less(t, stages[name].Count, uint64(8000), "the saturation run is not counted: %s", name)
+	}
+	require.Positive(t, stages["append"].Count)
+	require.GreaterOrEqual(t, stages["receipt"].Mean, stages["delivery"].Mean, "the receipt stage covers the delivery")
+	require.Contains(t, r.Table(), "the ingest's stages on the SDK path")
 }
 
 func TestExternalRunNeedsItsBinaries(t *testing.T) {

@@ -62,13 +62,25 @@ func (e *external) latencyRun(ctx context.Context) (ExternalReport, error) {
 	}
 	path, bare := latencies{}, latencies{}
 	var pathTook, bareTook time.Duration
+	stages := map[string]stageHist{} // the ingest's, over the path's phases
+	stagesOK := true
 	for _, n := range halves(e.o.Events) {
+		before, err := scrapeStages(ctx, e.d.IngestAdmin())
+		stagesOK = stagesOK && err == nil
 		took, err := e.paced(ctx, workerSpec{id: runID(), workers: e.o.Workers, events: n, rate: lat.Rate,
 			tasks: e.o.Tasks, raw: e.o.Raw}, path)
 		if err != nil {
 			return r, fmt.Errorf("benchreport: %s publishers at %d events/s: %w", kind, lat.Rate, err)
 		}
 		pathTook += took
+		after, err := scrapeStages(ctx, e.d.IngestAdmin())
+		stagesOK = stagesOK && err == nil
+		if err != nil {
+			e.prog.say("no stage breakdown: %v", err)
+		}
+		for name, h := range after {
+			stages[name] = stages[name].plus(h.since(before[name]))
+		}
 		took, err = e.paced(ctx, workerSpec{id: runID(), workers: 1, events: n, rate: lat.Rate,
 			tasks: e.o.Tasks, bare: true}, bare)
 		if err != nil {
@@ -81,6 +93,9 @@ func (e *external) latencyRun(ctx context.Context) (ExternalReport, error) {
 	lat.Bare = histogramRow(title+": bare publish → commit", bare, bareTook)
 	if lat.Bare.P99 > 0 {
 		lat.Path.Relative, lat.Path.RelativeTo = float64(lat.Path.P99)/float64(lat.Bare.P99), "bare p99"
+	}
+	if stagesOK {
+		lat.Stages = stageRows(stages)
 	}
 	r.Latency = lat
 	return r, nil

@@ -3,6 +3,7 @@ package benchreport
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 )
@@ -36,6 +37,15 @@ func (r ExternalReport) Table() string {
 				formatLatency(row.P99), ratio})
 		}
 		writeColumns(&b, cells)
+		if len(l.Stages) > 0 {
+			fmt.Fprintf(&b, "the ingest's stages on the %s path (ledger_ingest_stage_seconds; p50 and p99 are bucket bounds):\n", kind)
+			cells := [][]string{{"stage", "counted", "mean", "p50 ≤", "p99 ≤"}}
+			for _, st := range l.Stages {
+				cells = append(cells, []string{st.Stage, group(int64(st.Count)), formatLatency(st.Mean),
+					formatBound(st.P50), formatBound(st.P99)})
+			}
+			writeColumns(&b, cells)
+		}
 		if r.Receipt.Label == "" {
 			return b.String()
 		}
@@ -120,4 +130,12 @@ func formatLoad(l float64) string {
 		return "unknown"
 	}
 	return fmt.Sprintf("%.2f", l)
+}
+
+// formatBound is a stage's percentile bound: beyond the last bucket, said so.
+func formatBound(d time.Duration) string {
+	if d == time.Duration(math.MaxInt64) {
+		return "beyond the buckets"
+	}
+	return formatLatency(d)
 }

@@ -58,6 +58,8 @@ type DeploymentOptions struct {
 type Deployment struct {
 	r    *run
 	temp bool
+	// ingestAdmin is the ingest's admin address (its /metrics).
+	ingestAdmin string
 }
 
 // DeployedProcess is one service process of a Deployment.
@@ -112,6 +114,7 @@ func StartDeployment(ctx context.Context, o DeploymentOptions) (_ *Deployment, e
 	}
 	args := append([]string{"-database-url", r.dbURL, "-nats-url", r.natsURL, "-partitions", strconv.Itoa(parts), "-replicas", replicas,
 		"-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[0])}, o.IngestArgs...)
+	d.ingestAdmin = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	ing := d.newProc("ingest", r.bin.ingest, args...)
 	r.ingests = append(r.ingests, ing)
 	if err := ing.start(); err != nil {
@@ -164,6 +167,9 @@ func (d *Deployment) NATS() *nats.Conn { return d.r.nc }
 // Ledgerlab is the ledgerlab binary the deployment found beside the
 // ingest and the projector (it runs the nats-server).
 func (d *Deployment) Ledgerlab() string { return d.r.bin.ledgerlab }
+
+// IngestAdmin is the ingest's admin address, host:port: its /metrics.
+func (d *Deployment) IngestAdmin() string { return d.ingestAdmin }
 
 // Dir is where the processes' logs are (under procs/).
 func (d *Deployment) Dir() string { return d.r.dir }
