@@ -79,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	stageVec := f.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "ledger_ingest_stage_seconds",
-		Help:    "Where an event's time to its receipt goes, by stage: delivery (JetStream stored it → this ingest took it), queue (→ its first batch began), append and copies (per batch: the fenced append with its retries; storing the batch's LEDGER_LOG and LEDGER_DLQ copies), receipt (JetStream stored it → its receipt was sent).",
+		Help:    "Where an event's time to its receipt goes, by stage: delivery (JetStream stored it → this ingest took it), queue (→ its first batch began), append, handoff and copies (per batch: the fenced append with its retries; the wait for the lane's earlier batches' copies; storing the batch's LEDGER_LOG and LEDGER_DLQ copies), receipt (JetStream stored it → its receipt was sent).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 	}, []string{"stage"})
 	for st, name := range stageNames {
@@ -121,12 +121,13 @@ const (
 	stageDelivery stage = iota
 	stageQueue
 	stageAppend
+	stageHandoff
 	stageCopies
 	stageReceipt
 	stages
 )
 
-var stageNames = [stages]string{"delivery", "queue", "append", "copies", "receipt"}
+var stageNames = [stages]string{"delivery", "queue", "append", "handoff", "copies", "receipt"}
 
 func (m *metrics) stage(st stage, d time.Duration) {
 	m.stageTimes[st].Observe(max(d, 0).Seconds())

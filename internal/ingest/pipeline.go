@@ -150,11 +150,13 @@ const finishQueue = 4
 // committedBatch is a batch whose outcomes are durable in Postgres and whose
 // LEDGER_LOG / LEDGER_DLQ copies are to be stored.
 type committedBatch struct {
-	batch   []*inbound         // the events with a verdict: receipts and acks
-	size    int                // the events the batch began with
-	logged  []*fence.Committed // the events whose copies out begins with, in commit order
-	out     []*nats.Msg
-	started time.Time
+	batch  []*inbound         // the events with a verdict: receipts and acks
+	size   int                // the events the batch began with
+	logged []*fence.Committed // the events whose copies out begins with, in commit order
+	out    []*nats.Msg
+	// started is when the batch began, decided when its outcomes were
+	// known and its copies built (its finisher may wait for others').
+	started, decided time.Time
 	// lettersStored marks the dead letters (out after its log copies)
 	// stored so far; a letter without a Nats-Msg-Id would be stored twice.
 	lettersStored []bool
@@ -243,6 +245,7 @@ func (s *Service) commit(l *lane, batch []*inbound) *committedBatch {
 		cb.out = append(cb.out, s.logCopy(c))
 	}
 	cb.out = append(cb.out, letters...)
+	cb.decided = time.Now()
 	return cb
 }
 
@@ -386,6 +389,7 @@ func (s *Service) queuedBefore(ctx context.Context, in *inbound, filter string) 
 // commit of its task.
 func (s *Service) finish(l *lane, cb *committedBatch) {
 	copiesStart := time.Now()
+	s.metrics.stage(stageHandoff, copiesStart.Sub(cb.decided))
 	if !s.storeCopies(s.workCtx, l, cb) {
 		s.abandon(cb.batch)
 		return

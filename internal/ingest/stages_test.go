@@ -70,6 +70,7 @@ func TestStageSecondsSayWhereAReceiptsTimeGoes(t *testing.T) {
 	require.EqualValues(t, alone+batched, count["queue"], "each event's queue once")
 	require.Positive(t, count["append"])
 	require.Positive(t, count["copies"])
+	require.Equal(t, count["copies"], count["handoff"], "each batch's handoff and copies")
 	require.LessOrEqual(t, count["append"], uint64(alone+batched))
 	require.GreaterOrEqual(t, sum["receipt"], sum["delivery"]+sum["queue"],
 		"the receipt stage runs from the message's store time past its delivery and queue stages")

@@ -121,7 +121,7 @@ func (h stageHist) atMost(q float64) time.Duration {
 // stageRows orders the stages as the ingest passes through them.
 func stageRows(hs map[string]stageHist) []StageRow {
 	var rows []StageRow
-	for _, name := range []string{"delivery", "queue", "append", "copies", "receipt"} {
+	for _, name := range []string{"delivery", "queue", "append", "handoff", "copies", "receipt"} {
 		h, ok := hs[name]
 		if !ok || h.count == 0 {
 			continue
