@@ -79,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	stageVec := f.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "ledger_ingest_stage_seconds",
-		Help:    "Where an event's time to its receipt goes, by stage: delivery (JetStream stored it → this ingest took it), queue (→ its first batch began), append, handoff and copies (per batch: the fenced append with its retries; the wait for the lane's earlier batches' copies; storing the batch's LEDGER_LOG and LEDGER_DLQ copies), receipt (JetStream stored it → its receipt was sent).",
+		Help:    "Where an event's time to its receipt goes, by stage: delivery (JetStream stored it → this ingest took it), queue (→ its first batch began), append, handoff and copies (its batch's, counted for each of the batch's events: the fenced append with its retries; the wait for the lane's earlier batches' copies; storing the batch's LEDGER_LOG and LEDGER_DLQ copies), receipt (JetStream stored it → its receipt was sent).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 	}, []string{"stage"})
 	for st, name := range stageNames {
@@ -131,6 +131,16 @@ var stageNames = [stages]string{"delivery", "queue", "append", "handoff", "copie
 
 func (m *metrics) stage(st stage, d time.Duration) {
 	m.stageTimes[st].Observe(max(d, 0).Seconds())
+}
+
+// stages counts a batch's stage once for each of its n events, so that an
+// event's stages add up to its receipt's time: a mean over batches would
+// weigh a batch of 1 as one of 500.
+func (m *metrics) stages(st stage, d time.Duration, n int) {
+	v := max(d, 0).Seconds()
+	for range n {
+		m.stageTimes[st].Observe(v)
+	}
 }
 
 // queued counts the batch's events' delivery and queue stages, each

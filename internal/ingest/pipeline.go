@@ -200,7 +200,7 @@ func (s *Service) commit(l *lane, batch []*inbound) *committedBatch {
 		claims, _ := s.claims.epochs(parts)
 		appendStart := time.Now()
 		results, err := s.appendWithRetry(ctx, claims, events)
-		s.metrics.stage(stageAppend, time.Since(appendStart))
+		s.metrics.stages(stageAppend, time.Since(appendStart), len(events))
 		if errors.Is(err, fence.ErrNotClaimed) {
 			// Another ingest took a partition of the batch over: learn
 			// which, and decide the rest.
@@ -389,12 +389,12 @@ func (s *Service) queuedBefore(ctx context.Context, in *inbound, filter string) 
 // commit of its task.
 func (s *Service) finish(l *lane, cb *committedBatch) {
 	copiesStart := time.Now()
-	s.metrics.stage(stageHandoff, copiesStart.Sub(cb.decided))
+	s.metrics.stages(stageHandoff, copiesStart.Sub(cb.decided), len(cb.batch))
 	if !s.storeCopies(s.workCtx, l, cb) {
 		s.abandon(cb.batch)
 		return
 	}
-	s.metrics.stage(stageCopies, time.Since(copiesStart))
+	s.metrics.stages(stageCopies, time.Since(copiesStart), len(cb.batch))
 	if h := s.cfg.hooks; h != nil && h.afterPublish != nil && !h.afterPublish() {
 		return // a simulated crash: nothing acked
 	}
