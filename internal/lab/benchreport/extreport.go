@@ -38,7 +38,11 @@ func (r ExternalReport) Table() string {
 		}
 		writeColumns(&b, cells)
 		if len(l.Stages) > 0 {
-			fmt.Fprintf(&b, "the ingest's stages on the %s path (ledger_ingest_stage_seconds; p50 and p99 are bucket bounds):\n", kind)
+			warm := ""
+			if !r.Raw {
+				warm = "; with each task's first event, sent before the paced ones"
+			}
+			fmt.Fprintf(&b, "the ingest's stages on the %s path (ledger_ingest_stage_seconds; p50 and p99 are bucket bounds%s):\n", kind, warm)
 			cells := [][]string{{"stage", "counted", "mean", "p50 ≤", "p99 ≤"}}
 			for _, st := range l.Stages {
 				cells = append(cells, []string{st.Stage, group(int64(st.Count)), formatLatency(st.Mean),
