@@ -178,6 +178,9 @@ type ExternalReport struct {
 	// Latency is a latency run's outcome; the rows above are then its
 	// saturation run's, when it measured one.
 	Latency *ExternalLatency `json:"latency,omitempty"`
+	// Stages is the ingest's ledger_ingest_stage_seconds over a throughput
+	// run's window: where an event's time to its receipt went.
+	Stages []StageRow `json:"ingest_stages,omitempty"`
 }
 
 // ExternalLatency is the outcome of an external latency run.
@@ -326,6 +329,7 @@ func (e *external) run(ctx context.Context) (ExternalReport, error) {
 		return r, err
 	}
 
+	stagesBefore, stagesErr := scrapeStages(ctx, e.d.IngestAdmin())
 	r.LoadBefore = procstat.LoadAverage()
 	before, err := readProcSnapshot()
 	if err != nil {
@@ -346,6 +350,13 @@ func (e *external) run(ctx context.Context) (ExternalReport, error) {
 		return r, err
 	}
 	r.LoadAfter = procstat.LoadAverage()
+	if stagesAfter, err := scrapeStages(ctx, e.d.IngestAdmin()); err == nil && stagesErr == nil {
+		phase := map[string]stageHist{}
+		for name, h := range stagesAfter {
+			phase[name] = h.since(stagesBefore[name])
+		}
+		r.Stages = stageRows(phase)
+	}
 
 	first, last, events, inFirst := int64(0), int64(0), 0, 0
 	for _, l := range results {

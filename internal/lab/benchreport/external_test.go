@@ -99,6 +99,16 @@ func TestExternalRunReportsEveryComponentsCPUPerEvent(t *testing.T) {
 		require.Positive(t, r.Receipt.PerSecond, name)
 		require.Equal(t, 5000, r.Projected.Events, name)
 		require.Positive(t, r.Projected.PerSecond, name)
+		// The ingest's stages over the run's window: its events, not the
+		// warm-up's before it.
+		receipts := uint64(0)
+		for _, st := range r.Stages {
+			if st.Stage == "receipt" {
+				receipts = st.Count
+			}
+		}
+		require.EqualValues(t, 5000, receipts, "%s: the ingest's receipt stage counts the run's events", name)
+		require.Contains(t, r.Table(), "the ingest's stages over the same window", name)
 		if r.Receipt.Elapsed >= 2*benchreport.FirstWindow {
 			require.Equal(t, 5000, r.FirstWindow.Events+r.AfterFirstWindow.Events, name)
 		} else {

@@ -31,6 +31,7 @@ func (e *external) latencyRun(ctx context.Context) (ExternalReport, error) {
 			return r, fmt.Errorf("benchreport: the saturation run: %w", err)
 		}
 		r.Receipt, r.Components, r.Total, r.LoadBefore, r.LoadAfter = sr.Receipt, sr.Components, sr.Total, sr.LoadBefore, sr.LoadAfter
+		r.Stages = sr.Stages
 		lat.Saturation = sr.Receipt.PerSecond
 		lat.Rate = max(int(lat.Saturation/2), 1)
 		e.prog.say("saturation: %s events/s (raw); latency at %s events/s", group(int64(lat.Saturation+0.5)), group(int64(lat.Rate)))

@@ -42,13 +42,8 @@ func (r ExternalReport) Table() string {
 			if !r.Raw {
 				warm = "; with each task's first event, sent before the paced ones"
 			}
-			fmt.Fprintf(&b, "the ingest's stages on the %s path (ledger_ingest_stage_seconds; p50 and p99 are bucket bounds%s):\n", kind, warm)
-			cells := [][]string{{"stage", "counted", "mean", "p50 ≤", "p99 ≤"}}
-			for _, st := range l.Stages {
-				cells = append(cells, []string{st.Stage, group(int64(st.Count)), formatLatency(st.Mean),
-					formatBound(st.P50), formatBound(st.P99)})
-			}
-			writeColumns(&b, cells)
+			writeStages(&b, fmt.Sprintf("the ingest's stages on the %s path (ledger_ingest_stage_seconds; "+
+				"p50 and p99 are bucket bounds%s):", kind, warm), l.Stages)
 		}
 		if r.Receipt.Label == "" {
 			return b.String()
@@ -93,6 +88,9 @@ func (r ExternalReport) Table() string {
 	}
 	fmt.Fprintf(&b, "CPU time from /proc/<pid>/stat (10 ms ticks) over the window from the first publish to %s; "+
 		"load average %s before, %s after, on %d CPUs\n", until, formatLoad(r.LoadBefore), formatLoad(r.LoadAfter), r.Machine.CPUs)
+	if len(r.Stages) > 0 {
+		writeStages(&b, "the ingest's stages over the same window (ledger_ingest_stage_seconds; p50 and p99 are bucket bounds):", r.Stages)
+	}
 	if r.IngestProfile != "" {
 		fmt.Fprintf(&b, "ingest CPU profile (its whole life): %s (go tool pprof -top <bin>/ingest %s)\n", r.IngestProfile, r.IngestProfile)
 	}
@@ -134,6 +132,17 @@ func formatLoad(l float64) string {
 		return "unknown"
 	}
 	return fmt.Sprintf("%.2f", l)
+}
+
+// writeStages writes a table of the ingest's stages under title.
+func writeStages(b *strings.Builder, title string, rows []StageRow) {
+	b.WriteString(title + "\n")
+	cells := [][]string{{"stage", "counted", "mean", "p50 ≤", "p99 ≤"}}
+	for _, st := range rows {
+		cells = append(cells, []string{st.Stage, group(int64(st.Count)), formatLatency(st.Mean),
+			formatBound(st.P50), formatBound(st.P99)})
+	}
+	writeColumns(b, cells)
 }
 
 // formatBound is a stage's percentile bound: beyond the last bucket, said so.
