@@ -18,7 +18,7 @@ type metrics struct {
 	batchSize prometheus.Histogram
 	batchTime prometheus.Histogram
 	// stageTimes are ledger_ingest_stage_seconds' series, by stage.
-	stageTimes [stages]prometheus.Observer
+	stageTimes [stageCount]prometheus.Observer
 	retries    *prometheus.CounterVec
 	leaseOps   *prometheus.CounterVec
 	takeovers  prometheus.Counter
@@ -124,14 +124,12 @@ const (
 	stageHandoff
 	stageCopies
 	stageReceipt
-	stages
+	stageCount
 )
 
-var stageNames = [stages]string{"delivery", "queue", "append", "handoff", "copies", "receipt"}
+var stageNames = [stageCount]string{"delivery", "queue", "append", "handoff", "copies", "receipt"}
 
-func (m *metrics) stage(st stage, d time.Duration) {
-	m.stageTimes[st].Observe(max(d, 0).Seconds())
-}
+func (m *metrics) stage(st stage, d time.Duration) { m.stages(st, d, 1) }
 
 // stages counts a batch's stage once for each of its n events, so that an
 // event's stages add up to its receipt's time: a mean over batches would
