@@ -123,6 +123,12 @@ func (s *Store) appendBatch(ctx context.Context, c *Claims, events []Event) ([]R
 			return nil, fmt.Errorf("%w: append %d events: %w", ErrNotClaimed, len(events), err)
 		case code == sqlStatePrimaryCheck:
 			return nil, fmt.Errorf("%w: append %d events: %w", ErrSupersededPrimary, len(events), err)
+		case code == sqlStateUnwitnessed:
+			// A newer primary than the witness knows: once it records it,
+			// the batch runs again.
+			if ok, lerr := s.learnTimeline(ctx, err); !ok {
+				return nil, fmt.Errorf("fence: append %d events: %w", len(events), errors.Join(err, lerr))
+			}
 		case errors.Is(err, errRetryBatch):
 		case code == pgerrcode.UniqueViolation:
 			// An event hit a stored key the optimistic read did not look up
@@ -230,9 +236,10 @@ type batch struct {
 	// (AppendClaimed).
 	claims       *Claims
 	noClaimCheck bool
-	// timeline is the WAL timeline this attempt's server must be on (0:
-	// unchecked); set per attempt from Config.Primary.
-	timeline int64
+	// primaryCheck and timeline are the check of this attempt's server's
+	// WAL timeline (none if ""); set per attempt from Config.Primary.
+	primaryCheck string
+	timeline     int64
 	// keyCache holds keys(), the batch's distinct partitions, tasks and ids.
 	keyCache *batchKeys
 	// canon holds the canonical form of payloads compared so far.

@@ -47,7 +47,7 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 	if !s.hooks.noReplan {
 		s.replan.refresh(ctx, conn)
 	}
-	b.timeline = s.primaryFloor()
+	b.primaryCheck, b.timeline = s.primaryCheck()
 
 	p, fast := s.predict(b, res)
 	if fast {
@@ -79,6 +79,7 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 			// A superseded primary: drop the connection, so that the next
 			// one may reach the newest primary.
 			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+
 		case sqlStateFenceCheck:
 			// A lease expired between the read and the insert (or, on the
 			// fast path, is not the one predicted): the fence held, and the

@@ -30,9 +30,8 @@
 // Append decides a batch in one transaction. Each event gets one Result,
 // checked in the contract's order: invalid, duplicate, stale, conflict, not
 // yet (gap once its window closed), committed. The mechanics sit beside
-// their code: the lock modes in sql.go, the round trips in appendsql.go,
-// the one-round-trip path in fast.go, the head cache in heads.go, the
-// archive and its horizon in archive.go.
+// their code: lock modes (sql.go), round trips (appendsql.go, fast.go),
+// the head cache (heads.go), the archive (archive.go).
 //
 // # Invariants
 //
@@ -113,8 +112,8 @@
 //   - Partition ranges. Where an operator set ranges, a grant lies within
 //     the grantee's (00017, every role). Test:
 //     TestPrincipalLeasesOnlyItsPartitionRanges.
-//
-// A binary built with -tags ledger_nofence has the fence off, and one with
-// -tags ledger_noguards has no PrimaryGuard: the chaos run's negative
-// controls. No flag or setting reaches either.
+//   - The newest primary. With Config.Primary nothing is written on an
+//     older WAL timeline than the newest known, nor on a newer one before
+//     the guard's witness recorded it (primary.go). Tests: timeline_test.go,
+//     TestGuardedPoolRefusesAnOlderTimeline.
 package fence

@@ -89,7 +89,7 @@ func leaseErr(kind error, cur *Lease, format string, args ...any) error {
 // time (ErrNoAnswer). Context cancellation is not transient: the caller
 // gave up.
 func IsTransient(err error) bool {
-	if errors.Is(err, ErrNoAnswer) {
+	if errors.Is(err, ErrNoAnswer) || errors.Is(err, ErrUnwitnessedTimeline) {
 		return true
 	}
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

@@ -184,6 +184,11 @@ func (s *Store) grant(ctx context.Context, partition int, holder string, ttl tim
 		if c := sqlState(err); try < 4 && (c == pgerrcode.DeadlockDetected || c == pgerrcode.SerializationFailure) {
 			continue
 		}
+		if ok, lerr := s.learnTimeline(ctx, err); lerr != nil {
+			err = errors.Join(err, lerr)
+		} else if ok && try < 4 {
+			continue
+		}
 		return out, err
 	}
 }
@@ -196,8 +201,8 @@ func (s *Store) acquireOnce(ctx context.Context, partition int, holder string, o
 			return fmt.Errorf("fence: acquire partition %d: set timeouts: %w", partition, err)
 		}
 		// A grant on a superseded primary would be forgotten with it.
-		if tl := s.primaryFloor(); tl > 0 {
-			if _, err := tx.Exec(ctx, sqlPrimaryCheck, tl); err != nil {
+		if check, tl := s.primaryCheck(); check != "" {
+			if _, err := tx.Exec(ctx, check, tl); err != nil {
 				if sqlState(err) == sqlStatePrimaryCheck {
 					return fmt.Errorf("%w: acquire partition %d: %w", ErrSupersededPrimary, partition, err)
 				}
