@@ -195,6 +195,9 @@ type hooks struct {
 	dropCopy func(m *nats.Msg) bool
 	// noWitness switches off the generation witness (witness.go).
 	noWitness bool
+	// noTimelineWitness lets the store's primary guard take a newer
+	// timeline before the witness records it (witness.go, recordTimeline).
+	noTimelineWitness bool
 	// noMemoryCheck switches off the check that the database holds every
 	// acknowledged commit (forgotten.go).
 	noMemoryCheck bool

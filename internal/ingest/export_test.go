@@ -25,6 +25,9 @@ type TestHooks struct {
 	DropCopy func(m *nats.Msg) bool
 	// NoWitness switches off the generation witness.
 	NoWitness bool
+	// NoTimelineWitness lets the primary guard take a newer timeline
+	// before the witness records it: it learns it at the next beat.
+	NoTimelineWitness bool
 	// NoMemoryCheck switches off the check that the database holds every
 	// acknowledged commit.
 	NoMemoryCheck bool
@@ -55,7 +58,7 @@ type TestHooks struct {
 // WithTestHooks returns cfg with the given test seams.
 func WithTestHooks(cfg Config, h TestHooks) Config {
 	cfg.hooks = &hooks{afterPublish: h.AfterPublish, beforeAppend: h.BeforeAppend,
-		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy, noWitness: h.NoWitness,
+		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy, noWitness: h.NoWitness, noTimelineWitness: h.NoTimelineWitness,
 		noMemoryCheck: h.NoMemoryCheck, noBatchDecode: h.NoBatchDecode, noBatchGapCheck: h.NoBatchGapCheck,
 		batchAckOnReceive: h.BatchAckOnReceive, staleAcks: h.StaleAcks,
 		noLogExpectations: h.NoLogExpectations, oneRound: h.OneRound,

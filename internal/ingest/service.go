@@ -161,6 +161,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	w.off = buildUnguarded || s.cfg.hooks != nil && s.cfg.hooks.noWitness
 	s.witness = w
+	if g := s.store.Primary(); g != nil && !w.off && (s.cfg.hooks == nil || !s.cfg.hooks.noTimelineWitness) {
+		g.SetWitness(w.recordTimeline)
+	}
 	if err := w.syncPrimary(ctx, s.store); errors.Is(err, fence.ErrSupersededPrimary) {
 		// Not fatal: appends refuse an old primary, and the beat tries again.
 		s.log.Error("the database is not the newest primary the ledger wrote to; committing nothing on it", slog.String("error", err.Error()))

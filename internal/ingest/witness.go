@@ -132,39 +132,68 @@ func (w *witness) syncPrimary(ctx context.Context, store *fence.Store) error {
 	if w == nil || g == nil {
 		return nil
 	}
+	have, _, err := w.readTimeline(ctx)
+	if err != nil {
+		return err
+	}
+	g.Raise(have)
+	if _, err := store.Timeline(ctx); err != nil {
+		return err
+	}
+	// The guard learns a timeline from its first connections, before the
+	// witness is opened: record it too.
+	if g.Newest() > have {
+		newest, err := w.recordTimeline(ctx, g.Newest())
+		g.Raise(newest)
+		return err
+	}
+	return nil
+}
+
+// recordTimeline records timeline as the newest the ledger writes on,
+// unless a newer one is recorded, and returns the newest recorded. The
+// store's primary guard calls it before it takes a server on a newer
+// timeline for the primary (fence.PrimaryGuard.SetWitness), so that no
+// ingest starting against an old primary can take that one for the
+// newest once anything was written on the new one.
+func (w *witness) recordTimeline(ctx context.Context, timeline int64) (int64, error) {
 	for range 16 {
-		e, err := w.kv.Get(ctx, timelineKey)
-		var have int64
-		var rev uint64
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return fmt.Errorf("ingest: read the witnessed timeline: %w", err)
-		default:
-			if have, err = strconv.ParseInt(string(e.Value()), 10, 64); err != nil {
-				return fmt.Errorf("ingest: witnessed timeline is %q: %w", e.Value(), err)
-			}
-			rev = e.Revision()
+		have, rev, err := w.readTimeline(ctx)
+		if err != nil {
+			return 0, err
 		}
-		g.Raise(have)
-		if _, err := store.Timeline(ctx); err != nil {
-			return err
+		if have >= timeline {
+			return have, nil
 		}
-		if g.Newest() <= have {
-			return nil
-		}
-		val := []byte(strconv.FormatInt(g.Newest(), 10))
+		val := []byte(strconv.FormatInt(timeline, 10))
 		if rev == 0 {
 			_, err = w.kv.Create(ctx, timelineKey, val)
 		} else {
 			_, err = w.kv.Update(ctx, timelineKey, val, rev)
 		}
 		if err == nil {
-			return nil
+			return timeline, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
-			return fmt.Errorf("ingest: witness timeline %d: %w", g.Newest(), err)
+			return 0, fmt.Errorf("ingest: witness timeline %d: %w", timeline, err)
 		}
 	}
-	return errors.New("ingest: witness the timeline: the key kept changing")
+	return 0, errors.New("ingest: witness the timeline: the key kept changing")
+}
+
+// readTimeline reads the newest timeline recorded (0: none) and its
+// revision.
+func (w *witness) readTimeline(ctx context.Context) (int64, uint64, error) {
+	e, err := w.kv.Get(ctx, timelineKey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return 0, 0, nil
+	case err != nil:
+		return 0, 0, fmt.Errorf("ingest: read the witnessed timeline: %w", err)
+	}
+	tl, err := strconv.ParseInt(string(e.Value()), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("ingest: witnessed timeline is %q: %w", e.Value(), err)
+	}
+	return tl, e.Revision(), nil
 }
