@@ -198,6 +198,9 @@ type hooks struct {
 	// noTimelineWitness lets the store's primary guard take a newer
 	// timeline before the witness records it (witness.go, recordTimeline).
 	noTimelineWitness bool
+	// noTimelineFollow leaves the guard to learn other ingests' newer
+	// timelines at the beat only (witness.go, followTimeline).
+	noTimelineFollow bool
 	// noMemoryCheck switches off the check that the database holds every
 	// acknowledged commit (forgotten.go).
 	noMemoryCheck bool

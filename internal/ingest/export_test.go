@@ -28,6 +28,9 @@ type TestHooks struct {
 	// NoTimelineWitness lets the primary guard take a newer timeline
 	// before the witness records it: it learns it at the next beat.
 	NoTimelineWitness bool
+	// NoTimelineFollow leaves a running ingest to learn another's newer
+	// timeline at its next beat only.
+	NoTimelineFollow bool
 	// NoMemoryCheck switches off the check that the database holds every
 	// acknowledged commit.
 	NoMemoryCheck bool
@@ -58,7 +61,7 @@ type TestHooks struct {
 // WithTestHooks returns cfg with the given test seams.
 func WithTestHooks(cfg Config, h TestHooks) Config {
 	cfg.hooks = &hooks{afterPublish: h.AfterPublish, beforeAppend: h.BeforeAppend,
-		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy, noWitness: h.NoWitness, noTimelineWitness: h.NoTimelineWitness,
+		noEarlierCheck: h.NoEarlierCheck, noKeepAlive: h.NoKeepAlive, dropCopy: h.DropCopy, noWitness: h.NoWitness, noTimelineWitness: h.NoTimelineWitness, noTimelineFollow: h.NoTimelineFollow,
 		noMemoryCheck: h.NoMemoryCheck, noBatchDecode: h.NoBatchDecode, noBatchGapCheck: h.NoBatchGapCheck,
 		batchAckOnReceive: h.BatchAckOnReceive, staleAcks: h.StaleAcks,
 		noLogExpectations: h.NoLogExpectations, oneRound: h.OneRound,

@@ -161,8 +161,13 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	w.off = buildUnguarded || s.cfg.hooks != nil && s.cfg.hooks.noWitness
 	s.witness = w
-	if g := s.store.Primary(); g != nil && !w.off && (s.cfg.hooks == nil || !s.cfg.hooks.noTimelineWitness) {
-		g.SetWitness(w.recordTimeline)
+	if g := s.store.Primary(); g != nil && !w.off {
+		if s.cfg.hooks == nil || !s.cfg.hooks.noTimelineWitness {
+			g.SetWitness(w.recordTimeline)
+		}
+		if s.cfg.hooks == nil || !s.cfg.hooks.noTimelineFollow {
+			go w.followTimeline(s.workCtx, g)
+		}
 	}
 	if err := w.syncPrimary(ctx, s.store); errors.Is(err, fence.ErrSupersededPrimary) {
 		// Not fatal: appends refuse an old primary, and the beat tries again.

@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"testing"
@@ -25,14 +26,18 @@ import (
 // stays writable, and the ingest's connections move to the new one
 // between two of its beats. Nothing commits on timeline 2 before the
 // witness records it, so an ingest that starts against the old primary
-// right after that commit is refused there and grants nothing. Without
-// the timeline's witnessing (the switch NoTimelineWitness) the witness
-// learns timeline 2 only at the next beat, and the second ingest grants a
-// lease on the old primary: one generation for two holders.
+// right after that commit is refused there and grants nothing; one that
+// was already running there stops granting within a moment, not at its
+// next beat 20 s on.
+//
+// Switches: NoTimelineWitness (the witness learns timeline 2 only at the
+// first ingest's next beat, and the ingest that starts on the old primary
+// grants there: one generation for two holders) and NoTimelineFollow (the
+// ingest running on the old primary goes on granting there).
 func TestANewPrimarysTimelineIsWitnessedBeforeAnythingCommitsOnIt(t *testing.T) {
 	t.Parallel()
-	for _, witnessed := range []bool{true, false} {
-		t.Run(fmt.Sprintf("witnessed=%v", witnessed), func(t *testing.T) {
+	for _, c := range []struct{ witnessed, followed bool }{{true, true}, {false, true}, {true, false}} {
+		t.Run(fmt.Sprintf("witnessed=%v/followed=%v", c.witnessed, c.followed), func(t *testing.T) {
 			ctx := context.Background()
 			old, err := pgtemp.StartWith(ctx, pgtemp.Options{TCP: true, Port: tcpPort(t)})
 			require.NoError(t, err)
@@ -52,7 +57,7 @@ func TestANewPrimarysTimelineIsWitnessedBeforeAnythingCommitsOnIt(t *testing.T) 
 			e.nc, e.js = e.ns.Conn(t), e.ns.JetStream(t)
 			// Beats every 20 s: none in the test's window after the failover.
 			cfg := ingest.WithTestHooks(ingest.Config{ClaimTTL: time.Minute},
-				ingest.TestHooks{NoTimelineWitness: !witnessed})
+				ingest.TestHooks{NoTimelineWitness: !c.witnessed})
 			e.startIngestOn(cfg, store)
 			rc := e.receipts("worker-a.1")
 			l := e.acquire(0, "worker-a.1", 120000)
@@ -66,29 +71,47 @@ func TestANewPrimarysTimelineIsWitnessedBeforeAnythingCommitsOnIt(t *testing.T) 
 			require.Equal(t, "1", witnessedTimeline(t, e))
 
 			// The standby has the commit; it is promoted, and the ingest's
-			// connections to the old primary end.
-			require.Eventually(t, func() bool { return countOn(t, standby, `SELECT count(*) FROM ledger.events`) == 1 },
-				20*time.Second, 20*time.Millisecond)
+			// connections to the old primary end. Another ingest runs on
+			// the old primary alone: nothing it knows is newer yet.
+			require.Eventually(t, func() bool {
+				n, err := countOnErr(standby, `SELECT count(*) FROM ledger.events`)
+				return err == nil && n == 1 // the schema may not have reached it yet
+			}, 20*time.Second, 20*time.Millisecond)
 			require.NoError(t, standby.Promote(ctx))
 			require.NoError(t, old.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 				WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`))
+			runningStore, _ := guardedStore(t, old.URL())
+			e.startIngestOn(ingest.WithTestHooks(ingest.Config{ClaimTTL: time.Minute},
+				ingest.TestHooks{NoTimelineFollow: !c.followed}), runningStore)
+			_, err = runningStore.Acquire(ctx, 1, "worker-b.1", time.Minute)
+			require.NoError(t, err, "before anything is written on the new primary, the old one still grants")
+
 			second := ev(2)
 			e.publish(second)
 			require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, second.id).Verdict)
 			require.Equal(t, int64(2), countOn(t, standby, `SELECT count(*) FROM ledger.events`), "committed on the new primary")
 
 			// An ingest starts against the old primary alone.
-			oldStore, _ := guardedStore(t, old.URL())
-			late, _ := e.startIngestOn(ingest.Config{ClaimTTL: time.Minute}, oldStore)
-			_, err = oldStore.Acquire(ctx, 1, "worker-b.1", time.Minute)
-			if !witnessed {
+			lateStore, _ := guardedStore(t, old.URL())
+			late, _ := e.startIngestOn(ingest.Config{ClaimTTL: time.Minute}, lateStore)
+			_, err = lateStore.Acquire(ctx, 2, "worker-c.1", time.Minute)
+			if !c.witnessed {
 				require.NoError(t, err, "the negative control: the old primary grants")
 				return
 			}
 			require.Equal(t, "2", witnessedTimeline(t, e), "the commit on timeline 2 waited for its witnessing")
 			require.ErrorIs(t, err, fence.ErrSupersededPrimary)
 			require.ErrorIs(t, late.CheckPrimary(ctx), fence.ErrSupersededPrimary)
-			require.Zero(t, countOn(t, old, `SELECT count(*) FROM ledger.leases WHERE partition = 1`))
+
+			refused := func() bool {
+				_, err := runningStore.Acquire(ctx, 1, "worker-b.1", time.Minute)
+				return errors.Is(err, fence.ErrSupersededPrimary)
+			}
+			if !c.followed {
+				require.Never(t, refused, 3*time.Second, 100*time.Millisecond, "the negative control: it grants until its beat")
+				return
+			}
+			require.Eventually(t, refused, 5*time.Second, 50*time.Millisecond, "the running ingest went on granting")
 		})
 	}
 }
@@ -136,4 +159,16 @@ func tcpPort(t *testing.T) int {
 	require.NoError(t, err)
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// countOnErr is countOn for a server that may not answer yet.
+func countOnErr(c *pgtemp.Cluster, sql string) (int64, error) {
+	conn, err := pgx.Connect(context.Background(), c.URL())
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	var n int64
+	err = conn.QueryRow(context.Background(), sql).Scan(&n)
+	return n, err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -179,6 +180,32 @@ func (w *witness) recordTimeline(ctx context.Context, timeline int64) (int64, er
 		}
 	}
 	return 0, errors.New("ingest: witness the timeline: the key kept changing")
+}
+
+// timelineFollow is how often a running ingest reads the newest timeline
+// any ingest recorded (followTimeline).
+const timelineFollow = 250 * time.Millisecond
+
+// followTimeline raises the store's guard to the newest timeline any
+// ingest recorded, every timelineFollow until ctx ends. An ingest still
+// connected to an old primary that is writable again (its connections
+// were made before the failover, or to it alone) then stops granting and
+// committing there within one interval of another ingest's first write on
+// the new primary, not at its next beat. Closing that window entirely
+// is the fencing of the old primary (docs/operations.md).
+func (w *witness) followTimeline(ctx context.Context, g *fence.PrimaryGuard) {
+	t := time.NewTicker(timelineFollow)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if tl, _, err := w.readTimeline(ctx); err == nil {
+			g.Raise(tl)
+		}
+	}
 }
 
 // readTimeline reads the newest timeline recorded (0: none) and its
