@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -74,7 +72,7 @@ func TestANewPrimarysTimelineIsWitnessedBeforeAnythingCommitsOnIt(t *testing.T) 
 			// connections to the old primary end. Another ingest runs on
 			// the old primary alone: nothing it knows is newer yet.
 			require.Eventually(t, func() bool {
-				n, err := countOnErr(standby, `SELECT count(*) FROM ledger.events`)
+				n, err := standby.Count(ctx, `SELECT count(*) FROM ledger.events`)
 				return err == nil && n == 1 // the schema may not have reached it yet
 			}, 20*time.Second, 20*time.Millisecond)
 			require.NoError(t, standby.Promote(ctx))
@@ -144,31 +142,14 @@ func witnessedTimeline(t *testing.T, e *env) string {
 
 func countOn(t *testing.T, c *pgtemp.Cluster, sql string) int64 {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), c.URL())
+	n, err := c.Count(context.Background(), sql)
 	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	var n int64
-	require.NoError(t, conn.QueryRow(context.Background(), sql).Scan(&n))
 	return n
 }
 
 func tcpPort(t *testing.T) int {
 	t.Helper()
-	var lc net.ListenConfig
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	port, err := pgtemp.FreePort()
 	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// countOnErr is countOn for a server that may not answer yet.
-func countOnErr(c *pgtemp.Cluster, sql string) (int64, error) {
-	conn, err := pgx.Connect(context.Background(), c.URL())
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close(context.Background())
-	var n int64
-	err = conn.QueryRow(context.Background(), sql).Scan(&n)
-	return n, err
+	return port
 }

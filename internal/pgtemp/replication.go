@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -172,3 +173,30 @@ func (c *Cluster) StartAgain(ctx context.Context, settings ...string) error {
 
 // Port is the server's port.
 func (c *Cluster) Port() int { return c.port }
+
+// FreePort is a TCP port on 127.0.0.1 that was free when asked, for a
+// cluster's Options.Port.
+func FreePort() (int, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pgtemp: free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Count runs a query of one bigint (a count) on the cluster's postgres
+// database. A standby that has not replayed a table yet fails.
+func (c *Cluster) Count(ctx context.Context, sql string) (int64, error) {
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		return 0, fmt.Errorf("pgtemp: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int64
+	if err := conn.QueryRow(ctx, sql).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgtemp: %s: %w", sql, err)
+	}
+	return n, nil
+}

@@ -3,12 +3,10 @@ package fence_test
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -88,7 +86,7 @@ func TestAWriteOnAPromotedConnectionWaitsForTheWitness(t *testing.T) {
 	for _, what := range []string{"append", "grant"} {
 		t.Run(what, func(t *testing.T) {
 			ctx := context.Background()
-			primary, err := pgtemp.StartWith(ctx, pgtemp.Options{TCP: true, Port: localPort(t)})
+			primary, err := pgtemp.StartWith(ctx, pgtemp.Options{TCP: true, Port: freePort(t)})
 			require.NoError(t, err)
 			t.Cleanup(primary.Stop)
 			setup, err := pgxpool.New(ctx, primary.URL())
@@ -100,13 +98,15 @@ func TestAWriteOnAPromotedConnectionWaitsForTheWitness(t *testing.T) {
 			l, err := setupStore.Acquire(ctx, 0, "worker-a.1", 5*time.Minute)
 			require.NoError(t, err)
 			setup.Close()
-			standby, err := primary.StartStandby(ctx, pgtemp.Options{Port: localPort(t)}, "s1")
+			standby, err := primary.StartStandby(ctx, pgtemp.Options{Port: freePort(t)}, "s1")
 			require.NoError(t, err)
 			t.Cleanup(standby.Stop)
 
 			g := &fence.PrimaryGuard{}
 			w := &witnessLog{count: func() int64 {
-				return rowsOn(t, standby, `SELECT (SELECT count(*) FROM ledger.events) + (SELECT count(*) FROM ledger.leases)`)
+				n, err := standby.Count(ctx, `SELECT (SELECT count(*) FROM ledger.events) + (SELECT count(*) FROM ledger.leases)`)
+				require.NoError(t, err)
+				return n
 			}}
 			g.SetWitness(w.record)
 			pc, err := pgxpool.ParseConfig(standby.URL())
@@ -138,21 +138,9 @@ func TestAWriteOnAPromotedConnectionWaitsForTheWitness(t *testing.T) {
 	}
 }
 
-func rowsOn(t *testing.T, c *pgtemp.Cluster, sql string) int64 {
+func freePort(t *testing.T) int {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), c.URL())
+	port, err := pgtemp.FreePort()
 	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	var n int64
-	require.NoError(t, conn.QueryRow(context.Background(), sql).Scan(&n))
-	return n
-}
-
-func localPort(t *testing.T) int {
-	t.Helper()
-	var lc net.ListenConfig
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }
