@@ -122,7 +122,7 @@ func isWrongLastSequence(err error) bool {
 }
 
 // timelineKey holds the newest WAL timeline the ledger has written to.
-const timelineKey = "timeline"
+const timelineKey = streams.TimelineKey
 
 // syncPrimary brings the store's primary guard and the witness together:
 // the guard learns the newest timeline any ingest recorded, and the
@@ -211,16 +211,9 @@ func (w *witness) followTimeline(ctx context.Context, g *fence.PrimaryGuard) {
 // readTimeline reads the newest timeline recorded (0: none) and its
 // revision.
 func (w *witness) readTimeline(ctx context.Context) (int64, uint64, error) {
-	e, err := w.kv.Get(ctx, timelineKey)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return 0, 0, nil
-	case err != nil:
-		return 0, 0, fmt.Errorf("ingest: read the witnessed timeline: %w", err)
-	}
-	tl, err := strconv.ParseInt(string(e.Value()), 10, 64)
+	tl, rev, err := streams.WitnessedTimeline(ctx, w.kv)
 	if err != nil {
-		return 0, 0, fmt.Errorf("ingest: witnessed timeline is %q: %w", e.Value(), err)
+		return 0, 0, fmt.Errorf("ingest: %w", err)
 	}
-	return tl, e.Revision(), nil
+	return tl, rev, nil
 }
