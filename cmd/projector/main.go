@@ -18,6 +18,7 @@ import (
 	"github.com/flowness/ledger/internal/connect"
 	"github.com/flowness/ledger/internal/projector"
 	"github.com/flowness/ledger/migrations"
+	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -67,6 +68,10 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// The pool refuses an old primary that came back writable after a
+	// failover: it learns the newest timeline from the servers it reaches
+	// and from the ingests' record (projector.Deps.Primary).
+	conn.Primary = &fence.PrimaryGuard{}
 	pool, err := svcf.Postgres(ctx)
 	if err != nil {
 		return err
@@ -83,7 +88,7 @@ func run(args []string) error {
 	defer nc.Drain() //nolint:errcheck
 
 	reg := admin.NewRegistry()
-	svc, err := projector.New(cfg, projector.Deps{NC: nc, Pool: pool, Logger: log, Registerer: reg})
+	svc, err := projector.New(cfg, projector.Deps{NC: nc, Pool: pool, Logger: log, Registerer: reg, Primary: conn.Primary})
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,7 @@ func TestAuthorizedDeployments(t *testing.T) {
 			t.Run("workers_and_services_are_confined", s.confined)
 			t.Run("readers_see_what_repair_writes", s.readersSeeRepairs)
 			t.Run("operators_list_and_apply_every_stream_and_bucket", s.operatorsListAndApply)
+			t.Run("projector_reads_the_witnessed_timeline", s.projectorReadsTheWitnessedTimeline)
 			if mode == modeJWT {
 				t.Run("minted_worker_gets_its_principals_permissions", s.mintedWorker)
 			}

@@ -54,4 +54,8 @@
 // (data null, data_too_large its size; docs/contract.md §6). The engine
 // keeps the true data; loading such a value folds it again from PostgreSQL.
 // Test: TestProjectionTooLargeForAValueIsStoredWithoutItsData.
+//
+// With Deps.Primary, PostgreSQL is read only on the newest primary the
+// ingests recorded (primary.go). Test:
+// TestProjectorStopsReadingASupersededPrimary.
 package projector

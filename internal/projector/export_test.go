@@ -25,3 +25,7 @@ func (s *Service) Turn(ctx context.Context, batch []jetstream.Msg) { s.turn(ctx,
 // WrapBucket replaces, after Prepare, the bucket s reads and writes
 // projections through with wrap's result.
 func (s *Service) WrapBucket(wrap func(jetstream.KeyValue) jetstream.KeyValue) { s.kv = wrap(s.kv) }
+
+// WithoutTimelineFollow keeps s, before Start, from raising Deps.Primary
+// to the timeline the ingests recorded.
+func WithoutTimelineFollow(s *Service) { s.noTimelineFollow = true }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flowness/ledger/internal/quota"
+	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/projection"
 	"github.com/flowness/ledger/pkg/wire"
 )
@@ -28,6 +29,11 @@ type Deps struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics; nil exposes them nowhere.
 	Registerer prometheus.Registerer
+	// Primary, when set, is the superseded-primary guard of Pool
+	// (fence.GuardPool): the projector raises it to the newest timeline
+	// the ingests recorded, so that it reads no old primary that came
+	// back writable after a failover.
+	Primary *fence.PrimaryGuard
 }
 
 // Service is one projector process. Projectors on disjoint partition sets
@@ -40,6 +46,10 @@ type Service struct {
 	log     *slog.Logger
 	metrics *metrics
 	subj    wire.Subjects
+	// primary is Deps.Primary; noTimelineFollow (a test seam) leaves it
+	// to learn newer timelines from the pool's own connections only.
+	primary          *fence.PrimaryGuard
+	noTimelineFollow bool
 
 	// What the run loop owns; Rebuild uses it before Start.
 	engine *projection.Engine
@@ -97,7 +107,10 @@ func New(cfg Config, d Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("projector: jetstream: %w", err)
 	}
-	return &Service{cfg: cfg, nc: d.NC, js: js, pool: d.Pool, log: d.Logger, metrics: newMetrics(d.Registerer),
+	if d.Primary != nil {
+		d.Primary.Track(d.Pool)
+	}
+	return &Service{cfg: cfg, nc: d.NC, js: js, pool: d.Pool, log: d.Logger, metrics: newMetrics(d.Registerer), primary: d.Primary,
 		subj: wire.Subjects{Prefix: cfg.Prefix}, engine: engine, revs: map[string]uint64{}, gaps: map[string]time.Time{},
 		held: map[string]*heldTask{}, oversized: map[string]bool{},
 		writers: map[string]string{}, quota: quota.NewShared(d.Pool, quota.Projections, cfg.TasksQuota),
@@ -137,6 +150,9 @@ func (s *Service) Start(ctx context.Context) error {
 	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.consume, s.cancelWork = consume, cancel
 	go s.run(work)
+	if s.primary != nil && !s.noTimelineFollow {
+		go s.followTimeline(work)
+	}
 	s.log.Info("projector started", slog.String("consumer", s.cfg.durable()), slog.Any("filters", s.cfg.filters()))
 	return nil
 }

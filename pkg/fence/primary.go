@@ -86,6 +86,11 @@ func (g *PrimaryGuard) SetWitness(w TimelineWitness) { g.witness.Store(&w) }
 // for equality with the newest (a witness is set).
 func (g *PrimaryGuard) exact() bool { return g.witness.Load() != nil }
 
+// Track resets pool, whose connections GuardPool checks against g,
+// whenever g learns a newer timeline: its connections were checked against
+// an older one. A Store's pool is tracked already (New).
+func (g *PrimaryGuard) Track(pool *pgxpool.Pool) { g.track(pool) }
+
 // track resets pool whenever the guard learns a newer timeline.
 func (g *PrimaryGuard) track(pool *pgxpool.Pool) {
 	g.mu.Lock()

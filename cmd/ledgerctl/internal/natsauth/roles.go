@@ -220,10 +220,13 @@ func (l Layout) Permissions(role, name string) (Permissions, error) {
 		// writes the buckets, lists its gap markers with an ordered
 		// consumer, and on -rebuild builds in a scratch bucket, which it
 		// reads with an ordered consumer and deletes, then recreates its
-		// consumer. It never deletes ledger_tasks.
-		kvRebuild := "KV_" + projector.RebuildBucket
+		// consumer. It never deletes ledger_tasks. It reads the ingests'
+		// record of the newest PostgreSQL timeline (ledger_witness, key
+		// timeline), never writes it.
+		kvRebuild, kvWitness := "KV_"+projector.RebuildBucket, "KV_"+wire.BucketWitness
 		pub := append([]string{"$JS.API.INFO"}, streamAPI(wire.StreamIn, wire.StreamLog, wire.StreamDLQ, kvTasks, kvMarks, kvRebuild)...)
-		pub = append(pub, msgGetAPI(kvTasks, kvMarks, kvRebuild)...)
+		pub = append(pub, msgGetAPI(kvTasks, kvMarks, kvRebuild, kvWitness)...)
+		pub = append(pub, "$JS.API.STREAM.INFO."+kvWitness)
 		pub = append(pub,
 			"$JS.API.STREAM.DELETE."+kvRebuild,
 			"$JS.API.CONSUMER.CREATE."+kvRebuild+".>",
