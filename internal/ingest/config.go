@@ -199,7 +199,7 @@ type hooks struct {
 	// timeline before the witness records it (witness.go, recordTimeline).
 	noTimelineWitness bool
 	// noTimelineFollow leaves the guard to learn other ingests' newer
-	// timelines at the beat only (witness.go, followTimeline).
+	// timelines at the beat only (service.go, streams.FollowTimeline).
 	noTimelineFollow bool
 	// noMemoryCheck switches off the check that the database holds every
 	// acknowledged commit (forgotten.go).

@@ -166,7 +166,11 @@ func (s *Service) Start(ctx context.Context) error {
 			g.SetWitness(w.recordTimeline)
 		}
 		if s.cfg.hooks == nil || !s.cfg.hooks.noTimelineFollow {
-			go w.followTimeline(s.workCtx, g)
+			// A running ingest still connected to an old primary stops
+			// writing there within a moment of another's first write on
+			// the new one, not at its next beat.
+			open := func(context.Context) (jetstream.KeyValue, error) { return w.kv, nil }
+			go streams.FollowTimeline(s.workCtx, open, g.Raise, nil)
 		}
 	}
 	if err := w.syncPrimary(ctx, s.store); errors.Is(err, fence.ErrSupersededPrimary) {

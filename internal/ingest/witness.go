@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -121,9 +120,6 @@ func isWrongLastSequence(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
-// timelineKey holds the newest WAL timeline the ledger has written to.
-const timelineKey = streams.TimelineKey
-
 // syncPrimary brings the store's primary guard and the witness together:
 // the guard learns the newest timeline any ingest recorded, and the
 // witness the one this ingest's database writes on, if newer. It fails
@@ -168,9 +164,9 @@ func (w *witness) recordTimeline(ctx context.Context, timeline int64) (int64, er
 		}
 		val := []byte(strconv.FormatInt(timeline, 10))
 		if rev == 0 {
-			_, err = w.kv.Create(ctx, timelineKey, val)
+			_, err = w.kv.Create(ctx, streams.TimelineKey, val)
 		} else {
-			_, err = w.kv.Update(ctx, timelineKey, val, rev)
+			_, err = w.kv.Update(ctx, streams.TimelineKey, val, rev)
 		}
 		if err == nil {
 			return timeline, nil
@@ -180,32 +176,6 @@ func (w *witness) recordTimeline(ctx context.Context, timeline int64) (int64, er
 		}
 	}
 	return 0, errors.New("ingest: witness the timeline: the key kept changing")
-}
-
-// timelineFollow is how often a running ingest reads the newest timeline
-// any ingest recorded (followTimeline).
-const timelineFollow = 250 * time.Millisecond
-
-// followTimeline raises the store's guard to the newest timeline any
-// ingest recorded, every timelineFollow until ctx ends. An ingest still
-// connected to an old primary that is writable again (its connections
-// were made before the failover, or to it alone) then stops granting and
-// committing there within one interval of another ingest's first write on
-// the new primary, not at its next beat. Closing that window entirely
-// is the fencing of the old primary (docs/operations.md).
-func (w *witness) followTimeline(ctx context.Context, g *fence.PrimaryGuard) {
-	t := time.NewTicker(timelineFollow)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if tl, _, err := w.readTimeline(ctx); err == nil {
-			g.Raise(tl)
-		}
-	}
 }
 
 // readTimeline reads the newest timeline recorded (0: none) and its
