@@ -79,7 +79,6 @@ func (s *Store) appendOnce(ctx context.Context, b *batch, res []Result) error {
 			// A superseded primary: drop the connection, so that the next
 			// one may reach the newest primary.
 			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-
 		case sqlStateFenceCheck:
 			// A lease expired between the read and the insert (or, on the
 			// fast path, is not the one predicted): the fence held, and the
