@@ -123,6 +123,21 @@ func EnvInt(name string, def int) int {
 	return n
 }
 
+// EnvBool is Env for booleans ("true", "1", "false", "0"), with
+// EnvInt's rule for malformed values.
+func EnvBool(name string, def bool) bool {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		envErr(fmt.Errorf("%s=%q is not a boolean (true or false)", name, v))
+		return def
+	}
+	return b
+}
+
 // EnvDuration is Env for durations ("3s", "250ms"), with EnvInt's rule
 // for malformed values.
 func EnvDuration(name string, def time.Duration) time.Duration {

@@ -173,6 +173,12 @@ type Config struct {
 	// (logtail.go); default 10 min (past NATS's default sync interval of
 	// 2 min), negative turns it off.
 	LogTailWindow time.Duration
+	// LogBatches stores each batch's commits in LEDGER_LOG as one message
+	// per partition (docs/contract.md §4, "Log batches"), not one per
+	// event. Every reader of LEDGER_LOG must read batches first. With it
+	// on, each partition's events keep one lane, whichever inbox they come
+	// from (logchain.go). Default off.
+	LogBatches bool
 
 	// hooks are test seams; nil in production.
 	hooks *hooks

@@ -152,7 +152,7 @@ func (b *receiptBook) count() int {
 }
 
 // receiptFor waits for the first receipt of event id.
-func receiptFor(t *testing.T, b *receiptBook, id string) wire.Receipt {
+func receiptFor(t testing.TB, b *receiptBook, id string) wire.Receipt {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {

@@ -298,11 +298,12 @@ func (s *Service) inboxForms(stream string, cl fence.Claim) []inboxForm {
 // order; when an inbox is added or removed a partition may move, which
 // costs a task waiting for its previous version a redelivery (park.go) and
 // a log lookup (order.go), never its order. LEDGER_IN alone keeps every
-// partition in its own lane, as before.
+// partition in its own lane, as before, and so do log batches
+// (logchain.go): a partition's chain has one writer.
 func (s *Service) laneOf(in *inbound) int {
 	lanes := len(s.lanes)
 	order := s.inboxes.order.Load()
-	if order == nil || len(*order) <= 1 {
+	if order == nil || len(*order) <= 1 || s.cfg.LogBatches {
 		return in.part % lanes
 	}
 	i, n := (*order)[in.stream], len(*order)

@@ -132,6 +132,7 @@ func (s *Service) epoch() uint64 { return s.nc.Stats().Reconnects + s.copies.nc.
 func (s *Service) forgetStored(l *lane) {
 	if epoch := s.epoch(); epoch != l.epoch {
 		clear(l.stored)
+		clear(l.chains)
 		l.epoch = epoch
 	}
 }

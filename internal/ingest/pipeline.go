@@ -103,6 +103,9 @@ type lane struct {
 	// stored is, per task, the highest version whose LEDGER_LOG copy this
 	// lane stored, and where; only the lane's finisher uses it.
 	stored map[string]storedCopy
+	// chains is, per partition, what the lane knows of its log batches
+	// (logchain.go); only the lane's finisher uses it.
+	chains map[int]chain
 	// epoch is the NATS client's reconnect count stored was kept in
 	// (logtail.go); a reconnect clears stored.
 	epoch uint64
@@ -153,6 +156,11 @@ type committedBatch struct {
 	batch  []*inbound         // the events with a verdict: receipts and acks
 	size   int                // the events the batch began with
 	logged []*fence.Committed // the events whose copies out begins with, in commit order
+	// fresh are the batch's new commits, in commit order, when they go to
+	// LEDGER_LOG as log batches (logchain.go) rather than in logged; epochs
+	// are the claim epochs of their partitions.
+	fresh  []*fence.Committed
+	epochs map[int]int64
 	out    []*nats.Msg
 	// started is when the batch began, decided when its outcomes were
 	// known and its copies built (its finisher may wait for others').
@@ -198,6 +206,7 @@ func (s *Service) commit(l *lane, batch []*inbound) *committedBatch {
 			}
 		}
 		claims, _ := s.claims.epochs(parts)
+		cb.epochs = claims.Epochs
 		appendStart := time.Now()
 		results, err := s.appendWithRetry(ctx, claims, events)
 		s.metrics.stages(stageAppend, time.Since(appendStart), len(events))
@@ -233,13 +242,20 @@ func (s *Service) commit(l *lane, batch []*inbound) *committedBatch {
 		case fence.NotYet:
 			continue
 		case wire.VerdictCommitted, wire.VerdictDuplicate:
-			copies = append(copies, in.result.Committed)
+			switch {
+			case !s.cfg.LogBatches:
+				copies = append(copies, in.result.Committed)
+			case in.result.Verdict == wire.VerdictCommitted:
+				cb.fresh = append(cb.fresh, in.result.Committed)
+			}
 		default:
 			letters = append(letters, s.deadLetter(in))
 		}
 		cb.batch = append(cb.batch, in)
 	}
-	slices.SortFunc(copies, func(a, b *fence.Committed) int { return cmp.Compare(a.Seq, b.Seq) })
+	bySeq := func(a, b *fence.Committed) int { return cmp.Compare(a.Seq, b.Seq) }
+	slices.SortFunc(copies, bySeq)
+	slices.SortFunc(cb.fresh, bySeq)
 	cb.logged = copies
 	for _, c := range copies {
 		cb.out = append(cb.out, s.logCopy(c))
@@ -390,6 +406,10 @@ func (s *Service) queuedBefore(ctx context.Context, in *inbound, filter string) 
 func (s *Service) finish(l *lane, cb *committedBatch) {
 	copiesStart := time.Now()
 	s.metrics.stages(stageHandoff, copiesStart.Sub(cb.decided), len(cb.batch))
+	if len(cb.fresh) > 0 && !s.storeLinks(s.workCtx, l, cb) {
+		s.abandon(cb.batch)
+		return
+	}
 	if !s.storeCopies(s.workCtx, l, cb) {
 		s.abandon(cb.batch)
 		return

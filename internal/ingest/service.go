@@ -58,6 +58,7 @@ type Service struct {
 	workCtx    context.Context
 	cancelWork context.CancelFunc
 	letterMax  int // the largest dead letter the server and LEDGER_DLQ take
+	logMax     int // the largest log batch the server and LEDGER_LOG take
 	letters    *quota.Shared
 	svc        micro.Service
 	copies     *copier
@@ -128,6 +129,10 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if s.logStream, err = s.js.Stream(ctx, wire.StreamLog); err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", wire.StreamLog, err)
+	}
+	s.logMax = int(s.nc.MaxPayload())
+	if limit := s.logStream.CachedInfo().Config.MaxMsgSize; limit > 0 {
+		s.logMax = min(s.logMax, int(limit))
 	}
 	dlq, err := s.js.Stream(ctx, wire.StreamDLQ)
 	if err != nil {

@@ -476,3 +476,15 @@ CROSS JOIN LATERAL (
     ) w ORDER BY rank LIMIT 1
 ) v
 LEFT JOIN ledger.events e ON v.verdict = 'committed' AND e.seq = v.seq`
+
+// sqlPartitionBetween reads partition $1's commits with $2 < seq < $3
+// among the newest $4 of the ledger; with $2 = 0, only those of the last
+// $5 seconds (read.go, PartitionBetween).
+const sqlPartitionBetween = `
+SELECT e.seq, e.event_id, e.partition, e.task_id, e.version, e.type, e.payload::text, e.holder, e.generation, e.committed_at,
+       coalesce(h.kind = 'snapshot', false), e.would_reject
+FROM ledger.events e LEFT JOIN ledger.heads h ON h.task_id = e.task_id
+WHERE e.partition = $1 AND e.seq < $3
+  AND e.seq > greatest($2, (SELECT coalesce(max(seq), 0) FROM ledger.events) - $4)
+  AND ($2 > 0 OR e.committed_at > now() - make_interval(secs => $5))
+ORDER BY e.seq`

@@ -44,6 +44,9 @@ type ExternalOptions struct {
 	// Bin is the directory holding the ingest, projector and ledgerlab
 	// binaries; default the directory of the running executable.
 	Bin string
+	// LogBatches runs the ingest with -log-batches: one LEDGER_LOG message
+	// per partition of a batch; default per-event copies.
+	LogBatches bool
 	// IngestProfile, when set, is the file the ingest writes a CPU profile
 	// of its whole life to (its -cpuprofile flag); default none.
 	IngestProfile string
@@ -245,6 +248,9 @@ func RunExternal(ctx context.Context, o ExternalOptions) (ExternalReport, error)
 	}
 	if o.IngestProfile != "" {
 		do.IngestArgs = []string{"-cpuprofile", o.IngestProfile}
+	}
+	if o.LogBatches {
+		do.IngestArgs = append(do.IngestArgs, "-log-batches")
 	}
 	if o.ProjectorProfile != "" {
 		do.ProjectorArgs = []string{"-cpuprofile", o.ProjectorProfile}
@@ -506,7 +512,8 @@ func logTarget(ctx context.Context, js jetstream.JetStream, events int) (uint64,
 }
 
 // await waits for every worker's done line and for the projector to ack
-// LEDGER_LOG up to target, and returns the lines and when the projector
+// LEDGER_LOG up to target (with log batches, the log's end once every
+// worker is done), and returns the lines and when the projector
 // got there. It fails when a worker fails or when neither the workers nor
 // the projector made progress for ReceiptTimeout.
 func (e *external) await(ctx context.Context, js jetstream.JetStream, ws workers, target uint64,
@@ -546,6 +553,15 @@ func (e *external) await(ctx context.Context, js jetstream.JetStream, ws workers
 			}
 			results = append(results, res.line)
 			since = time.Now()
+			if len(results) == len(ws) && e.o.LogBatches && !e.o.Latency {
+				// Every event has its receipt, so its link is stored: the
+				// log ends here. Links hold several commits each, so the
+				// target counted one message per commit is too far.
+				var err error
+				if target, err = logTarget(ctx, js, 0); err != nil {
+					return nil, time.Time{}, err
+				}
+			}
 			continue
 		case <-tick.C:
 		}
@@ -558,7 +574,8 @@ func (e *external) await(ctx context.Context, js jetstream.JetStream, ws workers
 			now = time.Now()
 			floor := max(int64(info.AckFloor.Stream)-int64(base), 0)
 			acked.Store(floor)
-			if info.AckFloor.Stream >= target && info.NumAckPending == 0 {
+			batchesDone := !e.o.LogBatches || len(results) == len(ws)
+			if info.AckFloor.Stream >= target && info.NumAckPending == 0 && batchesDone {
 				projected = now
 			}
 			if floor != last {

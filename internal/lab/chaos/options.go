@@ -167,6 +167,9 @@ type Options struct {
 	Dir string
 	// GapWindow is the ingest's -gap-window; 0 keeps its default (30 s).
 	GapWindow time.Duration
+	// LogBatches runs the ingests with -log-batches: LEDGER_LOG holds one
+	// message per partition of a batch; default per-event copies.
+	LogBatches bool
 	// GapTimeout is the projector's -gap-timeout; default 1 s.
 	GapTimeout time.Duration
 	// DrainTimeout bounds the wait for LEDGER_IN to empty and the

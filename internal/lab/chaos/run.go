@@ -408,6 +408,9 @@ func (r *run) startStack(ctx context.Context) error {
 		if r.o.GapWindow > 0 {
 			args = append(args, "-gap-window", r.o.GapWindow.String())
 		}
+		if r.o.LogBatches {
+			args = append(args, "-log-batches")
+		}
 		p := r.newProc(fmt.Sprintf("ingest-%d", i+1), r.bin.ingest, args...)
 		r.ingests = append(r.ingests, p)
 		if err := p.start(); err != nil {

@@ -24,7 +24,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return benchWorker(ctx, args[1:], stdout, stderr)
 	}
 	f := NewFlags("ledgerlab bench", "[-only SECTIONS] [-events N] [-rounds N] [-rate N] [-duration D] [-workers N]\n"+
-		"       ledgerlab bench -external [-events N] [-tasks N] [-workers N] [-warmup N] [-raw | -compare N] [-bin DIR] [-ingest-profile FILE] [-projector-profile FILE] [-nats-profile FILE] [-worker-profile FILE]\n"+
+		"       ledgerlab bench -external [-events N] [-tasks N] [-workers N] [-warmup N] [-raw | -compare N] [-log-batches] [-bin DIR] [-ingest-profile FILE] [-projector-profile FILE] [-nats-profile FILE] [-worker-profile FILE]\n"+
 		"       ledgerlab bench -external -latency [-rate N] [-events N] [-workers N] [-warmup N] [-raw] [-bin DIR]",
 		"Run the benchmark report in one process, on one machine: per-event fenced INSERT, set-based\n"+
 			"fenced insert and COPY baselines and fence.Append (baselines); raw publishers into the full\n"+
@@ -66,6 +66,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	warmup := f.Int("warmup", benchreport.WarmupDefault, "with -external: events of other tasks sent through the ledger before the run (0: none)")
 	latency := f.Bool("latency", false, "with -external: publish at -rate and measure publish → receipt against a bare pipeline")
 	sdkBatch := f.Int("sdk-batch", 0, "events per SDK batch message: 1 sends each alone, 0 the SDK's default (256)")
+	logBatches := f.Bool("log-batches", false, "with -external: run the ingest with -log-batches (one LEDGER_LOG message per partition of a batch)")
 	syncPolicy := f.Bool("sync-policy", false, "with -external: measure sync_interval always against the default, on R1 and R3")
 	if err := f.Parse(args); err != nil {
 		return err
@@ -100,7 +101,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return Usagef("-worker-profile profiles one run: leave out -compare and -sync-policy")
 		}
 		eo := benchreport.ExternalOptions{Events: *events, Tasks: *tasks, Workers: *workers, Raw: *raw, SDKBatchMax: *sdkBatch,
-			Bin: *bin, IngestProfile: *ingestProfile, ProjectorProfile: *projectorProfile, NATSProfile: *natsProfile, WorkerProfile: *workerProfile, Progress: stderr, Latency: *latency, Rate: *rate, Warmup: *warmup}
+			Bin: *bin, IngestProfile: *ingestProfile, ProjectorProfile: *projectorProfile, NATSProfile: *natsProfile, WorkerProfile: *workerProfile, Progress: stderr, Latency: *latency, Rate: *rate, Warmup: *warmup, LogBatches: *logBatches}
 		if *warmup == 0 {
 			eo.Warmup = -1
 		}
@@ -175,7 +176,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func externalFlags(f *Flags, external bool) error {
 	inProcess := map[string]bool{"only": true, "rounds": true, "duration": true, "cpuprofile": true,
 		"memprofile": true, "database-url": true}
-	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "projector-profile": true, "nats-profile": true, "worker-profile": true, "compare": true, "tasks": true, "sync-policy": true,
+	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "projector-profile": true, "nats-profile": true, "worker-profile": true, "compare": true, "tasks": true, "sync-policy": true, "log-batches": true,
 		"latency": true, "warmup": true}
 	var err error
 	f.Visit(func(fl *flag.Flag) {
