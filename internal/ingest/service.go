@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flowness/ledger/internal/connect"
 	"github.com/flowness/ledger/internal/quota"
 	"github.com/flowness/ledger/pkg/fence"
 	"github.com/flowness/ledger/pkg/wire"
@@ -116,7 +117,16 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	opts := streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Replicas, Partitions: s.store.Partitions()}
-	if err := streams.Apply(ctx, s.js, opts); err != nil {
+	apply := func() error {
+		err := streams.Apply(ctx, s.js, opts)
+		if err != nil && ctx.Err() == nil && natsAway(err) {
+			// A server restarting as the ingest starts: wait for it, as
+			// for the database.
+			return fmt.Errorf("%w: %w", connect.ErrUnreachable, err)
+		}
+		return err
+	}
+	if err := s.whileStarting(ctx, "NATS (streams)", apply); err != nil {
 		return err
 	}
 	var err error
@@ -360,6 +370,15 @@ func (s *Service) whileStarting(ctx context.Context, what string, step func() er
 		return step()
 	}
 	return s.starting(ctx, what, step)
+}
+
+// natsAway reports whether err says that the NATS server did not answer
+// (it is restarting, or JetStream is not up yet), not that it refused.
+func natsAway(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled)
 }
 
 // CheckDurability reports an error while the database offers less
