@@ -192,6 +192,9 @@ type hooks struct {
 	afterPublish func() bool
 	// beforeAppend runs before each batch's fenced append.
 	beforeAppend func(ctx context.Context)
+	// loseAppendAnswer turns a committed append into a failure when it
+	// returns true (pipeline.go, appendWithRetry).
+	loseAppendAnswer func() bool
 	// noEarlierCheck switches off the LEDGER_IN lookup that keeps an event
 	// from its gap verdict while an earlier message of its task is queued.
 	noEarlierCheck bool

@@ -56,6 +56,10 @@ type TestHooks struct {
 	// DropDirectGet keeps the memory check's request for LEDGER_LOG's
 	// newest copies from being sent, as if it was lost with its server.
 	DropDirectGet bool
+	// LoseAppendAnswer, when it returns true, turns an append that
+	// committed into a failure, as a connection cut before its answer
+	// does: the ingest appends the batch again.
+	LoseAppendAnswer func() bool
 }
 
 // WithTestHooks returns cfg with the given test seams.
@@ -65,7 +69,8 @@ func WithTestHooks(cfg Config, h TestHooks) Config {
 		noMemoryCheck: h.NoMemoryCheck, noBatchDecode: h.NoBatchDecode, noBatchGapCheck: h.NoBatchGapCheck,
 		batchAckOnReceive: h.BatchAckOnReceive, staleAcks: h.StaleAcks,
 		noLogExpectations: h.NoLogExpectations, oneRound: h.OneRound,
-		noLookupBatches: h.NoLookupBatches, noRevive: h.NoRevive, dropDirectGet: h.DropDirectGet}
+		noLookupBatches: h.NoLookupBatches, noRevive: h.NoRevive, dropDirectGet: h.DropDirectGet,
+		loseAppendAnswer: h.LoseAppendAnswer}
 	return cfg
 }
 

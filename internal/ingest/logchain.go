@@ -35,9 +35,11 @@ import (
 // reads the partition's last link, and stores those rows from PostgreSQL
 // before its own commits.
 //
-// A duplicate's event was committed before; its copy is in the chain, or
-// in the rows above the top. So duplicates publish no copy, and each task's
-// versions stay in order along the chain.
+// A duplicate's event was committed before. Its commit is in the chain
+// when its seq is at or below the top: then it publishes nothing. Above
+// the top it may be in no link yet: an append whose answer was lost (a cut
+// connection) committed it, and the lane's retry found it committed. It
+// then goes in the lane's next link, in seq order with the rest.
 
 // chain is what a lane knows of one partition's links.
 type chain struct {
@@ -50,7 +52,7 @@ type chain struct {
 type linkPlan struct {
 	partition int
 	epoch     int64
-	own       []*fence.Committed // the batch's fresh commits of the partition, in seq order
+	own       []*fence.Committed // the batch's commits and duplicates of the partition, in seq order
 	msgs      []*nats.Msg        // the links still to store, from next
 	tops      []int64            // the highest seq of each link
 	next      int
@@ -199,40 +201,42 @@ func linkPlans(cb *committedBatch) []*linkPlan {
 // the chain first when the lane does not know it under p's claim epoch.
 func (s *Service) planLinks(ctx context.Context, l *lane, p *linkPlan) error {
 	ch, known := l.chains[p.partition]
-	var before []fence.Committed
+	var copies []fence.Committed
+	last := p.own[len(p.own)-1].Seq
 	if !known || ch.epoch != p.epoch {
 		var err error
 		if ch, err = s.readChain(ctx, p.partition); err != nil {
 			return err
 		}
 		ch.epoch = p.epoch
-		// The partition's commits above the chain's top and below this
-		// batch's: a lost tail, or another ingest's commits it died
-		// before storing. Without a top (no link yet, or one that does
-		// not read) only the tail check's window is read: anything older
-		// is in the stream as per-event copies, or aged out of it.
-		if first := p.own[0].Seq; ch.top < first-1 {
+		// The partition's commits above the chain's top, up to this
+		// batch's last: a lost tail, another ingest's commits it died
+		// before storing, and this batch's. Without a top (no link yet,
+		// or one that does not read) only the tail check's window is
+		// read: anything older is in the stream as per-event copies, or
+		// aged out of it.
+		if ch.top < last {
 			window := s.cfg.LogTailWindow
 			if window <= 0 { // the tail check is off; the chain is not
 				window = LogTailWindowDefault
 			}
-			if before, err = s.store.PartitionBetween(ctx, p.partition, ch.top, first, window,
+			if copies, err = s.store.PartitionBetween(ctx, p.partition, ch.top, last+1, window,
 				logTailRowsMax); err != nil {
 				return err
 			}
 		}
-		if len(before) > 0 {
-			s.metrics.tailRestored.Add(float64(len(before)))
+		if n := len(copies) - ownAbove(p, ch.top); n > 0 {
+			s.metrics.tailRestored.Add(float64(n))
 		}
 		if l.chains == nil {
 			l.chains = map[int]chain{}
 		}
 		l.chains[p.partition] = ch
-	}
-	copies := before
-	for _, c := range p.own {
-		if c.Seq > ch.top {
-			copies = append(copies, *c)
+	} else {
+		for _, c := range p.own {
+			if c.Seq > ch.top {
+				copies = append(copies, *c)
+			}
 		}
 	}
 	p.msgs, p.tops, p.next, p.ready = nil, nil, 0, true
@@ -251,6 +255,17 @@ func (s *Service) planLinks(ctx context.Context, l *lane, p *linkPlan) error {
 	}
 	p.msgs = msgs
 	return nil
+}
+
+// ownAbove counts p's own commits above top.
+func ownAbove(p *linkPlan, top int64) int {
+	n := 0
+	for _, c := range p.own {
+		if c.Seq > top {
+			n++
+		}
+	}
+	return n
 }
 
 // readChain reads partition's last link: where it is, and the highest

@@ -256,3 +256,32 @@ func TestADuplicateAddsNoLink(t *testing.T) {
 	require.Len(t, copies, 1)
 	require.Equal(t, 1, msgs)
 }
+
+// An append commits and its answer is lost (the connection is cut just
+// then): the lane appends the batch again and finds every event committed,
+// duplicates. Their commits are in no link yet, so the lane's next link
+// holds them, before the versions after them. Switch: duplicates left out
+// of cb.fresh (commit, pipeline.go); LEDGER_LOG then lacks version 1.
+func TestCommitsWhoseAppendAnswerWasLostAreLinked(t *testing.T) {
+	t.Parallel()
+	var lost atomic.Int32
+	cfg := ingest.WithTestHooks(logBatchesConfig(), ingest.TestHooks{LoseAppendAnswer: func() bool { return lost.Add(1) == 2 }})
+	e := newEnv(t, cfg)
+	rc := e.receipts("worker-a.1")
+	l := e.acquire(5, "worker-a.1", 120000)
+	ev := func(task string, v int64) event {
+		return event{id: newID(), partition: 5, task: task, holder: "worker-a.1", generation: l.Generation,
+			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
+	}
+	first := ev("b", 1) // the partition's chain begins: the lane knows its top
+	e.publish(first)
+	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, first.id).Verdict)
+	v1 := ev("a", 1)
+	e.publish(v1)
+	require.Equal(t, wire.VerdictDuplicate, receiptFor(t, rc, v1.id).Verdict, "the second append found it committed")
+	v2 := ev("a", 2)
+	e.publish(v2)
+	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, v2.id).Verdict)
+	copies, _ := e.logged()
+	checkLogOrder(t, copies, map[string]int64{"a": 2, "b": 1})
+}

@@ -156,9 +156,9 @@ type committedBatch struct {
 	batch  []*inbound         // the events with a verdict: receipts and acks
 	size   int                // the events the batch began with
 	logged []*fence.Committed // the events whose copies out begins with, in commit order
-	// fresh are the batch's new commits, in commit order, when they go to
-	// LEDGER_LOG as log batches (logchain.go) rather than in logged; epochs
-	// are the claim epochs of their partitions.
+	// fresh are the batch's commits and duplicates, in commit order, when
+	// they go to LEDGER_LOG as log batches (logchain.go) rather than in
+	// logged; epochs are the claim epochs of their partitions.
 	fresh  []*fence.Committed
 	epochs map[int]int64
 	out    []*nats.Msg
@@ -242,11 +242,10 @@ func (s *Service) commit(l *lane, batch []*inbound) *committedBatch {
 		case fence.NotYet:
 			continue
 		case wire.VerdictCommitted, wire.VerdictDuplicate:
-			switch {
-			case !s.cfg.LogBatches:
-				copies = append(copies, in.result.Committed)
-			case in.result.Verdict == wire.VerdictCommitted:
+			if s.cfg.LogBatches {
 				cb.fresh = append(cb.fresh, in.result.Committed)
+			} else {
+				copies = append(copies, in.result.Committed)
 			}
 		default:
 			letters = append(letters, s.deadLetter(in))
@@ -459,6 +458,9 @@ func (s *Service) appendWithRetry(ctx context.Context, claims *fence.Claims, eve
 		var res []fence.Result
 		if err == nil {
 			res, err = s.store.AppendClaimed(ctx, claims, events)
+			if h := s.cfg.hooks; err == nil && h != nil && h.loseAppendAnswer != nil && h.loseAppendAnswer() {
+				err = errors.New("test: the append's answer was lost")
+			}
 		}
 		if err == nil || errors.Is(err, fence.ErrNotClaimed) {
 			if !failedSince.IsZero() {
