@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"time"
 
@@ -202,28 +203,27 @@ func linkPlans(cb *committedBatch) []*linkPlan {
 func (s *Service) planLinks(ctx context.Context, l *lane, p *linkPlan) error {
 	ch, known := l.chains[p.partition]
 	var copies []fence.Committed
-	last := p.own[len(p.own)-1].Seq
 	if !known || ch.epoch != p.epoch {
 		var err error
 		if ch, err = s.readChain(ctx, p.partition); err != nil {
 			return err
 		}
 		ch.epoch = p.epoch
-		// The partition's commits above the chain's top, up to this
-		// batch's last: a lost tail, another ingest's commits it died
-		// before storing, and this batch's. Without a top (no link yet,
-		// or one that does not read) only the tail check's window is
-		// read: anything older is in the stream as per-event copies, or
-		// aged out of it.
-		if ch.top < last {
-			window := s.cfg.LogTailWindow
-			if window <= 0 { // the tail check is off; the chain is not
-				window = LogTailWindowDefault
-			}
-			if copies, err = s.store.PartitionBetween(ctx, p.partition, ch.top, last+1, window,
-				logTailRowsMax); err != nil {
-				return err
-			}
+		// Every commit of the partition above the chain's top: a lost
+		// tail, another ingest's commits it died before storing (all of
+		// them, not only those this batch redelivered), this batch's, and
+		// any of the lane's next batches committed by now. The lane is the
+		// partition's one appender, so no commit below them can come
+		// later. Without a top (no link yet, or one that does not read)
+		// only the tail check's window is read: anything older is in the
+		// stream as per-event copies, or aged out of it.
+		window := s.cfg.LogTailWindow
+		if window <= 0 { // the tail check is off; the chain is not
+			window = LogTailWindowDefault
+		}
+		if copies, err = s.store.PartitionBetween(ctx, p.partition, ch.top, math.MaxInt64, window,
+			logTailRowsMax); err != nil {
+			return err
 		}
 		if n := len(copies) - ownAbove(p, ch.top); n > 0 {
 			s.metrics.tailRestored.Add(float64(n))

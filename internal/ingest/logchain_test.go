@@ -1,6 +1,7 @@
 package ingest_test
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -284,4 +285,34 @@ func TestCommitsWhoseAppendAnswerWasLostAreLinked(t *testing.T) {
 	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, v2.id).Verdict)
 	copies, _ := e.logged()
 	checkLogOrder(t, copies, map[string]int64{"a": 2, "b": 1})
+}
+
+// An ingest dies with two tasks' commits unlinked. The first batch the new
+// holder links holds only a re-send of one of them, whose seq is the lower:
+// it still stores both before anything after them. Chaos found it: a
+// recovery that read the partition's rows only up to its batch's last
+// left the dead ingest's later commits out, and the next versions of
+// their tasks were linked before them. Switch: read the rows above the
+// top only up to the batch's last (planLinks); task b's version 2 then
+// comes before its version 1.
+func TestARecoveryStoresEveryUnlinkedCommitNotOnlyTheBatchs(t *testing.T) {
+	t.Parallel()
+	e := newBareEnv(t)
+	rc, ev := e.diedBeforeLinks([]string{"a", "b"}, 1, 0)
+	// LEDGER_IN loses the dead ingest's unacked messages (a storage loss
+	// of its tail): nothing redelivers them.
+	in, err := e.js.Stream(context.Background(), wire.StreamIn)
+	require.NoError(t, err)
+	require.NoError(t, in.Purge(context.Background()))
+	cfg := logBatchesConfig()
+	cfg.LogTailWindow = -1
+	e.startIngestOn(cfg, e.store)
+	again := ev("a", 1) // a's version 1 sent again: a duplicate, the lower seq
+	e.publish(again)
+	require.Equal(t, wire.VerdictDuplicate, receiptFor(t, rc, again.id).Verdict)
+	b2 := ev("b", 2)
+	e.publish(b2)
+	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, b2.id).Verdict)
+	copies, _ := e.logged()
+	checkLogOrder(t, copies, map[string]int64{"a": 1, "b": 2})
 }
