@@ -254,10 +254,23 @@ func TestChaosOnAClusterBreaksNoPromise(t *testing.T) {
 // Switch: in the ingest's precedingCopies look only at each task's first
 // copy in the batch (internal/ingest/order.go): log_order 7 and 1 in two
 // of two runs.
+//
+// The same again with log batches (ingest -log-batches): the lane whose
+// chain the loss cut stores the partition's commits above its last link
+// first. Switch: planLinks without its read of the rows above the top
+// (internal/ingest/logchain.go).
 func TestChaosWithNATSStorageLossBreaksNoPromise(t *testing.T) {
+	for _, batches := range []bool{false, true} {
+		t.Run(map[bool]string{false: "per-event copies", true: "log batches"}[batches], func(t *testing.T) {
+			storageLoss(t, batches)
+		})
+	}
+}
+
+func storageLoss(t *testing.T, logBatches bool) {
 	bin, _ := build(t)
 	res := runChaos(t, chaos.Options{Bin: bin, Duration: 20 * time.Second, StorageLossEvery: time.Minute,
-		Resend: 3 * time.Second, DrainTimeout: 30 * time.Second,
+		Resend: 3 * time.Second, DrainTimeout: 30 * time.Second, LogBatches: logBatches,
 		KillIngestEvery: chaos.Off, NATSRestartEvery: chaos.Off, PGRestartEvery: chaos.Off, PGCutEvery: chaos.Off})
 
 	r := res.Report
