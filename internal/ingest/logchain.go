@@ -60,7 +60,7 @@ type linkPlan struct {
 	ready     bool // msgs are built on the chain as the lane knows it
 }
 
-// storeLinks stores the batch's fresh commits as log batches, partition
+// storeLinks stores the batch's commits as log batches, partition
 // by partition, and waits for their publish acks; false when the service
 // stops first. Like storeCopies it retries until every link is stored.
 func (s *Service) storeLinks(ctx context.Context, l *lane, cb *committedBatch) bool {
@@ -182,7 +182,7 @@ func (s *Service) storeLinks(ctx context.Context, l *lane, cb *committedBatch) b
 	}
 }
 
-// linkPlans groups the batch's fresh commits by partition.
+// linkPlans groups the batch's commits by partition.
 func linkPlans(cb *committedBatch) []*linkPlan {
 	var plans []*linkPlan
 	by := map[int]*linkPlan{}

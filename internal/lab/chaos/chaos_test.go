@@ -258,7 +258,7 @@ func TestChaosOnAClusterBreaksNoPromise(t *testing.T) {
 // The same again with log batches (ingest -log-batches): the lane whose
 // chain the loss cut stores the partition's commits above its last link
 // first. Switch: planLinks without its read of the rows above the top
-// (internal/ingest/logchain.go).
+// (internal/ingest/logchain.go): log_order 21.
 func TestChaosWithNATSStorageLossBreaksNoPromise(t *testing.T) {
 	for _, batches := range []bool{false, true} {
 		t.Run(map[bool]string{false: "per-event copies", true: "log batches"}[batches], func(t *testing.T) {
