@@ -148,9 +148,7 @@ func TestATakeoverStoresTheDeadIngestsCommitsBeforeItsOwnLinks(t *testing.T) {
 			cfg := logBatchesConfig()
 			cfg.LogTailWindow = -1
 			e.startIngestOn(cfg, e.store)
-			v3 := ev("a", 3)
-			e.publish(v3)
-			require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, v3.id).Verdict)
+			e.sendFor(rc, ev("a", 3), wire.VerdictCommitted)
 			copies, _ := e.logged()
 			checkLogOrder(t, copies, map[string]int64{"a": 3, "b": 2})
 		})
@@ -222,16 +220,12 @@ func TestLogBatchesFollowPerEventCopiesInOrder(t *testing.T) {
 	}
 	for v := int64(1); v <= 2; v++ {
 		for _, task := range []string{"a", "b"} {
-			x := ev(task, v)
-			e.publish(x)
-			require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, x.id).Verdict)
+			e.sendFor(rc, ev(task, v), wire.VerdictCommitted)
 		}
 	}
 	old.Stop()
 	e.startIngestOn(logBatchesConfig(), e.store)
-	v3 := ev("a", 3)
-	e.publish(v3)
-	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, v3.id).Verdict)
+	e.sendFor(rc, ev("a", 3), wire.VerdictCommitted)
 	copies, _ := e.logged()
 	checkLogOrder(t, copies, map[string]int64{"a": 3, "b": 2})
 	require.True(t, copies[len(copies)-1].batched, "version 3 is in a batch")
@@ -274,15 +268,9 @@ func TestCommitsWhoseAppendAnswerWasLostAreLinked(t *testing.T) {
 		return event{id: newID(), partition: 5, task: task, holder: "worker-a.1", generation: l.Generation,
 			version: v, typ: "step", payload: fmt.Sprintf(`{"v":%d}`, v)}
 	}
-	first := ev("b", 1) // the partition's chain begins: the lane knows its top
-	e.publish(first)
-	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, first.id).Verdict)
-	v1 := ev("a", 1)
-	e.publish(v1)
-	require.Equal(t, wire.VerdictDuplicate, receiptFor(t, rc, v1.id).Verdict, "the second append found it committed")
-	v2 := ev("a", 2)
-	e.publish(v2)
-	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, v2.id).Verdict)
+	e.sendFor(rc, ev("b", 1), wire.VerdictCommitted) // the partition's chain begins: the lane knows its top
+	e.sendFor(rc, ev("a", 1), wire.VerdictDuplicate, "the second append found it committed")
+	e.sendFor(rc, ev("a", 2), wire.VerdictCommitted)
 	copies, _ := e.logged()
 	checkLogOrder(t, copies, map[string]int64{"a": 2, "b": 1})
 }
@@ -307,12 +295,15 @@ func TestARecoveryStoresEveryUnlinkedCommitNotOnlyTheBatchs(t *testing.T) {
 	cfg := logBatchesConfig()
 	cfg.LogTailWindow = -1
 	e.startIngestOn(cfg, e.store)
-	again := ev("a", 1) // a's version 1 sent again: a duplicate, the lower seq
-	e.publish(again)
-	require.Equal(t, wire.VerdictDuplicate, receiptFor(t, rc, again.id).Verdict)
-	b2 := ev("b", 2)
-	e.publish(b2)
-	require.Equal(t, wire.VerdictCommitted, receiptFor(t, rc, b2.id).Verdict)
+	e.sendFor(rc, ev("a", 1), wire.VerdictDuplicate) // a's version 1 sent again: a duplicate, the lower seq
+	e.sendFor(rc, ev("b", 2), wire.VerdictCommitted)
 	copies, _ := e.logged()
 	checkLogOrder(t, copies, map[string]int64{"a": 1, "b": 2})
+}
+
+// sendFor publishes x and waits for its receipt, which must be verdict.
+func (e *env) sendFor(rc *receiptBook, x event, verdict wire.Verdict, msgAndArgs ...any) {
+	e.t.Helper()
+	e.publish(x)
+	require.Equal(e.t, verdict, receiptFor(e.t, rc, x.id).Verdict, msgAndArgs...)
 }
