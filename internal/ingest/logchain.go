@@ -17,7 +17,7 @@ import (
 )
 
 // Log batches (Config.LogBatches; docs/internals/log-batches.md, step 2).
-// With them on, a lane stores its batch's fresh commits as one LEDGER_LOG
+// With them on, a lane stores its batch's commits as one LEDGER_LOG
 // message per partition (a link), not one per event. A partition's links
 // form a chain: each carries Nats-Expected-Last-Subject-Sequence, the
 // stream sequence of the partition's previous link, so a stream that lost
@@ -33,8 +33,8 @@ import (
 // committed and died before storing, is then exactly the partition's
 // rows above the top. A lane that does not know the chain as it is (at
 // start, after a reconnect, a refusal, or a change of the claim's epoch)
-// reads the partition's last link, and stores those rows from PostgreSQL
-// before its own commits.
+// reads the partition's last link, and stores those rows, read from
+// PostgreSQL with its own among them, before anything else.
 //
 // A duplicate's event was committed before. Its commit is in the chain
 // when its seq is at or below the top: then it publishes nothing. Above
