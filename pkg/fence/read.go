@@ -14,22 +14,40 @@ import (
 // stored jsonb.
 func (s *Store) Between(ctx context.Context, task string, after, before int64) ([]Committed, error) {
 	rows, err := s.pool.Query(ctx, sqlCommittedBetween, task, after, before)
-	if err != nil {
-		return nil, fmt.Errorf("fence: events of task %s between versions %d and %d: %w", task, after, before, err)
-	}
-	var out []Committed
-	var c Committed
-	var payload string
-	_, err = pgx.ForEachRow(rows, []any{&c.Seq, &c.EventID, &c.Partition, &c.Task, &c.Version, &c.Type, &payload,
-		&c.Holder, &c.Generation, &c.CommittedAt, &c.Snapshot}, func() error {
-		c.Payload = []byte(payload)
-		out = append(out, c)
-		return nil
-	})
+	out, err := collectCommitted(rows, err, false)
 	if err != nil {
 		return nil, fmt.Errorf("fence: events of task %s between versions %d and %d: %w", task, after, before, err)
 	}
 	return out, nil
+}
+
+// collectCommitted reads the rows of a query of committed events: seq,
+// event_id, partition, task_id, version, type, payload (as text), holder,
+// generation, committed_at, whether the task is a snapshot task, and with
+// wouldReject the would_reject column. err is the query's.
+func collectCommitted(rows pgx.Rows, err error, wouldReject bool) ([]Committed, error) {
+	if err != nil {
+		return nil, err
+	}
+	var out []Committed
+	var c Committed
+	var payload string
+	var reject *string
+	scan := []any{&c.Seq, &c.EventID, &c.Partition, &c.Task, &c.Version, &c.Type, &payload,
+		&c.Holder, &c.Generation, &c.CommittedAt, &c.Snapshot}
+	if wouldReject {
+		scan = append(scan, &reject)
+	}
+	_, err = pgx.ForEachRow(rows, scan, func() error {
+		c.Payload = []byte(payload)
+		c.WouldReject = ""
+		if reject != nil {
+			c.WouldReject = *reject
+		}
+		out = append(out, c)
+		return nil
+	})
+	return out, err
 }
 
 // PartitionBetween returns partition's committed events with after < seq <
@@ -45,23 +63,7 @@ func (s *Store) Between(ctx context.Context, task string, after, before int64) (
 func (s *Store) PartitionBetween(ctx context.Context, partition int, after, before int64, window time.Duration,
 	maxRows int) ([]Committed, error) {
 	rows, err := s.pool.Query(ctx, sqlPartitionBetween, partition, after, before, maxRows, window.Seconds())
-	if err != nil {
-		return nil, fmt.Errorf("fence: events of partition %d between seqs %d and %d: %w", partition, after, before, err)
-	}
-	var out []Committed
-	var c Committed
-	var payload string
-	var wouldReject *string
-	_, err = pgx.ForEachRow(rows, []any{&c.Seq, &c.EventID, &c.Partition, &c.Task, &c.Version, &c.Type, &payload,
-		&c.Holder, &c.Generation, &c.CommittedAt, &c.Snapshot, &wouldReject}, func() error {
-		c.Payload = []byte(payload)
-		c.WouldReject = ""
-		if wouldReject != nil {
-			c.WouldReject = *wouldReject
-		}
-		out = append(out, c)
-		return nil
-	})
+	out, err := collectCommitted(rows, err, true)
 	if err != nil {
 		return nil, fmt.Errorf("fence: events of partition %d between seqs %d and %d: %w", partition, after, before, err)
 	}
