@@ -282,6 +282,19 @@ var errWrongLastSeq = errors.New("the copy before it is not the last of its subj
 // The same copy goes again at once.
 var errInFlight = errors.New("another message of its subject is in flight")
 
+// refusals reports whether the stream refused a failed copy for its
+// expectation (wrongLast: its predecessor is not the subject's last), and
+// whether every failed copy was refused only for a message of its subject
+// still in flight (inFlight: publish the same again at once).
+func refusals(failed []failedCopy) (wrongLast, inFlight bool) {
+	inFlight = len(failed) > 0
+	for _, f := range failed {
+		wrongLast = wrongLast || errors.Is(f.err, errWrongLastSeq)
+		inFlight = inFlight && errors.Is(f.err, errInFlight)
+	}
+	return wrongLast, inFlight
+}
+
 // pubAckSeq is the stream sequence a successful publish ack names, 0 if
 // none reads. The ack is the server's JSON ({"stream":…,"seq":N,…}).
 func pubAckSeq(ack []byte) uint64 {

@@ -134,11 +134,7 @@ func (s *Service) storeLinks(ctx context.Context, l *lane, cb *committedBatch) b
 			delay = s.cfg.RetryMin
 			continue // the next links of partitions split in several
 		}
-		wrongLast, inFlight := false, len(failed) > 0
-		for _, f := range failed {
-			wrongLast = wrongLast || errors.Is(f.err, errWrongLastSeq)
-			inFlight = inFlight && errors.Is(f.err, errInFlight)
-		}
+		wrongLast, inFlight := refusals(failed)
 		switch {
 		case inFlight:
 			// A clustered stream checks an expectation only once the

@@ -608,11 +608,8 @@ func (s *Service) publishCopies(ctx context.Context, l *lane, cb *committedBatch
 			delay = s.cfg.RetryMin
 			continue // the next round: copies whose predecessors are stored now
 		}
-		inFlight := true
-		for _, f := range failed {
-			wrongLast = wrongLast || errors.Is(f.err, errWrongLastSeq)
-			inFlight = inFlight && errors.Is(f.err, errInFlight)
-		}
+		var inFlight bool
+		wrongLast, inFlight = refusals(failed)
 		if wrongLast {
 			l.remember(plan)
 			s.metrics.retry("log_order")

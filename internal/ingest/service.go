@@ -140,18 +140,12 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.logStream, err = s.js.Stream(ctx, wire.StreamLog); err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", wire.StreamLog, err)
 	}
-	s.logMax = int(s.nc.MaxPayload())
-	if limit := s.logStream.CachedInfo().Config.MaxMsgSize; limit > 0 {
-		s.logMax = min(s.logMax, int(limit))
-	}
+	s.logMax = s.maxMsgBytes(s.logStream)
 	dlq, err := s.js.Stream(ctx, wire.StreamDLQ)
 	if err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", wire.StreamDLQ, err)
 	}
-	s.letterMax = int(s.nc.MaxPayload())
-	if limit := dlq.CachedInfo().Config.MaxMsgSize; limit > 0 {
-		s.letterMax = min(s.letterMax, int(limit))
-	}
+	s.letterMax = s.maxMsgBytes(dlq)
 
 	cc, err := copiesConn(s.nc)
 	if err != nil {
@@ -370,6 +364,15 @@ func (s *Service) whileStarting(ctx context.Context, what string, step func() er
 		return step()
 	}
 	return s.starting(ctx, what, step)
+}
+
+// maxMsgBytes is the largest message both the server and stream take.
+func (s *Service) maxMsgBytes(stream jetstream.Stream) int {
+	n := int(s.nc.MaxPayload())
+	if limit := stream.CachedInfo().Config.MaxMsgSize; limit > 0 {
+		n = min(n, int(limit))
+	}
+	return n
 }
 
 // natsAway reports whether err says that the NATS server did not answer
