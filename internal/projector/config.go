@@ -14,10 +14,10 @@ import (
 
 // Defaults of Config.
 const (
-	// BatchSizeDefault is the most log messages handled per turn: 1000.
+	// BatchSizeDefault is the most events handled per turn: 1000.
 	BatchSizeDefault = 1000
-	// CatchUpBatchSizeDefault is the most log messages a turn takes while
-	// the projector is behind: 10,000.
+	// CatchUpBatchSizeDefault is the most events a turn takes while the
+	// projector is behind: 10,000.
 	CatchUpBatchSizeDefault = 10_000
 	// CatchUpWaitDefault is how long a catch-up turn waits for its next
 	// message before it goes with what it has: 20 ms.
@@ -59,16 +59,18 @@ type Config struct {
 	Partitions []int
 	// Replicas of the bucket; default 1.
 	Replicas int
-	// BatchSize is the most log messages per turn; default 1000.
+	// BatchSize is the most events per turn, a log batch counting as
+	// many as it holds; default 1000.
 	BatchSize int
-	// CatchUpBatchSize is the most log messages per turn while the
-	// projector is behind (a turn found BatchSize messages waiting): it
+	// CatchUpBatchSize is the most events per turn while the projector
+	// is behind (a turn found BatchSize events waiting): it
 	// keeps taking them, each within CatchUpWait, up to this many. A task
 	// gets one bucket write a turn, so a larger turn folds a backlog with
 	// fewer writes. Default 10,000; BatchSize turns it off. A turn's
-	// messages, the ones waiting for it (2 × BatchSize) and the pull's
-	// (CatchUpBatchSize / 2) are all unacked: keep them within the
-	// consumer's max_ack_pending (20,000), or turns end short of it.
+	// messages, the ones waiting for it (2 × BatchSize events) and the
+	// ones the pulls buffer (16 MiB) are all unacked: keep the turn well
+	// within the consumer's max_ack_pending (20,000 messages), or turns
+	// end short of it.
 	CatchUpBatchSize int
 	// CatchUpWait is how long a catch-up turn waits for its next message;
 	// it collects for ten times as long at most, which is what a turn can

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,4 +205,60 @@ func TestLogBatchOfAHeldTaskStaysUnacked(t *testing.T) {
 	_, data := fold(t, big)
 	jsonEq(t, data, st.Data, "big")
 	e.settled("projector")
+}
+
+// A backlog of log batches larger than nats.go buffers for a subscription
+// (64 MiB) is folded without a message dropped on the client: the pulls are
+// bounded in bytes. The ack wait is long, so a dropped message would wait
+// out the test. Switch: consume with jetstream.PullMaxMessages(5000), as
+// before, and the client drops most of the backlog (slow consumer).
+func TestABacklogOfLogBatchesPastTheClientsBufferIsFolded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// 72 messages of about 1 MiB: 16 versions of a task each, every
+	// payload 60 KiB.
+	const tasks, versions = 72, 16
+	blob := strings.Repeat("x", 60<<10)
+	types := make([]string, versions)
+	payloads := make([]string, versions)
+	for v := range versions {
+		types[v] = "step"
+		payloads[v] = fmt.Sprintf(`{"v":%d,"blob":%q}`, v+1, blob)
+	}
+	for k := range tasks {
+		e.publishBatch(e.commit(k%16, fmt.Sprintf("big-%d", k), types, payloads)...)
+	}
+	reg := prometheus.NewRegistry()
+	e.startWith(projector.Config{AckWait: 10 * time.Minute}, reg)
+	for k := range tasks {
+		st := e.waitState(fmt.Sprintf("big-%d", k), time.Minute, func(s projection.State) bool { return s.Version == versions })
+		require.Contains(t, string(st.Data), fmt.Sprintf(`"v":%d`, versions))
+	}
+	e.settled("projector")
+	require.EqualValues(t, tasks*versions, metric(t, reg, "ledger_projector_events_total", "outcome", "applied"))
+}
+
+// A turn counts a log batch as its events: a backlog of batches of one
+// task is folded in turns of at most CatchUpBatchSize events, so the task
+// is written once per turn. Switch: count each message as one in fill, and
+// the whole backlog is one turn with one write.
+func TestATurnCountsALogBatchAsItsEvents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const batches, per = 10, 10
+	types := make([]string, per)
+	payloads := make([]string, per)
+	for v := range per {
+		types[v] = "step"
+		payloads[v] = fmt.Sprintf(`{"n":%d}`, v)
+	}
+	for range batches {
+		e.publishBatch(e.commit(4, "long", types, payloads)...)
+	}
+	reg := prometheus.NewRegistry()
+	e.startWith(projector.Config{BatchSize: 10, CatchUpBatchSize: 20}, reg)
+	e.waitState("long", 10*time.Second, func(s projection.State) bool { return s.Version == batches*per })
+	e.settled("projector")
+	require.GreaterOrEqual(t, metric(t, reg, "ledger_projector_kv_writes_total"), float64(batches*per/20),
+		"100 events in turns of at most 20")
 }

@@ -77,7 +77,8 @@ type Service struct {
 	valueLimit int
 	recon      reconciler
 
-	in         chan jetstream.Msg
+	in         chan inMsg
+	queue      *inQueue // bounds in by events (inqueue.go)
 	consume    jetstream.ConsumeContext
 	stop       chan struct{}      // closed when Stop begins
 	done       chan struct{}      // closed when the run loop has returned
@@ -114,7 +115,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 		subj: wire.Subjects{Prefix: cfg.Prefix}, engine: engine, revs: map[string]uint64{}, gaps: map[string]time.Time{},
 		held: map[string]*heldTask{}, oversized: map[string]bool{},
 		writers: map[string]string{}, quota: quota.NewShared(d.Pool, quota.Projections, cfg.TasksQuota),
-		in: make(chan jetstream.Msg, 2*cfg.BatchSize), stop: make(chan struct{}), done: make(chan struct{})}, nil
+		in: make(chan inMsg, 2*cfg.BatchSize), queue: newInQueue(2 * cfg.BatchSize), stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
 // Start makes sure the streams and the buckets exist, binds the consumer of
@@ -138,8 +139,10 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	consume, err := cons.Consume(s.deliver,
-		// Enough in flight for a catch-up turn not to wait on each pull.
-		jetstream.PullMaxMessages(max(2*s.cfg.BatchSize, s.cfg.CatchUpBatchSize/2)),
+		// Enough in flight for a catch-up turn not to wait on each pull,
+		// bounded in bytes: a message count let a backlog of log batches
+		// overflow the client's buffer (inqueue.go).
+		jetstream.PullMaxBytes(pullMaxBytes),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			s.log.Warn("consume", slog.String("error", err.Error()))
 		}))
@@ -166,6 +169,7 @@ func (s *Service) Stop() { s.once.Do(s.stopOnce) }
 
 func (s *Service) stopOnce() {
 	close(s.stop) // first: it releases a delivery blocked on a full channel
+	s.queue.close()
 	if s.consume == nil {
 		return // never started
 	}
@@ -208,9 +212,15 @@ func (s *Service) CheckConsumer(ctx context.Context) error {
 // given back for redelivery rather than waited on forever: the loop that
 // would take it may be gone.
 func (s *Service) deliver(m jetstream.Msg) {
+	w := s.weight(m)
+	if !s.queue.reserve(w) {
+		_ = m.Nak()
+		return
+	}
 	select {
-	case s.in <- m:
+	case s.in <- inMsg{m: m, events: w}:
 	case <-s.stop:
+		s.queue.release(w)
 		_ = m.Nak()
 	}
 }
@@ -220,8 +230,8 @@ func (s *Service) deliver(m jetstream.Msg) {
 func (s *Service) giveBack() {
 	for {
 		select {
-		case m := <-s.in:
-			_ = m.Nak()
+		case in := <-s.in:
+			_ = s.take(in).Nak()
 		default:
 			return
 		}

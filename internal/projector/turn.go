@@ -22,12 +22,34 @@ func (s *Service) run(ctx context.Context) {
 	defer tick.Stop()
 	reconcile, stopReconcile := s.reconcileTicker()
 	defer stopReconcile()
+	var next *inMsg // taken from the channel, for the next turn
+	defer func() {
+		if next != nil {
+			_ = s.take(*next).Nak()
+		}
+	}()
 	for {
+		if next != nil { // a backlog: the timers are looked at between turns
+			select {
+			case <-s.stop:
+				return
+			case <-reconcile:
+				s.reconcileTurn(ctx)
+				continue
+			default:
+			}
+			var batch []jetstream.Msg
+			batch, next = s.fill(*next)
+			s.turn(ctx, batch)
+			continue
+		}
 		select {
 		case <-s.stop:
 			return
-		case m := <-s.in:
-			s.turn(ctx, s.fill([]jetstream.Msg{m}))
+		case in := <-s.in:
+			var batch []jetstream.Msg
+			batch, next = s.fill(in)
+			s.turn(ctx, batch)
 		case <-tick.C:
 			s.turn(ctx, nil)
 		case <-reconcile:
@@ -36,49 +58,64 @@ func (s *Service) run(ctx context.Context) {
 	}
 }
 
-// fill adds what is waiting in the channel to batch, up to a batch's size.
-// A full batch means the projector is behind: it goes on taking messages as
-// they come, up to a catch-up batch, so that each task's versions in it
-// cost one bucket write. It stops when none comes within CatchUpWait, and
-// after ten times CatchUpWait in all.
-func (s *Service) fill(batch []jetstream.Msg) []jetstream.Msg {
-	for len(batch) < s.cfg.BatchSize {
-		select {
-		case m := <-s.in:
-			batch = append(batch, m)
-		default:
-			return batch
+// fill is a turn's batch, and the message it had no room for if any (the
+// next turn's first): first and what is waiting in the channel, up to
+// a batch's size in events (inqueue.go). A full batch means the projector
+// is behind: it goes on taking messages as they come, up to a catch-up
+// batch, so that each task's versions in it cost one bucket write. It stops
+// when none comes within CatchUpWait, and after ten times CatchUpWait in
+// all. A message that would take the batch past its size starts the next
+// one instead, unless the batch is empty.
+func (s *Service) fill(first inMsg) (batch []jetstream.Msg, next *inMsg) {
+	batch, events := []jetstream.Msg{s.take(first)}, first.events
+	add := func(in inMsg, limit int) bool {
+		if events+in.events > limit {
+			next = &in
+			return false
 		}
+		batch, events = append(batch, s.take(in)), events+in.events
+		return true
 	}
-	if len(batch) >= s.cfg.CatchUpBatchSize {
-		return batch
+	for events < s.cfg.BatchSize {
+		select {
+		case in := <-s.in:
+			if !add(in, s.cfg.CatchUpBatchSize) {
+				return batch, next
+			}
+		default:
+			return batch, next
+		}
 	}
 	// A steady flow must not hold the batch for long: ten waits in all.
 	deadline := time.Now().Add(catchUpWaits * s.cfg.CatchUpWait)
 	wait := time.NewTimer(s.cfg.CatchUpWait)
 	defer wait.Stop()
-	for len(batch) < s.cfg.CatchUpBatchSize {
+	for events < s.cfg.CatchUpBatchSize {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return batch
+			return batch, next
 		}
 		select {
-		case m := <-s.in:
-			batch = append(batch, m)
+		case in := <-s.in:
+			if !add(in, s.cfg.CatchUpBatchSize) {
+				return batch, next
+			}
 			continue
 		default:
 		}
 		wait.Reset(min(s.cfg.CatchUpWait, left)) // since Go 1.23 no stale tick survives a Reset
 		select {
-		case m := <-s.in:
-			batch = append(batch, m)
+		case in := <-s.in:
+			if !add(in, s.cfg.CatchUpBatchSize) {
+				return batch, next
+			}
 		case <-wait.C:
-			return batch
+			return batch, next
 		case <-s.stop:
-			return batch
+			return batch, next
 		}
 	}
-	return batch
+	return batch, next
 }
 
 // catchUpWaits bounds how long a catch-up turn collects messages, in
