@@ -164,6 +164,9 @@ type Options struct {
 	// SDKBatchMax is the SDK clients' worker.Config.BatchMax: 1 sends
 	// every event alone; default 0, the SDK's default (batches on).
 	SDKBatchMax int
+	// LogBatches runs the ingest with log batches (ingest.Config
+	// LogBatches): one LEDGER_LOG message per partition of a batch.
+	LogBatches bool
 	// Progress receives one progress line, rewritten in place with "\r"
 	// about every 300 ms, and the setup steps and rounds; default
 	// os.Stderr. Use io.Discard to silence it. The line is cleared before

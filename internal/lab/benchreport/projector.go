@@ -67,8 +67,9 @@ func (b *projectorBench) run(ctx context.Context, r *Report) error {
 	if err != nil {
 		return fmt.Errorf("benchreport: projector catch-up: %w", err)
 	}
-	r.CatchUp = throughputRow(LabelCatchUp, n, time.Since(started))
-	if r.LogRead, err = b.readLog(ctx, from+1, n); err != nil {
+	// Rates are of events: with log batches a message holds several.
+	r.CatchUp = throughputRow(LabelCatchUp, b.o.Events, time.Since(started))
+	if r.LogRead, err = b.readLog(ctx, from+1, n, b.o.Events); err != nil {
 		return fmt.Errorf("benchreport: %s: %w", LabelLogRead, err)
 	}
 	if r.Rebuild, err = b.rebuild(ctx); err != nil {
@@ -161,8 +162,9 @@ func (b *projectorBench) drained(ctx context.Context, left *atomic.Int64) error 
 }
 
 // readLog reads n LEDGER_LOG messages from sequence first with an ordered
-// consumer, fetching as the projector does, and does nothing with them.
-func (b *projectorBench) readLog(ctx context.Context, first uint64, n int) (Row, error) {
+// consumer, fetching as the projector does, and does nothing with them;
+// its row counts the events they hold.
+func (b *projectorBench) readLog(ctx context.Context, first uint64, n, events int) (Row, error) {
 	cons, err := b.js.OrderedConsumer(ctx, wire.StreamLog, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: first})
 	if err != nil {
@@ -172,7 +174,7 @@ func (b *projectorBench) readLog(ctx context.Context, first uint64, n int) (Row,
 	b.prog.begin(LabelLogRead, n, read.Load)
 	defer b.prog.end()
 	start := time.Now()
-	it, err := cons.Messages(jetstream.PullMaxMessages(2 * projector.BatchSizeDefault))
+	it, err := cons.Messages(jetstream.PullMaxBytes(16 << 20)) // the projector's pulls' bound
 	if err != nil {
 		return Row{}, err
 	}
@@ -183,7 +185,7 @@ func (b *projectorBench) readLog(ctx context.Context, first uint64, n int) (Row,
 		}
 		read.Add(1)
 	}
-	return throughputRow(LabelLogRead, n, time.Since(start)), nil
+	return throughputRow(LabelLogRead, events, time.Since(start)), nil
 }
 
 // rebuild replays ledger.events into fresh projections with the projector

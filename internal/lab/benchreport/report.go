@@ -47,6 +47,8 @@ type Report struct {
 	// which hosts every part of the ledger: the command gives it the
 	// services' default (connect.GCPercentDefault) unless GOGC is set.
 	GCPercent int `json:"gc_percent"`
+	// LogBatches is set when the ingest wrote LEDGER_LOG in log batches.
+	LogBatches bool `json:"log_batches,omitempty"`
 	// Rate is the load offered on each latency path, in events/s: the
 	// given Options.Rate (RateGiven), or half of Saturation.
 	Rate      int  `json:"rate,omitempty"`
@@ -246,6 +248,9 @@ func (r Report) Table() string {
 	writeColumns(&b, cells)
 	fmt.Fprintf(&b, "load: %s events a throughput phase (per-event INSERT: %s) over %s tasks on %d partitions, %d-byte JSON payloads\n",
 		group(int64(r.Events)), group(int64(min(r.Events, PerEventMax))), group(int64(r.Tasks)), partitions, len(payload(10)))
+	if r.LogBatches {
+		b.WriteString("ingest: log batches (one LEDGER_LOG message per partition of a batch)\n")
+	}
 	if r.GCPercent > 0 {
 		fmt.Fprintf(&b, "gc: GOGC %d in this process, as in the ingest and the projector by default\n", r.GCPercent)
 	}

@@ -33,6 +33,7 @@ package benchreport
 import (
 	"context"
 	"fmt"
+	"github.com/flowness/ledger/internal/ingest"
 	"strings"
 	"time"
 
@@ -58,7 +59,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	prog.say("run %s: %s; %s events a phase, %d rounds, %d workers", id, strings.Join(names, ", "),
 		group(int64(o.Events)), o.Rounds, o.Workers)
 
-	s, err := localstack.Start(ctx, localstack.Options{DatabaseURL: o.DatabaseURL, Logger: o.Logger, Say: prog.say})
+	s, err := localstack.Start(ctx, localstack.Options{DatabaseURL: o.DatabaseURL, Logger: o.Logger, Say: prog.say,
+		Ingest: ingest.Config{LogBatches: o.LogBatches}})
 	if err != nil {
 		return Report{}, fmt.Errorf("benchreport: start the ledger: %w", err)
 	}
@@ -67,7 +69,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	// answer; its pool then has another connection string.
 	throwaway := o.DatabaseURL == "" || s.Pool.Config().ConnString() != o.DatabaseURL
 	r := Report{Machine: machine(ctx, s.Pool, throwaway), Sections: o.sections(), Events: o.Events, Rounds: o.Rounds,
-		Tasks: taskCount(o.Events), Workers: o.Workers, LatencyDuration: o.LatencyDuration, GCPercent: gcPercent()}
+		Tasks: taskCount(o.Events), Workers: o.Workers, LatencyDuration: o.LatencyDuration, GCPercent: gcPercent(), LogBatches: o.LogBatches}
 	if err := runSections(ctx, s, o, id, prog, &r); err != nil {
 		return Report{}, err
 	}
@@ -122,7 +124,7 @@ func runSections(ctx context.Context, s *localstack.Stack, o Options, id string,
 		}
 		// The SDK phases and the catch-up start from a projector that
 		// has caught up.
-		prog.say("projector started again; catching up on %s log copies", group(int64(r.ProjectorBacklog)))
+		prog.say("projector started again; catching up on %s log messages", group(int64(r.ProjectorBacklog)))
 		if err := pb.drained(ctx, nil); err != nil {
 			return fmt.Errorf("benchreport: projector catching up after the raw pipelines: %w", err)
 		}

@@ -66,7 +66,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	warmup := f.Int("warmup", benchreport.WarmupDefault, "with -external: events of other tasks sent through the ledger before the run (0: none)")
 	latency := f.Bool("latency", false, "with -external: publish at -rate and measure publish → receipt against a bare pipeline")
 	sdkBatch := f.Int("sdk-batch", 0, "events per SDK batch message: 1 sends each alone, 0 the SDK's default (256)")
-	logBatches := f.Bool("log-batches", false, "with -external: run the ingest with -log-batches (one LEDGER_LOG message per partition of a batch)")
+	logBatches := f.Bool("log-batches", false, "run the ingest with -log-batches (one LEDGER_LOG message per partition of a batch)")
 	syncPolicy := f.Bool("sync-policy", false, "with -external: measure sync_interval always against the default, on R1 and R3")
 	if err := f.Parse(args); err != nil {
 		return err
@@ -161,7 +161,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	connect.TuneGC(nil)
 	r, err := benchreport.Run(ctx, benchreport.Options{DatabaseURL: f.Conn.DatabaseURL, Only: sections, Events: *events,
 		Rounds: *rounds, Rate: *rate, LatencyDuration: *duration, Workers: *workers, SDKBatchMax: *sdkBatch,
-		Progress: stderr})
+		LogBatches: *logBatches, Progress: stderr})
 	if err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func externalFlags(f *Flags, external bool) error {
 	inProcess := map[string]bool{"only": true, "rounds": true, "duration": true, "cpuprofile": true,
 		"memprofile": true, "database-url": true}
-	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "projector-profile": true, "nats-profile": true, "worker-profile": true, "compare": true, "tasks": true, "sync-policy": true, "log-batches": true,
+	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "projector-profile": true, "nats-profile": true, "worker-profile": true, "compare": true, "tasks": true, "sync-policy": true,
 		"latency": true, "warmup": true}
 	var err error
 	f.Visit(func(fl *flag.Flag) {
