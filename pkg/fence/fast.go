@@ -76,10 +76,16 @@ func (s *Store) predict(b *batch, res []Result) (plan, bool) {
 	if !ok {
 		return plan{}, false
 	}
+	// A task this process holds no head of is taken to be new: its first
+	// version is predicted to commit, and a later one is a gap, which
+	// leaves this path. Were the task not new after all (its head shed
+	// from the cache, or written by another process), the insert's heads
+	// check raises, for its head is not born where the plan says, and the
+	// batch is decided again from the database. Without this, every batch
+	// with a new task took two round trips: over fresh tasks, the first
+	// second ran at 0.42-0.74 of the rest (bench -external -tasks 10000).
 	_, tasks, _ := b.keys()
-	if missing := s.heads.lookup(tasks, st.heads); len(missing) > 0 {
-		return plan{}, false
-	}
+	s.heads.lookup(tasks, st.heads)
 	p, err := s.classify(b, st, res)
 	if err != nil || p.unchecked || len(p.rejects) > 0 || len(p.commits)+len(p.follows) != len(b.order) {
 		return plan{}, false

@@ -51,6 +51,52 @@ func TestPredictedBatchCommitsOnTheFastPath(t *testing.T) {
 	}
 }
 
+// New tasks take the fast path: a task this store holds no head of is
+// predicted new. One that another store wrote first is not new: the
+// insert's heads check (or the ids' unique key) refuses the prediction,
+// nothing is written, and the careful path gives the verdict. Switch: make
+// predict leave the fast path for any task without a cached head, and the
+// batch of new tasks takes two round trips.
+func TestNewTasksTakeTheFastPathAndAHeadNotCachedIsChecked(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t, fence.Config{})
+	other, err := fence.New(db.Pool, fence.Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	l, err := s.Acquire(ctx, 2, "worker-a.1", longTTL)
+	require.NoError(t, err)
+	require.Equal(t, wire.VerdictCommitted, appendOne(t, s, ev(l, "first", 1, "step")).Verdict, "reads the lease")
+
+	var batch []fence.Event
+	for k := range 5 {
+		batch = append(batch, ev(l, fmt.Sprintf("new-%d", k), 1, "step"))
+	}
+	res, err := s.Append(ctx, batch)
+	require.NoError(t, err)
+	for _, r := range res {
+		require.Equal(t, wire.VerdictCommitted, r.Verdict)
+	}
+	fast, missed := s.FastPath()
+	require.Equal(t, []int64{1, 0}, []int64{fast, missed}, "the batch of new tasks took the fast path")
+
+	// Another store commits version 1 of two tasks; this one has no head
+	// of them and predicts them new.
+	theirs := ev(l, "elsewhere", 1, "step")
+	require.Equal(t, wire.VerdictCommitted, appendOne(t, other, theirs).Verdict)
+	ours := ev(l, "elsewhere", 1, "step")
+	ours.Payload = []byte(`{"other":true}`)
+	require.Equal(t, wire.VerdictConflict, appendOne(t, s, ours).Verdict, "version 1 is taken, by other content")
+	resent := ev(l, "elsewhere-2", 1, "step")
+	require.Equal(t, wire.VerdictCommitted, appendOne(t, other, resent).Verdict)
+	require.Equal(t, wire.VerdictDuplicate, appendOne(t, s, resent).Verdict, "the same event again")
+	fast, missed = s.FastPath()
+	require.Equal(t, []int64{3, 2}, []int64{fast, missed}, "both predictions missed")
+	for _, task := range []string{"elsewhere", "elsewhere-2"} {
+		require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM ledger.events WHERE task_id = $1`, task), task)
+		require.Equal(t, 1, countRows(t, db, `SELECT version FROM ledger.heads WHERE task_id = $1`, task), task)
+	}
+}
+
 // A zombie: its store last read the lease as its own, then the lease
 // expired and another holder took it. Its next batch is predicted to
 // commit; the fence in the transaction refuses it before COMMIT, and the
