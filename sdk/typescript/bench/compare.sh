@@ -16,11 +16,28 @@ ledgerlab=${LEDGERLAB:-build-test/ledgerlab}
 db=${TEST_DATABASE_URL:-postgres://root@127.0.0.1:5432/test?sslmode=disable}
 batch=${SDK_BATCH:-0}
 
-out=$(mktemp)
+# Every background process is in pids, and the EXIT trap ends them all: a
+# stdin feeder left sleeping would hold the caller's pipe open (| tail hangs).
+pids=() tmps=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -f "${tmps[@]}"
+}
+trap cleanup EXIT
+# feed opens fd feed_fd on a process that prints $1 (if any) and then keeps
+# the pipe open until killed; feed_pid is that process.
+feed() {
+  if [ -n "${1:-}" ]; then exec {feed_fd}< <(echo "$1"; exec sleep 3600); else exec {feed_fd}< <(exec sleep 3600); fi
+  feed_pid=$!
+  pids+=("$feed_pid")
+}
+
+out=$(mktemp) && tmps+=("$out")
+feed
 "$ledgerctl" dev -json -nats-port 0 -fresh-database -database-url "$db" -stop-on-stdin-eof \
-  < <(sleep 3600) > "$out" 2>/dev/null &
-dev=$!
-trap 'kill $dev 2>/dev/null; rm -f "$out"' EXIT
+  <&"$feed_fd" > "$out" 2>/dev/null &
+pids+=($!)
+exec {feed_fd}<&-
 for _ in $(seq 1 100); do [ -s "$out" ] && break; sleep 0.1; done
 url=$(node -p "JSON.parse(require('fs').readFileSync('$out','utf8')).nats_url")
 
@@ -28,14 +45,17 @@ go_rates=() ts_rates=()
 for r in $(seq 1 "$rounds"); do
   # Each run holds every partition; the next waits out its TTL after release.
   # The bench worker runs until its stdin ends: it is stopped once it is done.
-  wout=$(mktemp)
-  "$ledgerlab" bench worker -nats-url "$url" -run "go$r" -events "$events" -tasks "$tasks" -sdk-batch "$batch" < <(echo go; sleep 600) > "$wout" &
-  worker=$!
+  wout=$(mktemp) && tmps+=("$wout")
+  feed go
+  "$ledgerlab" bench worker -nats-url "$url" -run "go$r" -events "$events" -tasks "$tasks" -sdk-batch "$batch" <&"$feed_fd" > "$wout" &
+  worker=$! wfeed=$feed_pid
+  pids+=("$worker")
+  exec {feed_fd}<&-
   until grep -q '"done"' "$wout"; do
     kill -0 $worker 2>/dev/null || { echo "compare: the Go bench worker failed" >&2; exit 1; }
     sleep 0.2
   done
-  kill $worker 2>/dev/null || true
+  kill "$worker" "$wfeed" 2>/dev/null || true
   line=$(grep '"done"' "$wout")
   rm -f "$wout"
   rate=$(node -p "const d=JSON.parse('$line'); Math.round(d.events/((d.last_receipt_ns-d.first_publish_ns)/1e9))")
