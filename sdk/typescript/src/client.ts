@@ -515,9 +515,11 @@ export class Client {
       return;
     }
     const due = performance.now() + this.cfg.receiptTimeoutMs;
+    // One ack, frozen, for the batch's events: they were stored as one message.
+    const o = { ok: true as const, value: Object.freeze({ stream: ack.stream ?? "", seq: ack.seq, duplicate: ack.duplicate === true }) };
     for (const p of this.#takeBatch(key)) {
       if (p.acked || p.done) continue;
-      p.setAck({ stream: ack.stream ?? "", seq: ack.seq, duplicate: ack.duplicate === true });
+      p.setAckOutcome(o);
       p.lookupDue = due;
     }
   }
@@ -569,7 +571,7 @@ export class Client {
         this.#resend(p, now);
         continue;
       }
-      if (p.lookupDue > 0 && now >= p.lookupDue && !p.lookingUp) void this.#lookUpVerdict(p);
+      if (now >= p.lookupDue && !p.lookingUp) void this.#lookUpVerdict(p);
     }
   }
 
@@ -626,7 +628,7 @@ export class Client {
    */
   #publishAgain(p: Pending): void {
     const n = ++p.unknown;
-    if ((n & (n - 1)) !== 0 || !p.headers || this.#closed || this.publishAgainOffForTest) return;
+    if ((n & (n - 1)) !== 0 || !p.sent || this.#closed || this.publishAgainOffForTest) return;
     p.resent = true;
     this.nc.publish(p.subject, p.payload, { headers: p.againHeaders(n) });
     this.log.info("the ledger has no record of an event; published it again", { event_id: p.id, task: p.task, version: p.version });
@@ -667,7 +669,7 @@ export class Client {
    */
   async #resendAcked(round: number): Promise<void> {
     if (round !== this.#reconnects || this.#closed) return;
-    const acked = [...this.pending.values()].filter((p) => p.acked && !p.done && p.headers);
+    const acked = [...this.pending.values()].filter((p) => p.acked && !p.done && p.sent);
     if (acked.length === 0) return;
     acked.sort((a, b) => a.version - b.version);
     let sent = 0;

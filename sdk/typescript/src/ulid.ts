@@ -1,8 +1,12 @@
 import { createHash, randomFillSync } from "node:crypto";
 
 const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+const CROCKFORD_CODES = Uint8Array.from(CROCKFORD, (c) => c.charCodeAt(0));
 const pool = new Uint8Array(10 * 256);
 let used = pool.length;
+// An id is written here and read out as one flat string: built a character
+// at a time it was 26 string concatenations, flattened again when hashed.
+const chars = Buffer.alloc(26);
 
 /**
  * ulid returns a new ULID: 48 bits of milliseconds and 80 bits from the
@@ -15,25 +19,22 @@ export function ulid(now: number = Date.now()): string {
     randomFillSync(pool);
     used = 0;
   }
-  let out = "";
   let t = now;
   for (let i = 9; i >= 0; i--) {
-    out = CROCKFORD[t % 32]! + out;
+    chars[i] = CROCKFORD_CODES[t % 32]!;
     t = Math.floor(t / 32);
   }
   // 80 random bits are 16 characters of 5 bits: 40 bits (5 bytes, 8
   // characters) at a time fit a double exactly.
-  for (let half = 0; half < 2; half++) {
+  for (let at = 10; at < 26; at += 8) {
     let v = 0;
     for (let i = 0; i < 5; i++) v = v * 256 + pool[used++]!;
-    let s = "";
-    for (let i = 0; i < 8; i++) {
-      s = CROCKFORD[v % 32]! + s;
+    for (let i = 7; i >= 0; i--) {
+      chars[at + i] = CROCKFORD_CODES[v % 32]!;
       v = Math.floor(v / 32);
     }
-    out += s;
   }
-  return out;
+  return chars.toString("latin1", 0, 26);
 }
 
 /** ulidTime is the millisecond time a ULID carries. */

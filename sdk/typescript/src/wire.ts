@@ -196,30 +196,32 @@ export interface BatchEvent {
  * types are checked to need no escaping, so they are written as they are.
  */
 export function batchBody(events: readonly BatchEvent[]): Uint8Array {
-  const heads: string[] = new Array(events.length);
-  let size = 2 + events.length;
+  if (events.length === 0) return new Uint8Array([0x5b, 0x5d]); // []
+  // Each piece is what comes before an event's payload: the end of the
+  // previous object and this one's head. Everything but the payloads is
+  // ASCII, so a piece is one latin1 write, in place, and a payload one copy.
+  const pieces: string[] = new Array(events.length);
+  let size = 0;
+  let end = "[";
   for (let i = 0; i < events.length; i++) {
     const e = events[i]!;
-    heads[i] = `${i > 0 ? "," : ""}{"event_id":"${e.id}","task":"${e.task}","version":${e.version},"type":"${e.type}","payload":`;
-    size += heads[i]!.length + (e.payload.length > 0 ? e.payload.length : 4) + (e.snapshot ? 18 : 0);
+    const payload = e.payload.length > 0 ? "" : "null";
+    pieces[i] = `${end}{"event_id":"${e.id}","task":"${e.task}","version":${e.version},"type":"${e.type}","payload":${payload}`;
+    size += pieces[i]!.length + e.payload.length;
+    end = e.snapshot ? `,"kind":"snapshot"},` : "},";
   }
-  const body = new Uint8Array(size);
+  const last = `${end.slice(0, -1)}]`;
+  // The buffer is its own (not the pool's), and every byte of it is written.
+  const body = Buffer.allocUnsafeSlow(size + last.length);
   let n = 0;
-  const ascii = (s: string) => {
-    n += encoder.encodeInto(s, body.subarray(n)).written;
-  };
-  ascii("[");
   for (let i = 0; i < events.length; i++) {
     const e = events[i]!;
-    ascii(heads[i]!);
-    if (e.payload.length > 0) {
-      body.set(e.payload, n);
-      n += e.payload.length;
-    } else ascii("null");
-    ascii(e.snapshot ? `,"kind":"snapshot"}` : "}");
+    n += body.write(pieces[i]!, n, "latin1");
+    body.set(e.payload, n);
+    n += e.payload.length;
   }
-  ascii("]");
-  return body.subarray(0, n);
+  n += body.write(last, n, "latin1");
+  return new Uint8Array(body.buffer, body.byteOffset, n);
 }
 
 /** BatchMessage is a batch's body and the values of its headers. */
