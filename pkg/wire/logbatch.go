@@ -117,11 +117,11 @@ func (s Subjects) LogBatchMsgs(copies []LogCopy, maxBytes int) ([]*nats.Msg, err
 func appendLogElem(b []byte, c *LogCopy) ([]byte, error) {
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendInt(b, c.Seq, 10)
-	b = appendElemString(append(b, `,"event_id":`...), c.EventID)
-	b = appendElemString(append(b, `,"task":`...), c.Task)
+	b = appendQuoted(append(b, `,"event_id":`...), c.EventID, false)
+	b = appendQuoted(append(b, `,"task":`...), c.Task, false)
 	b = strconv.AppendInt(append(b, `,"version":`...), c.Version, 10)
-	b = appendElemString(append(b, `,"type":`...), c.Type)
-	b = appendElemString(append(b, `,"holder":`...), c.Holder)
+	b = appendQuoted(append(b, `,"type":`...), c.Type, false)
+	b = appendQuoted(append(b, `,"holder":`...), c.Holder, false)
 	b = strconv.AppendInt(append(b, `,"generation":`...), c.Generation, 10)
 	b = append(b, `,"committed_at":"`...)
 	b = append(c.CommittedAt.UTC().AppendFormat(b, time.RFC3339Nano), '"')
@@ -136,27 +136,9 @@ func appendLogElem(b []byte, c *LogCopy) ([]byte, error) {
 		b = append(b, `,"kind":"`+KindSnapshot+`"`...)
 	}
 	if c.WouldReject != "" {
-		b = appendElemString(append(b, `,"would_reject":`...), c.WouldReject)
+		b = appendQuoted(append(b, `,"would_reject":`...), c.WouldReject, false)
 	}
 	return append(b, '}'), nil
-}
-
-// appendElemString appends s as a JSON string as encoding/json writes it
-// without HTML escaping. Ids, types and holders are printable ASCII and
-// are copied as they are; anything else goes through an encoder.
-func appendElemString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			var buf bytes.Buffer
-			enc := json.NewEncoder(&buf)
-			enc.SetEscapeHTML(false)
-			_ = enc.Encode(s) // a string always encodes
-			return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // appendCompactJSON appends p compacted, as encoding/json writes a

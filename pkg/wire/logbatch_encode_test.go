@@ -30,7 +30,7 @@ func appendLogElemByReflection(b []byte, c *LogCopy) ([]byte, error) {
 // FuzzAppendLogElemMatchesEncodingJSON checks the hand-written encoder of a
 // log batch's events against encoding/json: the same bytes for every copy,
 // and an error for the same payloads (not JSON). Switch: let
-// appendElemString copy every string as it is, and a quote or a control
+// appendQuoted copy every string as it is, and a quote or a control
 // character in a string parts them.
 func FuzzAppendLogElemMatchesEncodingJSON(f *testing.F) {
 	f.Add(int64(7), "01JD0000000000000000000001", "report-7", int64(3), "progress", "reports.pod-a", int64(2),

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -82,14 +83,22 @@ func decodeReceiptReflect(data []byte) (Receipt, error) {
 	return r, nil
 }
 
-// appendJSONString appends s as a JSON string. Ids, types and reasons are
-// plain ASCII and are copied as they are; anything else (the id of an
-// invalid message, say) goes through encoding/json.
-func appendJSONString(b []byte, s string) []byte {
+// appendJSONString appends s as a JSON string, as json.Marshal writes it.
+// Ids, types and reasons are plain ASCII and are copied as they are;
+// anything else (the id of an invalid message, say) goes through
+// encoding/json.
+func appendJSONString(b []byte, s string) []byte { return appendQuoted(b, s, true) }
+
+// appendQuoted is appendJSONString, escaping HTML characters outside plain
+// ASCII strings or not, as an encoder with SetEscapeHTML(escapeHTML) does.
+func appendQuoted(b []byte, s string, escapeHTML bool) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(escapeHTML)
+			_ = enc.Encode(s) // a string always encodes
+			return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
 		}
 	}
 	b = append(b, '"')
