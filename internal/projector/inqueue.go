@@ -18,10 +18,10 @@ import (
 // dropped message waits out the ack wait): the catch-up stalled for 30 s
 // at a time (ledgerlab bench -log-batches).
 
-// pullMaxBytes bounds the bytes the consumer's pulls keep buffered in the
+// PullMaxBytes bounds the bytes the consumer's pulls keep buffered in the
 // client: well under nats.go's 64 MiB slow-consumer limit of a
 // subscription, and 16 of LEDGER_LOG's largest messages (1 MiB).
-const pullMaxBytes = 16 << 20
+const PullMaxBytes = 16 << 20
 
 // inMsg is a delivered log message and its weight in events.
 type inMsg struct {

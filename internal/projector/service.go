@@ -142,7 +142,7 @@ func (s *Service) Start(ctx context.Context) error {
 		// Enough in flight for a catch-up turn not to wait on each pull,
 		// bounded in bytes: a message count let a backlog of log batches
 		// overflow the client's buffer (inqueue.go).
-		jetstream.PullMaxBytes(pullMaxBytes),
+		jetstream.PullMaxBytes(PullMaxBytes),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			s.log.Warn("consume", slog.String("error", err.Error()))
 		}))
@@ -168,8 +168,8 @@ func (s *Service) Start(ctx context.Context) error {
 func (s *Service) Stop() { s.once.Do(s.stopOnce) }
 
 func (s *Service) stopOnce() {
-	close(s.stop) // first: it releases a delivery blocked on a full channel
-	s.queue.close()
+	close(s.stop)
+	s.queue.close() // releases a delivery waiting for room
 	if s.consume == nil {
 		return // never started
 	}
@@ -217,12 +217,10 @@ func (s *Service) deliver(m jetstream.Msg) {
 		_ = m.Nak()
 		return
 	}
-	select {
-	case s.in <- inMsg{m: m, events: w}:
-	case <-s.stop:
-		s.queue.release(w)
-		_ = m.Nak()
-	}
+	// The room reserved is room in the channel too: a message weighs one
+	// event at least, and the channel holds as many messages as the queue
+	// events, so this send never waits.
+	s.in <- inMsg{m: m, events: w}
 }
 
 // giveBack naks the messages waiting in the channel, so that the next

@@ -68,8 +68,8 @@ func (s *Service) run(ctx context.Context) {
 // one instead, unless the batch is empty.
 func (s *Service) fill(first inMsg) (batch []jetstream.Msg, next *inMsg) {
 	batch, events := []jetstream.Msg{s.take(first)}, first.events
-	add := func(in inMsg, limit int) bool {
-		if events+in.events > limit {
+	add := func(in inMsg) bool {
+		if events+in.events > s.cfg.CatchUpBatchSize {
 			next = &in
 			return false
 		}
@@ -79,7 +79,7 @@ func (s *Service) fill(first inMsg) (batch []jetstream.Msg, next *inMsg) {
 	for events < s.cfg.BatchSize {
 		select {
 		case in := <-s.in:
-			if !add(in, s.cfg.CatchUpBatchSize) {
+			if !add(in) {
 				return batch, next
 			}
 		default:
@@ -97,7 +97,7 @@ func (s *Service) fill(first inMsg) (batch []jetstream.Msg, next *inMsg) {
 		}
 		select {
 		case in := <-s.in:
-			if !add(in, s.cfg.CatchUpBatchSize) {
+			if !add(in) {
 				return batch, next
 			}
 			continue
@@ -106,7 +106,7 @@ func (s *Service) fill(first inMsg) (batch []jetstream.Msg, next *inMsg) {
 		wait.Reset(min(s.cfg.CatchUpWait, left)) // since Go 1.23 no stale tick survives a Reset
 		select {
 		case in := <-s.in:
-			if !add(in, s.cfg.CatchUpBatchSize) {
+			if !add(in) {
 				return batch, next
 			}
 		case <-wait.C:

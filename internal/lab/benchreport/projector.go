@@ -174,7 +174,7 @@ func (b *projectorBench) readLog(ctx context.Context, first uint64, n, events in
 	b.prog.begin(LabelLogRead, n, read.Load)
 	defer b.prog.end()
 	start := time.Now()
-	it, err := cons.Messages(jetstream.PullMaxBytes(16 << 20)) // the projector's pulls' bound
+	it, err := cons.Messages(jetstream.PullMaxBytes(projector.PullMaxBytes))
 	if err != nil {
 		return Row{}, err
 	}

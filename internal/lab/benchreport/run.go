@@ -33,10 +33,10 @@ package benchreport
 import (
 	"context"
 	"fmt"
-	"github.com/flowness/ledger/internal/ingest"
 	"strings"
 	"time"
 
+	"github.com/flowness/ledger/internal/ingest"
 	"github.com/flowness/ledger/internal/localstack"
 )
 
