@@ -267,3 +267,42 @@ func TestDatabaseFenceLocksTheLeaseOfARawInsert(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, `SELECT FROM ledger.leases WHERE partition = 2 FOR UPDATE NOWAIT`)
 	require.NoError(t, err, "a lease the insert does not claim is not locked")
 }
+
+// The append writes where a head moved from itself (migration 00020), but
+// what it writes does not decide what the database's fence checks: a
+// statement that names a wrong moved_from still gets the head's old version.
+// A raw insert of version 4 that claims the head moved from 3 is refused as
+// the skip past version 3 that it is. The negative control drops the row
+// trigger that corrects moved_from: the skip then commits.
+func TestAForgedMovedFromSkipsNoVersion(t *testing.T) {
+	t.Parallel()
+	const attack = `WITH ins AS (
+		INSERT INTO ledger.events (event_id, partition, task_id, version, type, payload, holder, generation, committed_at)
+		VALUES ('01JD00000000000000000000M4', 1, 'report-7', 4, 'completed', '{}', 'reports.b', 3, clock_timestamp())
+		RETURNING seq, version, type)
+		UPDATE ledger.heads h SET version = ins.version, seq = ins.seq, type = ins.type, moved_from = 3
+		FROM ins WHERE h.task_id = 'report-7'`
+	const harm = `SELECT count(*) = 1 FROM ledger.events WHERE task_id = 'report-7' AND version = 4`
+	for _, corrected := range []bool{true, false} {
+		t.Run(map[bool]string{true: "with the row trigger", false: "without it"}[corrected], func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t)
+			pool := openPool(t, loginUser(t, db, roleIngest))
+			stageIngestHistory(t, pool)
+			if !corrected {
+				_, err := db.Pool.Exec(context.Background(), `DROP TRIGGER heads_moved_from_update ON ledger.heads`)
+				require.NoError(t, err)
+			}
+			err, harmed := runAttack(t, pool, fenceAttack{name: "forged moved_from", sql: attack, harm: harm})
+			if !corrected {
+				require.NoError(t, err, "the skip commits when moved_from is what the statement says")
+				require.True(t, harmed)
+				return
+			}
+			var pgErr *pgconn.PgError
+			require.Truef(t, errors.As(err, &pgErr), "want SQLSTATE LF005, got %v", err)
+			require.Equal(t, "LF005", pgErr.Code, pgErr.Message)
+			require.False(t, harmed)
+		})
+	}
+}

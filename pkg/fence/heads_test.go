@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowness/ledger/internal/dbtest"
@@ -153,4 +154,52 @@ func TestAppendsMakePartitionsAheadOfNeed(t *testing.T) {
 		require.Error(t, err, "without partition keeping the appends still found partitions: the test could not fail")
 		require.Contains(t, err.Error(), "no partition of relation")
 	})
+}
+
+// The append writes where each head moved from itself (migration 00020), so
+// the database fence's row trigger, a PL/pgSQL call for each head a
+// statement moves, is never called: pg_stat_user_functions counts no call
+// of ledger.heads_moved_from while it counts the insert's own
+// ledger.fence_check once an append. The values are the ones the trigger
+// would write: 0 for a new head, the version it moved from for the rest.
+func TestTheAppendWritesWhereHeadsMovedFrom(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	cfg := db.Pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["track_functions"] = "pl"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	s, err := fence.New(pool, fence.Config{})
+	require.NoError(t, err)
+	l, err := s.Acquire(ctx, 3, "moves.a", time.Minute)
+	require.NoError(t, err)
+	for _, batch := range [][]fence.Event{
+		{ev(l, "mf-a", 1, "t"), ev(l, "mf-a", 2, "t"), ev(l, "mf-b", 1, "t")},
+		{ev(l, "mf-a", 3, "t"), ev(l, "mf-b", 2, "t"), ev(l, "mf-b", 3, "t"), ev(l, "mf-c", 1, "t")},
+	} {
+		res, err := s.Append(ctx, batch)
+		require.NoError(t, err)
+		for _, r := range res {
+			require.Equal(t, wire.VerdictCommitted, r.Verdict, r.Reason)
+		}
+	}
+	want := map[string]int64{"mf-a": 2, "mf-b": 1, "mf-c": 0}
+	for task, from := range want {
+		var got int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT moved_from FROM ledger.heads WHERE task_id = $1`, task).Scan(&got))
+		require.Equal(t, from, got, "%s moved from", task)
+	}
+
+	pool.Close() // a session reports its function statistics as it ends
+	calls := func(fn string) int64 {
+		var n int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
+			WHERE schemaname = 'ledger' AND funcname = $1`, fn).Scan(&n))
+		return n
+	}
+	require.Eventually(t, func() bool { return calls("fence_check") >= 2 }, 10*time.Second, 20*time.Millisecond,
+		"the appends' sessions reported their calls")
+	require.Zero(t, calls("heads_moved_from"), "the row trigger ran for a head the append moved")
 }

@@ -232,11 +232,13 @@ JOIN ledger.events e ON e.task_id = i.task_id AND e.version = i.version AND e.se
 	// minted before the id floor: an append that read the horizon before an
 	// archive moved it may plan such an id as new, and ledger.ids_check then
 	// fails the statement so that the batch is decided again (doc.go,
-	// Growth). It moves each
-	// task's head in ledger.heads: a task's head moves from exactly the
-	// version the batch planned from ($12: the head its first commit of the
-	// task was decided against), or not at all; a new task's head takes
-	// the kind its first event says ($13). The UPDATE waits for the row lock of a
+	// Growth). It moves each task's head in ledger.heads: a task's head
+	// moves from exactly the version the batch planned from ($12: the head
+	// its first commit of the task was decided against), or not at all; a
+	// new task's head takes the kind its first event says ($13). It writes
+	// where each head moved from (moved_from), which the database's fence
+	// would otherwise write in a row trigger, a call for each head
+	// (migration 00020). The UPDATE waits for the row lock of a
 	// concurrent writer of the task and then finds the head moved; the
 	// INSERT of a new task's head waits for a concurrent insert of the same
 	// task and then finds it there. ledger.heads_check (migration 00006)
@@ -273,14 +275,14 @@ moves AS (
     ORDER BY task_id, version DESC
 ),
 moved AS (
-    UPDATE ledger.heads h SET version = m.version, seq = m.seq, type = m.type
+    UPDATE ledger.heads h SET version = m.version, seq = m.seq, type = m.type, moved_from = h.version
     FROM moves m
     WHERE h.task_id = m.task_id AND m.prev > 0 AND h.version = m.prev
     RETURNING 1
 ),
 born AS (
-    INSERT INTO ledger.heads (task_id, partition, version, seq, type, first_seq, owner, kind)
-    SELECT task_id, partition, version, seq, type, first_seq, owner, kind FROM moves WHERE prev = 0
+    INSERT INTO ledger.heads (task_id, partition, version, seq, type, first_seq, owner, kind, moved_from)
+    SELECT task_id, partition, version, seq, type, first_seq, owner, kind, 0 FROM moves WHERE prev = 0
     ORDER BY task_id
     ON CONFLICT (task_id) DO NOTHING
     RETURNING 1

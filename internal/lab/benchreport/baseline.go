@@ -81,9 +81,10 @@ heads AS (
     ORDER BY task_id, version DESC
 ),
 moved AS (
-    INSERT INTO ledger.heads (task_id, partition, version, seq, type, first_seq)
-    SELECT task_id, partition, version, seq, type, first_seq FROM heads
-    ON CONFLICT (task_id) DO UPDATE SET version = EXCLUDED.version, seq = EXCLUDED.seq, type = EXCLUDED.type
+    INSERT INTO ledger.heads (task_id, partition, version, seq, type, first_seq, moved_from)
+    SELECT task_id, partition, version, seq, type, first_seq, 0 FROM heads
+    ON CONFLICT (task_id) DO UPDATE SET version = EXCLUDED.version, seq = EXCLUDED.seq, type = EXCLUDED.type,
+                                        moved_from = ledger.heads.version
 )
 SELECT count(*) FROM ins`
 
