@@ -114,21 +114,24 @@ func (s *Service) markKey(task string) string { return s.cfg.durable() + "." + t
 // when a gap opens (before the batch that opened it is acked), deleted when
 // it closes. It fails if the marker could not be written.
 func (s *Service) trackGap(ctx context.Context, st projection.State) error {
+	_, open := s.gaps[st.Task]
+	if (st.Gap != nil) == open {
+		return nil // nearly every write: no marker to write or delete
+	}
 	ctx, cancel := context.WithTimeout(ctx, markTimeout)
 	defer cancel()
-	_, open := s.gaps[st.Task]
-	switch {
-	case st.Gap != nil && !open:
-		if _, err := s.marks.Put(ctx, s.markKey(st.Task), []byte(wire.FormatTime(st.Gap.Since))); err != nil {
-			s.log.Warn("open-gap marker not written", slog.String("task", st.Task), slog.String("error", err.Error()))
-			return fmt.Errorf("write the open-gap marker of %s: %w", st.Task, err)
-		}
-		s.gaps[st.Task] = st.Gap.Since
-	case st.Gap == nil && open:
-		// A marker left behind only costs the next start a look at the task.
+	if open {
+		// The gap closed. A marker left behind only costs the next start a
+		// look at the task.
 		_ = s.marks.Delete(ctx, s.markKey(st.Task))
 		delete(s.gaps, st.Task)
+		return nil
 	}
+	if _, err := s.marks.Put(ctx, s.markKey(st.Task), []byte(wire.FormatTime(st.Gap.Since))); err != nil {
+		s.log.Warn("open-gap marker not written", slog.String("task", st.Task), slog.String("error", err.Error()))
+		return fmt.Errorf("write the open-gap marker of %s: %w", st.Task, err)
+	}
+	s.gaps[st.Task] = st.Gap.Since
 	return nil
 }
 
