@@ -152,8 +152,7 @@ func (l *Lease) publishKind(ctx context.Context, task, typ string, payload []byt
 
 // newPending is an event of task about to be published.
 func (l *Lease) newPending(task string) *Pending {
-	return &Pending{lease: l, id: newULID(), task: task,
-		done: make(chan struct{}), acked: make(chan struct{}), assigned: make(chan struct{})}
+	return &Pending{lease: l, id: newULID(), task: task}
 }
 
 // PublishJSON is Publish with v encoded by encoding/json as the payload.
@@ -436,10 +435,9 @@ type Pending struct {
 	// snapshot marks an event of a snapshot task (PublishSnapshot).
 	snapshot bool
 
-	done     chan struct{} // closed with the receipt (or err)
-	acked    chan struct{} // closed with the publish ack's outcome
-	assigned chan struct{} // closed once version is set (or err): assign
-	assign   sync.Once
+	done     signal // closed with the receipt (or err)
+	acked    signal // closed with the publish ack's outcome
+	assigned signal // closed once version is set (or err)
 
 	mu      sync.Mutex
 	receipt wire.Receipt
@@ -483,12 +481,12 @@ func (p *Pending) Task() string { return p.task }
 // then waits until the event's version is assigned, and returns 0 if the
 // event ends unsent (Receipt says why).
 func (p *Pending) Version() int64 {
-	<-p.assigned
+	<-p.assigned.wait()
 	return p.version
 }
 
 // markAssigned lets Version return.
-func (p *Pending) markAssigned() { p.assign.Do(func() { close(p.assigned) }) }
+func (p *Pending) markAssigned() { p.assigned.close() }
 
 // fail ends an event that will never be sent.
 func (p *Pending) fail(err error) {
@@ -496,13 +494,13 @@ func (p *Pending) fail(err error) {
 	p.err, p.ackErr = err, err
 	p.mu.Unlock()
 	p.markAssigned()
-	close(p.acked)
-	close(p.done)
+	p.acked.close()
+	p.done.close()
 }
 
 // Done returns a channel that is closed when the event has its verdict:
 // its receipt arrived, or the ledger told it after the receipt was lost.
-func (p *Pending) Done() <-chan struct{} { return p.done }
+func (p *Pending) Done() <-chan struct{} { return p.done.wait() }
 
 // PubAck waits for JetStream's publish ack: LEDGER_IN has stored the
 // event (replicated as the stream is configured; on a single node file
@@ -516,7 +514,7 @@ func (p *Pending) Done() <-chan struct{} { return p.done }
 // receipt came and the ack was then lost: the receipt proves storage.
 func (p *Pending) PubAck(ctx context.Context) (*jetstream.PubAck, error) {
 	select {
-	case <-p.acked:
+	case <-p.acked.wait():
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.ack, p.ackErr
@@ -541,13 +539,11 @@ func (p *Pending) PubAck(ctx context.Context) (*jetstream.PubAck, error) {
 // does not record). The wait is bounded by ctx. It returns ErrClosed after
 // Client.Close.
 func (p *Pending) Receipt(ctx context.Context) (wire.Receipt, error) {
-	select {
-	case <-p.done:
+	if p.done.isClosed() {
 		return p.getReceipt()
-	default:
 	}
 	select {
-	case <-p.done:
+	case <-p.done.wait():
 		return p.getReceipt()
 	case <-ctx.Done():
 		return wire.Receipt{}, fmt.Errorf("worker: receipt of event %s: %w", p.id, ctx.Err())
@@ -580,7 +576,7 @@ func (p *Pending) resolve(r wire.Receipt) {
 	p.mu.Lock()
 	p.receipt = r
 	p.mu.Unlock()
-	close(p.done)
+	p.done.close()
 }
 
 // stopLookups stops the next lookup of p's verdict for good: p has its
@@ -598,7 +594,7 @@ func (p *Pending) setAck(ack *jetstream.PubAck, err error) {
 	p.mu.Lock()
 	p.ack, p.ackErr = ack, err
 	p.mu.Unlock()
-	close(p.acked)
+	p.acked.close()
 }
 
 // republish publishes an event again after a failed attempt (same id, so
@@ -609,7 +605,7 @@ func (p *Pending) setAck(ack *jetstream.PubAck, err error) {
 func (c *Client) republish(p *Pending, err error) {
 	backoff := 50 * time.Millisecond
 	for {
-		if isClosed(p.done) {
+		if p.done.isClosed() {
 			p.setAck(nil, nil) // the receipt came: the ack no longer matters
 			c.wg.Done()
 			return
@@ -625,7 +621,7 @@ func (c *Client) republish(p *Pending, err error) {
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
-		case <-p.done:
+		case <-p.done.wait():
 		case <-p.lease.ctx.Done():
 		case <-c.closedCh:
 			t.Stop()
@@ -635,7 +631,7 @@ func (c *Client) republish(p *Pending, err error) {
 		}
 		t.Stop()
 		backoff = min(2*backoff, time.Second)
-		if p.lease.ctx.Err() != nil || isClosed(p.done) {
+		if p.lease.ctx.Err() != nil || p.done.isClosed() {
 			continue // decided at the top of the loop
 		}
 		c.mu.Lock()

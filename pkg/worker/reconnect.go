@@ -59,7 +59,7 @@ func (c *Client) resendAcked() {
 	suffix := "r" + strconv.FormatUint(c.nc.Stats().Reconnects, 10)
 	sent := 0
 	for _, p := range acked {
-		if isClosed(p.done) {
+		if p.done.isClosed() {
 			continue
 		}
 		p.resent.Store(true)
