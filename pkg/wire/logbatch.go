@@ -86,27 +86,46 @@ func (s Subjects) LogBatchMsgs(copies []LogCopy, maxBytes int) ([]*nats.Msg, err
 		if c.Partition != p {
 			return nil, fmt.Errorf("wire: a log batch is of one partition: copy %d is of %d, the first of %d", i, c.Partition, p)
 		}
-		elem, err := appendLogElem(nil, c)
-		if err != nil {
+		if body == nil {
+			body = make([]byte, 0, min(maxBytes, logBatchRoom(copies[i:])))
+		}
+		// Each copy is written where it goes, after the batch's earlier
+		// ones, and moved to a message of its own only when it does not fit.
+		at := len(body)
+		body = append(body, ',')
+		var err error
+		if body, err = appendLogElem(body, c); err != nil {
 			return nil, err
 		}
-		if len(elem)+2+logBatchHeaderRoom > maxBytes {
-			return nil, fmt.Errorf("wire: the copy of %s version %d is %d bytes, over %d for a message", c.Task, c.Version, len(elem), maxBytes)
+		size := len(body) - at - 1
+		if size+2+logBatchHeaderRoom > maxBytes {
+			return nil, fmt.Errorf("wire: the copy of %s version %d is %d bytes, over %d for a message", c.Task, c.Version, size, maxBytes)
 		}
-		if n > 0 && (n == MaxBatch || len(body)+1+len(elem)+1+logBatchHeaderRoom > maxBytes) {
+		if n > 0 && (n == MaxBatch || len(body)+1+logBatchHeaderRoom > maxBytes) {
+			elem := bytes.Clone(body[at+1:])
+			body = body[:at]
 			flush(i)
+			body = append(make([]byte, 0, min(maxBytes, logBatchRoom(copies[i:]))), ',')
+			body, at = append(body, elem...), 0
 		}
 		if n == 0 {
 			first = i
-			body = append(body, '[')
-		} else {
-			body = append(body, ',')
+			body[at] = '['
 		}
-		body = append(body, elem...)
 		n++
 	}
 	flush(len(copies))
 	return msgs, nil
+}
+
+// logBatchRoom is about the bytes of a batch of copies: their payloads and
+// the fields around them.
+func logBatchRoom(copies []LogCopy) int {
+	room := 2
+	for i := range min(len(copies), MaxBatch) {
+		room += len(copies[i].Payload) + len(copies[i].Task) + len(copies[i].Type) + len(copies[i].Holder) + 160
+	}
+	return room
 }
 
 // appendLogElem appends c as a log batch's JSON object: what encoding/json

@@ -332,3 +332,20 @@ func BenchmarkDecodeLog(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(copies)), "ns/event")
 	})
 }
+
+// BenchmarkLogBatchMsgs: the ingest's cost per event of writing a batch of
+// 256 copies as log batch messages.
+func BenchmarkLogBatchMsgs(b *testing.B) {
+	subj := wire.Subjects{}
+	copies := logCopies(256)
+	for i := range copies {
+		copies[i].Payload = []byte(`{"status":"running","progress":42,"worker":"pod-a","detail":{"step":3,"of":10}}`)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := subj.LogBatchMsgs(copies, 1<<20); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(copies)), "ns/event")
+}
