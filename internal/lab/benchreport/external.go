@@ -47,6 +47,10 @@ type ExternalOptions struct {
 	// LogBatches runs the ingest with -log-batches: one LEDGER_LOG message
 	// per partition of a batch; default per-event copies.
 	LogBatches bool
+	// Roles runs the ingest and the projector as LOGIN users in
+	// ledger_ingest and ledger_projector, as production does, so that the
+	// database's own fence checks their statements; default the owner.
+	Roles bool
 	// IngestProfile, when set, is the file the ingest writes a CPU profile
 	// of its whole life to (its -cpuprofile flag); default none.
 	IngestProfile string
@@ -145,6 +149,9 @@ type ExternalReport struct {
 	Warmup  int  `json:"warmup,omitempty"`
 	Workers int  `json:"workers"`
 	Raw     bool `json:"raw,omitempty"`
+	// Roles is set when the ingest and the projector ran as users in
+	// ledger_ingest and ledger_projector (ExternalOptions.Roles).
+	Roles bool `json:"roles,omitempty"`
 	// Receipt is from the first publish to the last commit receipt;
 	// Projected to the moment the projector had acked every LEDGER_LOG
 	// copy of the run (it acks once the value is in the bucket).
@@ -230,7 +237,7 @@ func RunExternal(ctx context.Context, o ExternalOptions) (ExternalReport, error)
 		load = "raw"
 	}
 	prog.say("run %s, external: %s events, %d %s worker processes", id, group(int64(o.Events)), o.Workers, load)
-	do := chaos.DeploymentOptions{Bin: o.Bin, Progress: sayWriter{prog}, NoProjector: o.Latency}
+	do := chaos.DeploymentOptions{Bin: o.Bin, Progress: sayWriter{prog}, NoProjector: o.Latency, Roles: o.Roles}
 	// The services run in directories of their own: profile paths are
 	// made absolute.
 	for _, p := range []struct {
@@ -305,7 +312,7 @@ type component struct {
 
 func (e *external) run(ctx context.Context) (ExternalReport, error) {
 	r := ExternalReport{Machine: machine(ctx, e.d.Pool(), true), Events: e.o.Events, Tasks: e.o.Tasks,
-		Workers: e.o.Workers, Raw: e.o.Raw}
+		Workers: e.o.Workers, Raw: e.o.Raw, Roles: e.o.Roles}
 	var err error
 	if r.Warmup, err = e.warmUp(ctx); err != nil {
 		return r, err

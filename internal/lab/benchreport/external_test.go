@@ -160,7 +160,7 @@ func TestExternalLatencyRunSetsTheSDKBesideTheBarePipeline(t *testing.T) {
 	defer cancel()
 	var progress ledgertest.Buffer
 	r, err := benchreport.RunExternal(ctx, benchreport.ExternalOptions{Events: 4000, Tasks: 200, Workers: 2, Bin: bin,
-		Latency: true, Warmup: -1, Progress: &progress})
+		Latency: true, Warmup: -1, Progress: &progress, Roles: true})
 	if errors.Is(err, pgtemp.ErrNotInstalled) {
 		t.Skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed: ", err)
 	}

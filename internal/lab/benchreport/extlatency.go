@@ -21,7 +21,7 @@ import (
 // keeps) and offers half. Either way the ledger is warmed up first.
 func (e *external) latencyRun(ctx context.Context) (ExternalReport, error) {
 	r := ExternalReport{Machine: machine(ctx, e.d.Pool(), true), Events: e.o.Events, Tasks: e.o.Tasks,
-		Workers: e.o.Workers, Raw: e.o.Raw}
+		Workers: e.o.Workers, Raw: e.o.Raw, Roles: e.o.Roles}
 	lat := &ExternalLatency{Rate: e.o.Rate}
 	if lat.Rate == 0 {
 		sat := *e

@@ -20,7 +20,7 @@ func (r ExternalReport) Table() string {
 	}
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(&b, "deployment: nats-server, ingest (no projector) and %d %s worker processes, and a bare pipeline, "+
-			"each a process of its own; PostgreSQL a throwaway cluster\n", r.Workers, kind)
+			"each a process of its own; PostgreSQL a throwaway cluster%s\n", r.Workers, kind, rolesNote(r.Roles))
 		rate := "given"
 		if l.Saturation > 0 {
 			rate = fmt.Sprintf("half the raw publishers' full-speed %s events/s", group(int64(l.Saturation+0.5)))
@@ -51,7 +51,7 @@ func (r ExternalReport) Table() string {
 		b.WriteString("the saturation run (raw publishers at full speed):\n")
 	} else {
 		fmt.Fprintf(&b, "deployment: nats-server, ingest, projector and %d %s worker processes, each a process of its own; "+
-			"PostgreSQL a throwaway cluster\n", r.Workers, kind)
+			"PostgreSQL a throwaway cluster%s\n", r.Workers, kind, rolesNote(r.Roles))
 	}
 	fmt.Fprintf(&b, "load: %s events over %s new tasks on %d partitions, %d-byte JSON payloads%s\n",
 		group(int64(r.Events)), group(int64(r.Tasks)), partitions, len(payload(10)), warmupNote(r.Warmup))
@@ -151,4 +151,12 @@ func formatBound(d time.Duration) string {
 		return "beyond the buckets"
 	}
 	return formatLatency(d)
+}
+
+// rolesNote says who the services connected to PostgreSQL as.
+func rolesNote(roles bool) string {
+	if roles {
+		return "; the ingest and the projector as users in ledger_ingest and ledger_projector (the database's fence checks them)"
+	}
+	return "; the ingest and the projector as the schema's owner (the database's fence checks nothing)"
 }

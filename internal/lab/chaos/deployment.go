@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strconv"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowness/ledger/internal/pgtemp"
+	"github.com/flowness/ledger/migrations"
 	"github.com/flowness/ledger/pkg/wire"
 )
 
@@ -46,6 +48,12 @@ type DeploymentOptions struct {
 	// NATSProfile, when set, is the file the NATS node writes a CPU profile
 	// of its whole life to; default none.
 	NATSProfile string
+	// Roles runs the ingest and the projector as LOGIN users in
+	// ledger_ingest and ledger_projector, as a production deployment does
+	// (docs/operations.md, "PostgreSQL roles"): the database's own fence
+	// then checks each of their statements. The schema is migrated by its
+	// owner first. Default: both connect as the owner.
+	Roles bool
 }
 
 // Deployment is the ledger as processes, the way it is deployed and with no
@@ -112,7 +120,15 @@ func StartDeployment(ctx context.Context, o DeploymentOptions) (_ *Deployment, e
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"-database-url", r.dbURL, "-nats-url", r.natsURL, "-partitions", strconv.Itoa(parts), "-replicas", replicas,
+	ingestURL, projectorURL := r.dbURL, r.dbURL
+	if o.Roles {
+		if ingestURL, projectorURL, err = serviceUsers(ctx, r.dbURL); err != nil {
+			return nil, err
+		}
+		o.IngestArgs = append([]string{"-migrate=false"}, o.IngestArgs...)
+		r.logf("the ingest and the projector connect as users in ledger_ingest and ledger_projector")
+	}
+	args := append([]string{"-database-url", ingestURL, "-nats-url", r.natsURL, "-partitions", strconv.Itoa(parts), "-replicas", replicas,
 		"-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[0])}, o.IngestArgs...)
 	d.ingestAdmin = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	ing := d.newProc("ingest", r.bin.ingest, args...)
@@ -124,11 +140,16 @@ func StartDeployment(ctx context.Context, o DeploymentOptions) (_ *Deployment, e
 	if err := waitReady(ctx, ports[0], ing); err != nil {
 		return nil, err
 	}
+	if o.Roles {
+		if err := connectedAs(ctx, r.pool, ingestUser); err != nil {
+			return nil, err
+		}
+	}
 	if o.NoProjector {
 		r.logf("an ingest ready (no projector)")
 		return d, nil
 	}
-	r.proj = d.newProc("projector", r.bin.projector, append([]string{"-database-url", r.dbURL, "-nats-url", r.natsURL,
+	r.proj = d.newProc("projector", r.bin.projector, append([]string{"-database-url", projectorURL, "-nats-url", r.natsURL,
 		"-partition-count", strconv.Itoa(parts), "-replicas", replicas, "-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[1])},
 		o.ProjectorArgs...)...)
 	if err := r.proj.start(); err != nil {
@@ -136,6 +157,11 @@ func StartDeployment(ctx context.Context, o DeploymentOptions) (_ *Deployment, e
 	}
 	if err := waitReady(ctx, ports[1], r.proj); err != nil {
 		return nil, err
+	}
+	if o.Roles {
+		if err := connectedAs(ctx, r.pool, projectorUser); err != nil {
+			return nil, err
+		}
 	}
 	r.logf("an ingest and a projector ready")
 	return d, nil
@@ -214,4 +240,56 @@ func (d *Deployment) Stop(keepLogs bool) {
 	if d.temp && !keepLogs {
 		_ = os.RemoveAll(d.r.dir)
 	}
+}
+
+// serviceUsers migrates the database at dbURL as its owner and makes a
+// LOGIN user in ledger_ingest and one in ledger_projector; it returns
+// dbURL as each of them.
+func serviceUsers(ctx context.Context, dbURL string) (ingestURL, projectorURL string, err error) {
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return "", "", fmt.Errorf("deployment: connect to PostgreSQL: %w", err)
+	}
+	defer pool.Close()
+	if _, err := migrations.Up(ctx, pool, nil); err != nil {
+		return "", "", fmt.Errorf("deployment: migrate as the owner: %w", err)
+	}
+	as := func(user, group string) (string, error) {
+		for _, q := range []string{"CREATE ROLE " + user + " LOGIN IN ROLE " + group,
+			"DO $$ BEGIN EXECUTE format('GRANT CONNECT ON DATABASE %I TO " + user + "', current_database()); END $$"} {
+			if _, err := pool.Exec(ctx, q); err != nil {
+				return "", fmt.Errorf("deployment: the %s user: %w", group, err)
+			}
+		}
+		u, err := url.Parse(dbURL)
+		if err != nil {
+			return "", err
+		}
+		u.User = url.User(user)
+		return u.String(), nil
+	}
+	if ingestURL, err = as(ingestUser, "ledger_ingest"); err != nil {
+		return "", "", err
+	}
+	projectorURL, err = as(projectorUser, "ledger_projector")
+	return ingestURL, projectorURL, err
+}
+
+// The users of DeploymentOptions.Roles.
+const (
+	ingestUser    = "ledger_deploy_ingest"
+	projectorUser = "ledger_deploy_projector"
+)
+
+// connectedAs fails unless a session of user is connected: a run that says
+// it measured the services as their users but did not is void.
+func connectedAs(ctx context.Context, pool *pgxpool.Pool, user string) error {
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE usename = $1`, user).Scan(&n); err != nil {
+		return fmt.Errorf("deployment: who the services connect as: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("deployment: no session of %s is connected", user)
+	}
+	return nil
 }

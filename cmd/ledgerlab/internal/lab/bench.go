@@ -24,8 +24,8 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return benchWorker(ctx, args[1:], stdout, stderr)
 	}
 	f := NewFlags("ledgerlab bench", "[-only SECTIONS] [-events N] [-rounds N] [-rate N] [-duration D] [-workers N]\n"+
-		"       ledgerlab bench -external [-events N] [-tasks N] [-workers N] [-warmup N] [-raw | -compare N] [-log-batches] [-bin DIR] [-ingest-profile FILE] [-projector-profile FILE] [-nats-profile FILE] [-worker-profile FILE]\n"+
-		"       ledgerlab bench -external -latency [-rate N] [-events N] [-workers N] [-warmup N] [-raw] [-bin DIR]",
+		"       ledgerlab bench -external [-events N] [-tasks N] [-workers N] [-warmup N] [-raw | -compare N] [-log-batches] [-roles] [-bin DIR] [-ingest-profile FILE] [-projector-profile FILE] [-nats-profile FILE] [-worker-profile FILE]\n"+
+		"       ledgerlab bench -external -latency [-rate N] [-events N] [-workers N] [-warmup N] [-raw] [-roles] [-bin DIR]",
 		"Run the benchmark report in one process, on one machine: per-event fenced INSERT, set-based\n"+
 			"fenced insert and COPY baselines and fence.Append (baselines); raw publishers into the full\n"+
 			"ingest and into a bare pipeline in alternating rounds, with CPU time per event (pipeline);\n"+
@@ -67,6 +67,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	latency := f.Bool("latency", false, "with -external: publish at -rate and measure publish → receipt against a bare pipeline")
 	sdkBatch := f.Int("sdk-batch", 0, "events per SDK batch message: 1 sends each alone, 0 the SDK's default (256)")
 	logBatches := f.Bool("log-batches", false, "run the ingest with -log-batches (one LEDGER_LOG message per partition of a batch)")
+	roles := f.Bool("roles", false, "with -external: run the ingest and the projector as users in ledger_ingest and ledger_projector, as production does (default: the schema's owner, for whom the database's fence checks nothing)")
 	syncPolicy := f.Bool("sync-policy", false, "with -external: measure sync_interval always against the default, on R1 and R3")
 	if err := f.Parse(args); err != nil {
 		return err
@@ -101,7 +102,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return Usagef("-worker-profile profiles one run: leave out -compare and -sync-policy")
 		}
 		eo := benchreport.ExternalOptions{Events: *events, Tasks: *tasks, Workers: *workers, Raw: *raw, SDKBatchMax: *sdkBatch,
-			Bin: *bin, IngestProfile: *ingestProfile, ProjectorProfile: *projectorProfile, NATSProfile: *natsProfile, WorkerProfile: *workerProfile, Progress: stderr, Latency: *latency, Rate: *rate, Warmup: *warmup, LogBatches: *logBatches}
+			Bin: *bin, IngestProfile: *ingestProfile, ProjectorProfile: *projectorProfile, NATSProfile: *natsProfile, WorkerProfile: *workerProfile, Progress: stderr, Latency: *latency, Rate: *rate, Warmup: *warmup, LogBatches: *logBatches, Roles: *roles}
 		if *warmup == 0 {
 			eo.Warmup = -1
 		}
@@ -177,7 +178,7 @@ func externalFlags(f *Flags, external bool) error {
 	inProcess := map[string]bool{"only": true, "rounds": true, "duration": true, "cpuprofile": true,
 		"memprofile": true, "database-url": true}
 	externalOnly := map[string]bool{"raw": true, "bin": true, "ingest-profile": true, "projector-profile": true, "nats-profile": true, "worker-profile": true, "compare": true, "tasks": true, "sync-policy": true,
-		"latency": true, "warmup": true}
+		"latency": true, "warmup": true, "roles": true}
 	var err error
 	f.Visit(func(fl *flag.Flag) {
 		switch {
