@@ -77,8 +77,12 @@ func measureSetting(ctx context.Context, o ExternalOptions, s *SyncSetting, rate
 	prog := newProgress(o.Progress)
 	defer prog.close()
 	prog.say("%s: starting a deployment", s.Label)
-	d, err := chaos.StartDeployment(ctx, chaos.DeploymentOptions{Bin: o.Bin, Progress: sayWriter{prog},
-		Cluster: s.Replicas == 3, NATSSyncAlways: s.SyncAlways})
+	do := chaos.DeploymentOptions{Bin: o.Bin, Progress: sayWriter{prog},
+		Cluster: s.Replicas == 3, NATSSyncAlways: s.SyncAlways, Roles: o.Roles}
+	if o.LogBatches {
+		do.IngestArgs = []string{"-log-batches"}
+	}
+	d, err := chaos.StartDeployment(ctx, do)
 	if err != nil {
 		return err
 	}
