@@ -306,3 +306,45 @@ func TestAForgedMovedFromSkipsNoVersion(t *testing.T) {
 		})
 	}
 }
+
+// As a user in ledger_ingest, the ingest grants a partition that was
+// leased and released before to a new holder, at the next generation. An
+// acquire first tries to insert the lease row, ON CONFLICT DO NOTHING, and
+// the database's fence checked that insert before PostgreSQL found the
+// conflict: every such grant failed with LF006 (migration 00022). The
+// negative control puts migration 00012's check back.
+func TestIngestRoleGrantsAPartitionLeasedBefore(t *testing.T) {
+	t.Parallel()
+	for _, fixed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "as migrated", false: "with 00012's insert check"}[fixed], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := dbtest.New(t)
+			if !fixed {
+				b, err := fs.ReadFile(migrations.FS(), "00022_lease_insert_that_does_nothing.sql")
+				require.NoError(t, err)
+				_, down, ok := strings.Cut(string(b), "-- +goose Down")
+				require.True(t, ok)
+				_, err = db.Pool.Exec(ctx, down)
+				require.NoError(t, err)
+			}
+			store, err := fence.New(openPool(t, loginUser(t, db, roleIngest)), fence.Config{})
+			require.NoError(t, err)
+			a, err := store.Acquire(ctx, 1, "reports.a", time.Minute)
+			require.NoError(t, err, "a partition never leased")
+			require.NoError(t, store.Release(ctx, 1, "reports.a", a.Generation))
+			b, err := store.Acquire(ctx, 1, "billing.x", time.Minute)
+			if !fixed {
+				var pgErr *pgconn.PgError
+				require.Truef(t, errors.As(err, &pgErr), "want LF006, got %v", err)
+				require.Equal(t, "LF006", pgErr.Code, pgErr.Message)
+				return
+			}
+			require.NoError(t, err, "a partition leased and released before")
+			require.Equal(t, a.Generation+1, b.Generation)
+			require.Equal(t, "billing.x", b.Holder)
+			_, err = store.Acquire(ctx, 1, "reports.a", time.Minute)
+			require.ErrorIs(t, err, fence.ErrHeld, "a lease that has not expired is not granted again")
+		})
+	}
+}
