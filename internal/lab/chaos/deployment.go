@@ -242,9 +242,9 @@ func (d *Deployment) Stop(keepLogs bool) {
 	}
 }
 
-// serviceUsers migrates the database at dbURL as its owner and makes a
-// LOGIN user in ledger_ingest and one in ledger_projector; it returns
-// dbURL as each of them.
+// serviceUsers migrates the database at dbURL as its owner and makes the
+// LOGIN users ingestUser, in ledger_ingest, and projectorUser, in
+// ledger_projector. It returns dbURL as each of them.
 func serviceUsers(ctx context.Context, dbURL string) (ingestURL, projectorURL string, err error) {
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
@@ -254,25 +254,29 @@ func serviceUsers(ctx context.Context, dbURL string) (ingestURL, projectorURL st
 	if _, err := migrations.Up(ctx, pool, nil); err != nil {
 		return "", "", fmt.Errorf("deployment: migrate as the owner: %w", err)
 	}
-	as := func(user, group string) (string, error) {
+	for user, group := range map[string]string{ingestUser: "ledger_ingest", projectorUser: "ledger_projector"} {
 		for _, q := range []string{"CREATE ROLE " + user + " LOGIN IN ROLE " + group,
 			"DO $$ BEGIN EXECUTE format('GRANT CONNECT ON DATABASE %I TO " + user + "', current_database()); END $$"} {
 			if _, err := pool.Exec(ctx, q); err != nil {
-				return "", fmt.Errorf("deployment: the %s user: %w", group, err)
+				return "", "", fmt.Errorf("deployment: the %s user: %w", group, err)
 			}
 		}
-		u, err := url.Parse(dbURL)
-		if err != nil {
-			return "", err
-		}
-		u.User = url.User(user)
-		return u.String(), nil
 	}
-	if ingestURL, err = as(ingestUser, "ledger_ingest"); err != nil {
+	if ingestURL, err = urlAs(dbURL, ingestUser); err != nil {
 		return "", "", err
 	}
-	projectorURL, err = as(projectorUser, "ledger_projector")
+	projectorURL, err = urlAs(dbURL, projectorUser)
 	return ingestURL, projectorURL, err
+}
+
+// urlAs is dbURL with user as its user (and no password).
+func urlAs(dbURL, user string) (string, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "", fmt.Errorf("deployment: the database URL: %w", err)
+	}
+	u.User = url.User(user)
+	return u.String(), nil
 }
 
 // The users of DeploymentOptions.Roles.

@@ -170,6 +170,11 @@ type Options struct {
 	// LogBatches runs the ingests with -log-batches: LEDGER_LOG holds one
 	// message per partition of a batch; default per-event copies.
 	LogBatches bool
+	// Roles runs the ingests and the projector as LOGIN users in
+	// ledger_ingest and ledger_projector, as production does, so that the
+	// database's own fence checks every statement they send; default the
+	// schema's owner, for whom it checks nothing.
+	Roles bool
 	// GapTimeout is the projector's -gap-timeout; default 1 s.
 	GapTimeout time.Duration
 	// DrainTimeout bounds the wait for LEDGER_IN to empty and the
@@ -248,6 +253,8 @@ func (o Options) Validate() error {
 	switch {
 	case o.Duration <= 0:
 		return errors.New("the duration must be positive")
+	case o.Roles && o.External != nil:
+		return errors.New("-roles starts the services itself: it does not apply to -external")
 	case o.FenceMode != FenceModeEnforce && o.FenceMode != FenceModeObserve:
 		return fmt.Errorf("fence mode must be %s or %s, got %q", FenceModeEnforce, FenceModeObserve, o.FenceMode)
 	case o.Partitions < 1 || o.Partitions > 1024:

@@ -390,6 +390,17 @@ func (r *run) startStack(ctx context.Context) error {
 		return err
 	}
 	r.ingestPorts = ports[:r.o.Ingests]
+	ingestAs, projectorAs := func(u string) (string, error) { return u, nil }, r.dbURL
+	if r.o.Roles {
+		if _, _, err := serviceUsers(ctx, r.dbURL); err != nil {
+			return err
+		}
+		ingestAs = func(u string) (string, error) { return urlAs(u, ingestUser) }
+		if projectorAs, err = urlAs(r.dbURL, projectorUser); err != nil {
+			return err
+		}
+		r.logf("the ingests and the projector connect as users in ledger_ingest and ledger_projector")
+	}
 	for i := range r.o.Ingests {
 		// Each ingest reaches PostgreSQL through a proxy of its own (the
 		// pg_cut fault), unless the run fails PostgreSQL over: then through
@@ -403,6 +414,9 @@ func (r *run) startStack(ctx context.Context) error {
 			r.pgProxies = append(r.pgProxies, proxy)
 			dbURL = "postgres://postgres@" + proxy.Addr() + "/postgres?sslmode=disable"
 		}
+		if dbURL, err = ingestAs(dbURL); err != nil {
+			return err
+		}
 		args := []string{"-database-url", dbURL, "-nats-url", r.natsURL, "-partitions", strconv.Itoa(r.o.Partitions),
 			"-lease-ttl", r.o.TTL.String(), "-replicas", replicas, "-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[i])}
 		if r.o.GapWindow > 0 {
@@ -410,6 +424,9 @@ func (r *run) startStack(ctx context.Context) error {
 		}
 		if r.o.LogBatches {
 			args = append(args, "-log-batches")
+		}
+		if r.o.Roles {
+			args = append(args, "-migrate=false")
 		}
 		p := r.newProc(fmt.Sprintf("ingest-%d", i+1), r.bin.ingest, args...)
 		r.ingests = append(r.ingests, p)
@@ -425,7 +442,7 @@ func (r *run) startStack(ctx context.Context) error {
 		r.logf("%d ingest(s) ready", r.o.Ingests)
 		return nil
 	}
-	r.proj = r.newProc("projector", r.bin.projector, "-database-url", r.dbURL, "-nats-url", r.natsURL,
+	r.proj = r.newProc("projector", r.bin.projector, "-database-url", projectorAs, "-nats-url", r.natsURL,
 		"-partition-count", strconv.Itoa(r.o.Partitions), "-replicas", replicas, "-gap-timeout", r.o.GapTimeout.String(),
 		"-reconcile-every", reconcileEvery.String(), "-reconcile-grace", reconcileGrace.String(),
 		"-admin-addr", fmt.Sprintf("127.0.0.1:%d", ports[r.o.Ingests]))
@@ -434,6 +451,13 @@ func (r *run) startStack(ctx context.Context) error {
 	}
 	if err := waitReady(ctx, ports[r.o.Ingests], r.proj); err != nil {
 		return err
+	}
+	if r.o.Roles {
+		for _, user := range []string{ingestUser, projectorUser} {
+			if err := connectedAs(ctx, r.pool, user); err != nil {
+				return err
+			}
+		}
 	}
 	r.logf("%d ingests and a projector ready", r.o.Ingests)
 	return nil

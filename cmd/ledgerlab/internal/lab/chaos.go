@@ -72,6 +72,7 @@ func chaosRun(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	f.StringVar(&o.Replication, "replication", "", "run PostgreSQL as a primary and a streaming standby, sync or async, on one multi-host URL, and fail it over (-pg-failover-every) instead of -pg-restart-every and -pg-cut-every")
 	f.BoolVar(&o.LogBatches, "log-batches", false, "run the ingests with -log-batches: one LEDGER_LOG message per partition of a batch")
+	f.BoolVar(&o.Roles, "roles", false, "run the ingests and the projector as users in ledger_ingest and ledger_projector, as production does, so that the database's own fence checks them (default: the schema's owner)")
 	f.BoolVar(&o.SplitBrain, "split-brain", false, "with -replication: start the old primary again, writable, for 5 s after each failover")
 	f.DurationVar(&o.Resend, "resend", 0, "writers publish again an acked event with no receipt after this long (the SDK's re-send); 0: never")
 	f.StringVar(&o.Writer, "writer", chaos.WriterRaw, "how the writers publish: raw (JetStream itself) or sdk (the Go SDK, pkg/worker, which re-sends by itself)")
