@@ -321,12 +321,7 @@ func TestIngestRoleGrantsAPartitionLeasedBefore(t *testing.T) {
 			ctx := context.Background()
 			db := dbtest.New(t)
 			if !fixed {
-				b, err := fs.ReadFile(migrations.FS(), "00022_lease_insert_that_does_nothing.sql")
-				require.NoError(t, err)
-				_, down, ok := strings.Cut(string(b), "-- +goose Down")
-				require.True(t, ok)
-				_, err = db.Pool.Exec(ctx, down)
-				require.NoError(t, err)
+				migrateDown(t, db.Pool, 21) // 00022 undone
 			}
 			store, err := fence.New(openPool(t, loginUser(t, db, roleIngest)), fence.Config{})
 			require.NoError(t, err)
