@@ -122,7 +122,13 @@ func StartDeployment(ctx context.Context, o DeploymentOptions) (_ *Deployment, e
 	}
 	ingestURL, projectorURL := r.dbURL, r.dbURL
 	if o.Roles {
-		if ingestURL, projectorURL, err = serviceUsers(ctx, r.dbURL); err != nil {
+		if err := serviceUsers(ctx, r.dbURL); err != nil {
+			return nil, err
+		}
+		if ingestURL, err = urlAs(r.dbURL, ingestUser); err != nil {
+			return nil, err
+		}
+		if projectorURL, err = urlAs(r.dbURL, projectorUser); err != nil {
 			return nil, err
 		}
 		o.IngestArgs = append([]string{"-migrate=false"}, o.IngestArgs...)
@@ -244,29 +250,25 @@ func (d *Deployment) Stop(keepLogs bool) {
 
 // serviceUsers migrates the database at dbURL as its owner and makes the
 // LOGIN users ingestUser, in ledger_ingest, and projectorUser, in
-// ledger_projector. It returns dbURL as each of them.
-func serviceUsers(ctx context.Context, dbURL string) (ingestURL, projectorURL string, err error) {
+// ledger_projector (urlAs connects as them).
+func serviceUsers(ctx context.Context, dbURL string) error {
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
-		return "", "", fmt.Errorf("deployment: connect to PostgreSQL: %w", err)
+		return fmt.Errorf("deployment: connect to PostgreSQL: %w", err)
 	}
 	defer pool.Close()
 	if _, err := migrations.Up(ctx, pool, nil); err != nil {
-		return "", "", fmt.Errorf("deployment: migrate as the owner: %w", err)
+		return fmt.Errorf("deployment: migrate as the owner: %w", err)
 	}
 	for user, group := range map[string]string{ingestUser: "ledger_ingest", projectorUser: "ledger_projector"} {
 		for _, q := range []string{"CREATE ROLE " + user + " LOGIN IN ROLE " + group,
 			"DO $$ BEGIN EXECUTE format('GRANT CONNECT ON DATABASE %I TO " + user + "', current_database()); END $$"} {
 			if _, err := pool.Exec(ctx, q); err != nil {
-				return "", "", fmt.Errorf("deployment: the %s user: %w", group, err)
+				return fmt.Errorf("deployment: the %s user: %w", group, err)
 			}
 		}
 	}
-	if ingestURL, err = urlAs(dbURL, ingestUser); err != nil {
-		return "", "", err
-	}
-	projectorURL, err = urlAs(dbURL, projectorUser)
-	return ingestURL, projectorURL, err
+	return nil
 }
 
 // urlAs is dbURL with user as its user (and no password).

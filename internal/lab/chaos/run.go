@@ -392,7 +392,7 @@ func (r *run) startStack(ctx context.Context) error {
 	r.ingestPorts = ports[:r.o.Ingests]
 	ingestAs, projectorAs := func(u string) (string, error) { return u, nil }, r.dbURL
 	if r.o.Roles {
-		if _, _, err := serviceUsers(ctx, r.dbURL); err != nil {
+		if err := serviceUsers(ctx, r.dbURL); err != nil {
 			return err
 		}
 		ingestAs = func(u string) (string, error) { return urlAs(u, ingestUser) }
