@@ -60,10 +60,17 @@ func TestStageSecondsSayWhereAReceiptsTimeGoes(t *testing.T) {
 
 	var count map[string]uint64
 	var sum map[string]float64
+	// A gather reads the stages one after another while lanes count: wait
+	// until each has counted every event, then hold each to exactly that.
 	require.Eventually(t, func() bool {
 		count, sum = stageSeconds(t, reg)
-		return count["receipt"] >= alone+batched
-	}, 30*time.Second, 20*time.Millisecond, "every event's receipt stage is counted")
+		for _, st := range []string{"delivery", "queue", "append", "handoff", "copies", "receipt"} {
+			if count[st] < alone+batched {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 20*time.Millisecond, "every event's stages are counted")
 	require.EqualValues(t, alone+batched, count["receipt"])
 	require.EqualValues(t, alone+batched, count["delivery"], "each event's delivery once")
 	require.EqualValues(t, alone+batched, count["queue"], "each event's queue once")
