@@ -174,7 +174,7 @@ func checkSnapshotValue(st projection.State) error {
 		return fmt.Errorf("task id %.40q is not 1..128 of [A-Za-z0-9_-]", st.Task)
 	case st.Version < 0 || st.Seq < 0 || st.Partition < 0 || st.DataTooLarge < 0:
 		return fmt.Errorf("task %s: version %d, seq %d, partition %d out of range", st.Task, st.Version, st.Seq, st.Partition)
-	case len(st.Data) > 0 && !json.Valid(st.Data):
+	case len(st.Data) > 0 && !wire.ValidJSON(st.Data):
 		return fmt.Errorf("task %s: data is not JSON", st.Task)
 	case st.Gap != nil && (st.Gap.NextVersion <= st.Version || st.Gap.Buffered < 0):
 		return fmt.Errorf("task %s: gap at version %d, buffered %d, does not follow version %d", st.Task,

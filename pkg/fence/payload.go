@@ -1,10 +1,11 @@
 package fence
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/flowness/ledger/pkg/wire"
 )
 
 var jsonNull = []byte("null")
@@ -26,7 +27,7 @@ func normalizePayload(p []byte, max int) ([]byte, error) {
 	if !utf8.Valid(p) {
 		return nil, fmt.Errorf("payload is not valid UTF-8")
 	}
-	if !json.Valid(p) {
+	if !wire.ValidJSON(p) {
 		return nil, fmt.Errorf("payload is not valid JSON")
 	}
 	if err := checkJSONForPostgres(p); err != nil {

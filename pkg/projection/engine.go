@@ -2,10 +2,11 @@ package projection
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/flowness/ledger/pkg/wire"
 )
 
 // Engine orders the committed events of many tasks and folds them into
@@ -96,7 +97,7 @@ func (e *Engine) Load(st State) error {
 	if st.Task == "" || st.Version < 0 {
 		return fmt.Errorf("%w: task %q version %d", ErrInvalidState, st.Task, st.Version)
 	}
-	if len(st.Data) > 0 && !json.Valid(st.Data) {
+	if len(st.Data) > 0 && !wire.ValidJSON(st.Data) {
 		return fmt.Errorf("%w: task %q: data is not valid JSON", ErrInvalidState, st.Task)
 	}
 	if st.DataTooLarge != 0 {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/flowness/ledger/pkg/wire"
 )
 
 // ErrInvalidJSON is returned (wrapped) by MergePatch and MergeReducer when a
@@ -25,10 +27,10 @@ var ErrInvalidJSON = errors.New("projection: invalid JSON")
 // when an object repeats a key its last member counts. The result may share
 // memory with patch (when patch is not an object); neither input is modified.
 func MergePatch(target, patch json.RawMessage) (json.RawMessage, error) {
-	if len(target) > 0 && !json.Valid(target) {
+	if len(target) > 0 && !wire.ValidJSON(target) {
 		return nil, fmt.Errorf("%w: merge patch target", ErrInvalidJSON)
 	}
-	if len(patch) > 0 && !json.Valid(patch) {
+	if len(patch) > 0 && !wire.ValidJSON(patch) {
 		return nil, fmt.Errorf("%w: merge patch", ErrInvalidJSON)
 	}
 	return mergePatch(trimSpace(target), trimSpace(patch)), nil

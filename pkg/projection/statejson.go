@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+
+	"github.com/flowness/ledger/pkg/wire"
 )
 
 // AppendJSON appends st as json.Marshal writes it, byte for byte, without
@@ -107,5 +109,5 @@ func plainData(data json.RawMessage) bool {
 			return false
 		}
 	}
-	return json.Valid(data)
+	return wire.ValidJSON(data)
 }

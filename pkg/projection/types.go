@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/flowness/ledger/pkg/wire"
 )
 
 // Errors that callers branch on with errors.Is. They are returned wrapped,
@@ -217,7 +219,7 @@ type MergeReducer struct{}
 // Reduce applies ev's payload to state.Data with MergePatch. state.Data must
 // be valid JSON (the Engine's always is); the payload is checked.
 func (r MergeReducer) Reduce(state State, ev Event) (State, error) {
-	if len(ev.Payload) > 0 && !json.Valid(ev.Payload) {
+	if len(ev.Payload) > 0 && !wire.ValidJSON(ev.Payload) {
 		return state, ErrInvalidJSON
 	}
 	return r.reduce(state, ev, nil), nil

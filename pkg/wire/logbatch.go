@@ -172,7 +172,7 @@ func appendCompactJSON(b, p []byte) ([]byte, error) {
 		}
 		return buf.Bytes(), nil
 	}
-	if !json.Valid(p) {
+	if !ValidJSON(p) {
 		return nil, errors.New("not valid JSON")
 	}
 	return append(b, p...), nil

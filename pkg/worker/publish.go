@@ -119,7 +119,7 @@ func (l *Lease) publishKind(ctx context.Context, task, typ string, payload []byt
 		return nil, fmt.Errorf("worker: publish: event type %q is not 1..64 of [A-Za-z0-9_.:-]: %w", typ, ErrInvalid)
 	case len(payload) > l.c.cfg.MaxPayload:
 		return nil, fmt.Errorf("worker: publish: payload of %d bytes is above %d: %w", len(payload), l.c.cfg.MaxPayload, ErrInvalid)
-	case len(payload) > 0 && !json.Valid(payload):
+	case len(payload) > 0 && !wire.ValidJSON(payload):
 		return nil, fmt.Errorf("worker: publish: payload is not JSON: %w", ErrInvalid)
 	}
 	// The lease, then ctx, are checked before the select: a select on a
