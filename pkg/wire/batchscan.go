@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -249,10 +250,15 @@ func (sc *batchScanner) field(e *batchElem, f, n int) error {
 // is the value as written.
 func (sc *batchScanner) str() (span [2]int, plain bool, err error) {
 	start, ascii, escaped := sc.i, true, false
-	for sc.i < len(sc.data) {
-		if !strSpecial[sc.data[sc.i]] {
+	for {
+		for len(sc.data)-sc.i >= 8 && !anyStrSpecial(binary.LittleEndian.Uint64(sc.data[sc.i:])) {
+			sc.i += 8
+		}
+		for sc.i < len(sc.data) && !strSpecial[sc.data[sc.i]] {
 			sc.i++
-			continue
+		}
+		if sc.i >= len(sc.data) {
+			break
 		}
 		c := sc.data[sc.i]
 		switch {
@@ -287,6 +293,17 @@ func (sc *batchScanner) str() (span [2]int, plain bool, err error) {
 		sc.i++
 	}
 	return span, false, sc.fail("'\"'")
+}
+
+// anyStrSpecial reports whether any of the eight bytes of x is one that
+// strSpecial marks: most of a payload's strings are plain ASCII, which str
+// then skips eight bytes at a time. Each test is the "has a byte less
+// than n" word trick, exact for whether there is one.
+func anyStrSpecial(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	quote, backslash := x^(ones*'"'), x^(ones*'\\')
+	control := (x - ones*0x20) &^ x
+	return (control|(quote-ones)&^quote|(backslash-ones)&^backslash|x)&highs != 0
 }
 
 // strSpecial marks the bytes str looks at: the others just go on a string.

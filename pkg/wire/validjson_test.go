@@ -64,3 +64,22 @@ func BenchmarkValidJSON(b *testing.B) {
 		}
 	})
 }
+
+// TestAnyStrSpecialFindsEveryByteStrLooksAt: a word with one byte that
+// strSpecial marks, at any of the eight places, among bytes it does not.
+// Switch: anyStrSpecial without its backslash term; '\\' is missed.
+func TestAnyStrSpecialFindsEveryByteStrLooksAt(t *testing.T) {
+	for c := range 256 {
+		for at := range 8 {
+			w := []byte("abcdefgh")
+			w[at] = byte(c)
+			x := uint64(0)
+			for k := 7; k >= 0; k-- {
+				x = x<<8 | uint64(w[k])
+			}
+			if got := anyStrSpecial(x); got != strSpecial[c] {
+				t.Fatalf("byte %#x at %d: anyStrSpecial %v, strSpecial %v", c, at, got, strSpecial[c])
+			}
+		}
+	}
+}
