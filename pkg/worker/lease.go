@@ -48,7 +48,9 @@ type Lease struct {
 	inflight  int
 	// batch gathers the events that leave in one message (batch.go).
 	batch batcher
-	// changed is closed and replaced whenever an event gets its receipt.
+	// changed, made by a waitIdle, is closed and dropped when an event gets
+	// its receipt: nil while no one waits, so that a receipt makes no
+	// channel.
 	changed chan struct{}
 }
 
@@ -143,7 +145,7 @@ func (c *Client) acquire(ctx context.Context, partition int, ar *acquireRequest)
 	}
 	l := &Lease{c: c, partition: partition, generation: reply.Generation, ttl: c.cfg.TTL,
 		lost: make(chan struct{}), slots: make(chan struct{}, c.cfg.MaxInFlight),
-		kaDone: make(chan struct{}), tasks: map[string]*taskState{}, changed: make(chan struct{})}
+		kaDone: make(chan struct{}), tasks: map[string]*taskState{}}
 	granted := l.grantedTTL(reply)
 	l.deadline = first.Add(granted - safetyMargin(granted))
 	l.expiresAt, _ = time.Parse(time.RFC3339Nano, reply.ExpiresAt)
@@ -541,8 +543,10 @@ func (l *Lease) countLocked(ts *taskState) {
 func (l *Lease) uncountLocked(ts *taskState) {
 	ts.inflight--
 	l.inflight--
-	close(l.changed)
-	l.changed = make(chan struct{})
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
 }
 
 // waitIdle waits until no event of the lease (or of task ts, if given)
@@ -550,14 +554,19 @@ func (l *Lease) uncountLocked(ts *taskState) {
 func (l *Lease) waitIdle(ctx context.Context, ts *taskState) error {
 	for {
 		l.mu.Lock()
-		n, ch := l.inflight, l.changed
+		n := l.inflight
 		if ts != nil {
 			n = ts.inflight
 		}
-		l.mu.Unlock()
 		if n == 0 {
+			l.mu.Unlock()
 			return nil
 		}
+		if l.changed == nil {
+			l.changed = make(chan struct{})
+		}
+		ch := l.changed
+		l.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -579,7 +588,8 @@ func (l *Lease) noteRefusal(p *Pending, r wire.Receipt) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if ts := l.tasks[p.task]; ts.refused == nil {
-		ts.refused = &r
+		refused := r // copied here, so that a receipt that refuses nothing stays off the heap
+		ts.refused = &refused
 	}
 }
 
