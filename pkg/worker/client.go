@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,8 +37,6 @@ type Client struct {
 	// lookups asks for the verdicts of events without a receipt, many in
 	// one request.
 	lookups *lookupBatcher
-	// late holds the events waiting ReceiptTimeout for a lookup.
-	late *lateVerdicts
 
 	// closedCh is closed by Close; waits on receipts and acks end there.
 	closedCh chan struct{}
@@ -102,15 +101,6 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.heads = newHeadBatcher(c)
 	c.lookups = newLookupBatcher(c)
-	c.late = newLateVerdicts(cfg.ReceiptTimeout, func(p *Pending) {
-		p.mu.Lock()
-		p.waiting = false
-		over := p.lookupsOver
-		p.mu.Unlock()
-		if !over {
-			c.lookUpVerdict(p)
-		}
-	})
 	if cfg.Partitions == 0 {
 		n, err := c.askPartitions()
 		if err != nil {
@@ -190,7 +180,6 @@ func (c *Client) Close() error {
 	for _, p := range pending {
 		p.stopLookups()
 	}
-	c.late.stop()
 	c.wg.Wait()
 	c.js.CleanupPublisher()
 	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -368,7 +357,7 @@ func (c *Client) awaitVerdict(p *Pending) {
 	if p.lookupsOver {
 		return
 	}
-	p.late, p.waiting = c.late.add(p), true
+	p.lookup = time.AfterFunc(c.cfg.ReceiptTimeout, func() { c.lookUpVerdict(p) })
 }
 
 // lookUpVerdict asks the ledger for p's recorded verdict and settles p with

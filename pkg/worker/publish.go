@@ -446,11 +446,9 @@ type Pending struct {
 	// err ends an event that was never sent (Publish queued it, and its
 	// head lookup failed or its ctx ended first).
 	err error
-	// late is the ticket of the next lookup of the verdict in the client's
-	// queue (Client.awaitVerdict), valid while waiting is set;
-	// lookupsOver is set once none is wanted.
-	late        uint64
-	waiting     bool
+	// lookup is the timer of the next lookup of the verdict
+	// (Client.awaitVerdict); lookupsOver is set once none is wanted.
+	lookup      *time.Timer
 	lookupsOver bool
 	// unknown counts the lookups the ledger answered with no record of
 	// the event (Client.publishAgain).
@@ -587,9 +585,8 @@ func (p *Pending) stopLookups() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.lookupsOver = true
-	if p.waiting {
-		p.waiting = false
-		p.lease.c.late.cancel(p, p.late)
+	if p.lookup != nil {
+		p.lookup.Stop()
 	}
 }
 
